@@ -1,0 +1,49 @@
+"""An example DAG: extract, two transforms in parallel, a branch, and a load."""
+
+from datetime import datetime, timedelta, timezone
+
+from tasks import DAG, ShellTask, TriggerRule, task
+
+with DAG(
+    "example_etl",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=4,
+) as dag:
+
+    @task
+    def extract():
+        return {"rows": [3, 1, 4, 1, 5, 9, 2, 6]}
+
+    @task(retries=1, retry_delay=timedelta(seconds=1))
+    def total(context):
+        return sum(context["upstream"]["extract"]["rows"])
+
+    @task
+    def biggest(context):
+        return max(context["upstream"]["extract"]["rows"])
+
+    @task.branch
+    def check(context):
+        return "report" if context["upstream"]["total"] > 10 else "alert"
+
+    @task
+    def report(context):
+        up = context["upstream"]
+        print(f"run {context['run_id']}: total={up['check']!r}")
+        return "ok"
+
+    @task
+    def alert():
+        return "small batch"
+
+    done = ShellTask(
+        "done",
+        command='echo "finished $SLUICE_DAG_ID $SLUICE_RUN_ID"',
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+    )
+
+    extract >> [total, biggest]
+    total >> check >> [report, alert]
+    [report, alert, biggest] >> done

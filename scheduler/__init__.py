@@ -1,0 +1,1 @@
+"""Sluice control plane: models, states, DagRun logic, jobs and the CLI."""

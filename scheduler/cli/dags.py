@@ -1,0 +1,123 @@
+"""`sluice dags …`: list, trigger, state, pause, unpause."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+
+from scheduler.cli.context import Cli, CliError, iso, parse_conf, parse_date
+from scheduler.dagrun import RunExists, create_dagrun
+from scheduler.db import transaction, utcnow
+from scheduler.models import Dag, DagFile
+from scheduler.states import RunType
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    dags = sub.add_parser("dags", help="list and trigger DAGs")
+    cmds = dags.add_subparsers(dest="dags_cmd", required=True)
+    p = cmds.add_parser("list", help="DAGs in the DAGs folder, and files that failed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=list_dags)
+    p = cmds.add_parser("trigger", help="create a manual run")
+    p.add_argument("dag_id")
+    p.add_argument("--run-id")
+    p.add_argument("--logical-date")
+    p.add_argument("--conf")
+    p.set_defaults(func=trigger)
+    p = cmds.add_parser("state", help="print the state of a run")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.set_defaults(func=state)
+    for name, paused in (("pause", True), ("unpause", False)):
+        p = cmds.add_parser(name, help=f"{name} a DAG's schedule")
+        p.add_argument("dag_id")
+        p.set_defaults(func=set_paused, paused=paused)
+
+
+def list_dags(cli: Cli, args: argparse.Namespace) -> int:
+    cli.sync_dags()
+    with cli.factory() as session:
+        dags = session.scalars(
+            select(Dag).where(Dag.is_active.is_(True)).order_by(Dag.dag_id)
+        ).all()
+        broken = session.scalars(
+            select(DagFile).where(DagFile.import_error.is_not(None)).order_by(DagFile.fileloc)
+        ).all()
+    rows: list[dict[str, Any]] = [
+        {
+            "dag_id": d.dag_id,
+            "fileloc": d.fileloc,
+            "schedule": d.schedule,
+            "is_paused": d.is_paused,
+            "next_dagrun": iso(d.next_dagrun),
+            "tasks": len(d.serialized["tasks"]),
+            "import_error": None,
+        }
+        for d in dags
+    ] + [{"dag_id": None, "fileloc": f.fileloc, "import_error": f.import_error} for f in broken]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table("dag_id", "schedule", "paused", "tasks", "next run", "file / error")
+    for row in rows:
+        if row["dag_id"] is None:
+            table.add_row("[red]—[/]", "", "", "", "", f"{row['fileloc']}: {row['import_error']}")
+        else:
+            table.add_row(
+                row["dag_id"], row["schedule"] or "manual", str(row["is_paused"]),
+                str(row["tasks"]), row["next_dagrun"] or "", row["fileloc"],
+            )
+    Console().print(table)
+    return 0
+
+
+def trigger(cli: Cli, args: argparse.Namespace) -> int:
+    conf = parse_conf(args.conf)
+    now = utcnow()
+    logical = parse_date(args.logical_date, "--logical-date") if args.logical_date else now
+    if args.run_id is not None and not args.run_id.strip():
+        raise CliError("--run-id must not be empty")
+    cli.sync_dags()
+    with transaction(cli.factory) as session:
+        dag = cli.get_dag(session, args.dag_id)
+        try:
+            run = create_dagrun(
+                session, dag, run_type=RunType.MANUAL, logical_date=logical, now=now,
+                run_id=args.run_id, conf=conf,
+            )
+        except RunExists as exc:
+            raise CliError(str(exc)) from None
+    wake_schedulers(cli)
+    print(run.run_id)
+    return 0
+
+
+def wake_schedulers(cli: Cli) -> None:
+    from broker.wakeup import waker_for
+
+    waker = waker_for(cli.settings)
+    try:
+        waker.wake()
+    finally:
+        waker.close()
+
+
+def state(cli: Cli, args: argparse.Namespace) -> int:
+    with cli.factory() as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        print(run.state)
+    return 0
+
+
+def set_paused(cli: Cli, args: argparse.Namespace) -> int:
+    cli.sync_dags()
+    with transaction(cli.factory) as session:
+        dag = cli.get_dag(session, args.dag_id)
+        dag.is_paused = args.paused
+    print(f"{args.dag_id} {'paused' if args.paused else 'unpaused'}")
+    return 0

@@ -1,0 +1,107 @@
+"""`sluice db migrate`, `sluice scheduler`, `sluice worker`, `sluice pools`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from types import FrameType
+
+from sqlalchemy import select
+
+from scheduler.cli.context import Cli, CliError
+from scheduler.db import transaction
+from scheduler.migrate import upgrade
+from scheduler.models import Pool
+from scheduler.upsert import upsert
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    db = sub.add_parser("db", help="the database schema")
+    db_cmds = db.add_subparsers(dest="db_cmd", required=True)
+    db_cmds.add_parser("migrate", help="create or upgrade the schema").set_defaults(func=migrate)
+
+    p = sub.add_parser("scheduler", help="run one scheduler (run as many as you like)")
+    p.add_argument("--num-loops", type=int, default=None)
+    p.set_defaults(func=scheduler)
+
+    p = sub.add_parser("worker", help="run a Celery worker serving Sluice queues")
+    p.add_argument("-Q", "--queues", default="default", help="comma-separated Sluice queues")
+    p.add_argument("-c", "--concurrency", type=int, default=4)
+    p.add_argument("--pool", default="prefork", choices=["prefork", "threads", "solo"])
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=worker)
+
+    pools = sub.add_parser("pools", help="list and set pools")
+    pool_cmds = pools.add_subparsers(dest="pools_cmd", required=True)
+    pool_cmds.add_parser("list").set_defaults(func=list_pools)
+    p = pool_cmds.add_parser("set", help="create a pool or change its slots")
+    p.add_argument("name")
+    p.add_argument("slots", type=int)
+    p.set_defaults(func=set_pool)
+
+
+def migrate(cli: Cli, args: argparse.Namespace) -> int:
+    upgrade(cli.engine)
+    print("database is up to date")
+    return 0
+
+
+def install_stop_handlers(stop: object) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        logging.getLogger("sluice").info("signal %s: stopping after this loop", signum)
+        stop.stopping = True  # type: ignore[attr-defined]
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def scheduler(cli: Cli, args: argparse.Namespace) -> int:
+    from broker.app import create_app
+    from broker.publisher import publish
+    from broker.wakeup import waker_for
+    from scheduler.jobs.scheduler_job import SchedulerJob
+
+    app = create_app(cli.settings)
+    waker = waker_for(cli.settings)
+    job = SchedulerJob(
+        cli.settings, cli.factory, lambda messages: publish(app, messages), waker
+    )
+    install_stop_handlers(job)
+    try:
+        job.run(num_loops=args.num_loops)
+    finally:
+        waker.close()
+    return 0
+
+
+def worker(cli: Cli, args: argparse.Namespace) -> int:
+    from broker.worker import start_worker
+
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    if not queues:
+        raise CliError("-Q needs at least one queue name")
+    if args.concurrency < 1:
+        raise CliError("-c must be at least 1")
+    cli.factory  # noqa: B018 - fail early with one line if the schema is missing
+    start_worker(cli.settings, queues, args.concurrency, pool=args.pool, loglevel=args.loglevel)
+    return 0
+
+
+def list_pools(cli: Cli, args: argparse.Namespace) -> int:
+    with cli.factory() as session:
+        for pool in session.scalars(select(Pool).order_by(Pool.name)):
+            print(f"{pool.name}\t{pool.slots}")
+    return 0
+
+
+def set_pool(cli: Cli, args: argparse.Namespace) -> int:
+    if args.slots < 0:
+        raise CliError("slots must be 0 or more")
+    with transaction(cli.factory) as session:
+        upsert(
+            session, Pool, {"name": args.name, "slots": args.slots},
+            keys=["name"], update=["slots"],
+        )
+    print(f"pool {args.name}: {args.slots} slots")
+    return 0

@@ -1,0 +1,106 @@
+"""`sluice standalone`: SQLite, an embedded broker, a scheduler and a worker in one process.
+
+It needs no server: the broker is kombu's in-memory transport and the worker
+runs on a thread pool inside this process. `SLUICE_BROKER_URL` is ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from typing import Any
+
+from sqlalchemy import select
+
+from scheduler.cli.context import Cli, CliError
+from scheduler.cli.tasks_cmd import print_states, ti_rows
+from scheduler.dagrun import create_dagrun
+from scheduler.db import transaction, utcnow
+from scheduler.migrate import upgrade
+from scheduler.models import Dag, DagRun
+from scheduler.states import RUN_TERMINAL, DagRunState, RunType
+
+log = logging.getLogger("sluice.standalone")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("standalone", help="SQLite + embedded broker + scheduler + worker")
+    p.add_argument("--trigger", metavar="DAG_ID", help="run one run of DAG_ID to its end, then exit")
+    p.add_argument("--conf", help="conf JSON for the --trigger run")
+    p.add_argument("-c", "--concurrency", type=int, default=4)
+    p.add_argument("--json", action="store_true", help="print the final task states as JSON")
+    p.set_defaults(func=standalone)
+
+
+def all_queues(cli: Cli) -> list[str]:
+    with cli.factory() as session:
+        specs = session.scalars(select(Dag.serialized).where(Dag.is_active.is_(True))).all()
+    queues = {"default"}
+    for spec in specs:
+        queues.update(t.get("queue") or "default" for t in spec["tasks"].values())
+    return sorted(queues)
+
+
+def standalone(cli: Cli, args: argparse.Namespace) -> int:
+    from broker.embedded import EmbeddedBroker
+    from broker.publisher import publish
+    from broker.wakeup import waker_for
+    from scheduler.cli.context import parse_conf
+    from scheduler.jobs.scheduler_job import SchedulerJob
+    from scheduler.cli.services import install_stop_handlers
+
+    cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
+    upgrade(cli.engine)
+    cli.sync_dags()
+    conf: dict[str, Any] = parse_conf(args.conf)
+    run_pk: int | None = None
+    if args.trigger:
+        with transaction(cli.factory) as session:
+            dag = cli.get_dag(session, args.trigger)
+            run = create_dagrun(
+                session, dag, run_type=RunType.MANUAL, logical_date=utcnow(), now=utcnow(),
+                conf=conf,
+            )
+            run_pk = run.id
+        log.info("triggered %s %s", args.trigger, run.run_id)
+    embedded = EmbeddedBroker(cli.settings)
+    embedded.start(all_queues(cli), args.concurrency)
+    waker = waker_for(cli.settings)
+    job = SchedulerJob(
+        cli.settings, cli.factory, lambda messages: publish(embedded.app, messages), waker
+    )
+    install_stop_handlers(job)
+    done = threading.Event()
+    if run_pk is not None:
+        _stop_when_finished(cli, job, run_pk, done)
+    try:
+        job.run()
+    finally:
+        embedded.stop()
+    if run_pk is None:
+        return 0
+    with cli.factory() as session:
+        final = session.get(DagRun, run_pk)
+        assert final is not None
+        print_states(ti_rows(session, final), args.json)
+        print(f"run {final.run_id}: {final.state}")
+        if final.state not in RUN_TERMINAL:
+            raise CliError("stopped before the run finished")
+        return 0 if final.state == DagRunState.SUCCESS else 1
+
+
+def _stop_when_finished(cli: Cli, job: Any, run_pk: int, done: threading.Event) -> None:
+    """Wrap the job's tick so the loop stops once the triggered run is finished."""
+    tick = job.tick
+
+    def tick_and_check(now: Any) -> Any:
+        result = tick(now)
+        with cli.factory() as session:
+            state = session.scalar(select(DagRun.state).where(DagRun.id == run_pk))
+        if state in RUN_TERMINAL:
+            job.stopping = True
+            done.set()
+        return result
+
+    job.tick = tick_and_check

@@ -1,0 +1,131 @@
+"""`sluice tasks …`: the states of a run's tasks, and clearing them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from scheduler.cli.context import Cli, CliError, iso
+from scheduler.db import transaction, utcnow
+from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.states import TI, DagRunState
+from scheduler.transitions import move_run, move_tis
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    tasks = sub.add_parser("tasks", help="inspect and clear task instances")
+    cmds = tasks.add_subparsers(dest="tasks_cmd", required=True)
+    p = cmds.add_parser("states", help="the task instances of a run")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=states)
+    p = cmds.add_parser("clear", help="reset task instances so they run again")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("--task", action="append", dest="task_ids", metavar="TASK_ID")
+    p.add_argument("--downstream", action="store_true", help="also clear their downstream")
+    p.set_defaults(func=clear)
+
+
+def ti_rows(session: Session, run: DagRun) -> list[dict[str, Any]]:
+    tis = session.scalars(
+        select(TaskInstance).where(TaskInstance.dag_run_id == run.id).order_by(TaskInstance.id)
+    ).all()
+    return [
+        {
+            "task_id": ti.task_id,
+            "state": ti.state,
+            "try_number": ti.try_number,
+            "max_tries": ti.max_tries,
+            "queue": ti.queue,
+            "pool": ti.pool,
+            "hostname": ti.hostname,
+            "attempt_id": ti.attempt_id,
+            "scheduled_at": iso(ti.scheduled_at),
+            "queued_at": iso(ti.queued_at),
+            "start_date": iso(ti.start_date),
+            "end_date": iso(ti.end_date),
+            "queued_by_job_id": ti.queued_by_job_id,
+            "error": ti.error,
+        }
+        for ti in tis
+    ]
+
+
+def print_states(rows: Sequence[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(list(rows), indent=2))
+        return
+    table = Table("task_id", "state", "try", "queue", "start", "end", "error")
+    for r in rows:
+        table.add_row(
+            r["task_id"], str(r["state"]), str(r["try_number"]), r["queue"],
+            r["start_date"] or "", r["end_date"] or "", r["error"] or "",
+        )
+    Console().print(table)
+
+
+def states(cli: Cli, args: argparse.Namespace) -> int:
+    with cli.factory() as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        print_states(ti_rows(session, run), args.json)
+    return 0
+
+
+def downstream_closure(spec: dict[str, Any], roots: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        task_id = stack.pop()
+        if task_id in seen:
+            continue
+        seen.add(task_id)
+        stack.extend(spec["tasks"].get(task_id, {}).get("downstream", []))
+    return seen
+
+
+def clear(cli: Cli, args: argparse.Namespace) -> int:
+    now = utcnow()
+    with transaction(cli.factory) as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        dag = session.get(Dag, args.dag_id)
+        assert dag is not None
+        tasks = dag.serialized["tasks"]
+        wanted = set(args.task_ids or [])
+        unknown = sorted(wanted - set(tasks))
+        if unknown:
+            raise CliError(f"DAG {args.dag_id!r} has no task {unknown[0]!r}")
+        if wanted and args.downstream:
+            wanted = downstream_closure(dag.serialized, sorted(wanted))
+        tis = session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+        ).all()
+        chosen = [ti for ti in tis if not wanted or ti.task_id in wanted]
+        cleared = 0
+        for ti in chosen:
+            retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
+            cleared += len(
+                move_tis(
+                    session, [ti.id], TI.NONE,
+                    expect=[s for s in TI if s is not TI.NONE],
+                    now=now,
+                    values={"max_tries": ti.try_number + retries + 1},
+                )
+            )
+        move_run(
+            session, run.id, DagRunState.QUEUED,
+            expect=[DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.RUNNING], now=now,
+        )
+    from scheduler.cli.dags import wake_schedulers
+
+    wake_schedulers(cli)
+    print(f"cleared {cleared} task instance(s) of {args.dag_id} {args.run_id}")
+    return 0

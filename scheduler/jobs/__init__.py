@@ -1,0 +1,1 @@
+"""Jobs that drive DagRuns: the scheduler and the backfill share `DagRunJob`."""

@@ -1,0 +1,173 @@
+"""DagRunJob: what every job that drives DagRuns shares.
+
+A job has a `job` row it heartbeats; it claims running DagRuns (SKIP LOCKED),
+decides them with `dagrun.update_state` in one transaction per batch, then
+queues scheduled TIs in a transaction of their own and publishes only after
+that commit. The scheduler and the backfill differ only in which runs they
+create and claim.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session, sessionmaker
+
+from broker.messages import RunMessage
+from broker.wakeup import Waker
+from scheduler.dagrun import update_state
+from scheduler.db import transaction, utcnow
+from scheduler.models import Job
+from scheduler.queries.runs import claim_runs_to_examine, dags_by_id, live_job_ids
+from scheduler.queueing import queue_scheduled
+from scheduler.settings import Settings
+from scheduler.states import DagRunState, JobState
+
+log = logging.getLogger("sluice.job")
+
+Publish = Callable[[Sequence[RunMessage]], None]
+
+
+@dataclass
+class TickResult:
+    """What one loop iteration did; `busy` asks for another iteration without waiting."""
+
+    runs_created: int = 0
+    runs_started: int = 0
+    runs_examined: int = 0
+    runs_finished: int = 0
+    tis_scheduled: int = 0
+    tis_queued: int = 0
+    tis_requeued: int = 0
+    dead_tis: int = 0
+    more_runs: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.runs_created or self.runs_finished or self.more_runs)
+
+
+class DagRunJob:
+    job_type = "dagrun"
+
+    def __init__(
+        self,
+        settings: Settings,
+        factory: sessionmaker[Session],
+        publish: Publish,
+        waker: Waker,
+        clock: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.publish = publish
+        self.waker = waker
+        self.clock = clock
+        self.job_id: int | None = None
+        self._last_heartbeat: dt.datetime | None = None
+        self.stopping = False
+
+    # -- the job row -------------------------------------------------------------------------
+    def register(self) -> int:
+        now = self.clock()
+        with transaction(self.factory) as session:
+            job = Job(
+                job_type=self.job_type,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                state=JobState.RUNNING,
+                start_date=now,
+                latest_heartbeat=now,
+            )
+            session.add(job)
+            session.flush()
+            self.job_id = job.id
+        self._last_heartbeat = now
+        log.info("%s job %s started", self.job_type, self.job_id)
+        return job.id
+
+    def heartbeat(self, now: dt.datetime, *, force: bool = False) -> None:
+        due = self._last_heartbeat is None or (
+            (now - self._last_heartbeat).total_seconds() >= self.settings.heartbeat_interval
+        )
+        if not (due or force):
+            return
+        with transaction(self.factory) as session:
+            session.execute(
+                update(Job).where(Job.id == self.job_id).values(latest_heartbeat=now)
+            )
+        self._last_heartbeat = now
+
+    def finish(self, state: JobState = JobState.SUCCESS) -> None:
+        if self.job_id is None:
+            return
+        with transaction(self.factory) as session:
+            session.execute(
+                update(Job)
+                .where(Job.id == self.job_id)
+                .values(state=state, end_date=self.clock())
+            )
+
+    def live_jobs(self, session: Session, now: dt.datetime) -> list[int]:
+        cutoff = now - dt.timedelta(seconds=self.settings.heartbeat_timeout)
+        return live_job_ids(session, cutoff)
+
+    # -- driving runs ------------------------------------------------------------------------
+    def claim_runs(self, session: Session, now: dt.datetime, limit: int) -> Sequence:  # type: ignore[type-arg]
+        assert self.job_id is not None
+        return claim_runs_to_examine(session, self.job_id, self.live_jobs(session, now), limit)
+
+    def examine_runs(self, now: dt.datetime, result: TickResult) -> None:
+        """One transaction: claim a batch of running runs and decide each of them."""
+        limit = self.settings.runs_per_loop
+        with transaction(self.factory) as session:
+            runs = self.claim_runs(session, now, limit)
+            dags = dags_by_id(session, [run.dag_id for run in runs])
+            for run in runs:
+                dag = dags.get(run.dag_id)
+                if dag is None:
+                    continue
+                decision = update_state(session, run, dag, now)
+                result.tis_scheduled += len(decision.scheduled)
+                if decision.finished is not None:
+                    result.runs_finished += 1
+                    log.info("run %s.%s %s", run.dag_id, run.run_id, decision.finished)
+            result.runs_examined += len(runs)
+            result.more_runs = len(runs) >= limit
+
+    def queue_and_publish(self, now: dt.datetime, result: TickResult) -> None:
+        with transaction(self.factory) as session:
+            messages = queue_scheduled(session, job_id=self.job_id, now=now)
+        result.tis_queued += len(messages)
+        self.send(messages)
+
+    def send(self, messages: Sequence[RunMessage]) -> None:
+        """Publish after commit; on a broker error the TIs stay queued and are re-sent later."""
+        if not messages:
+            return
+        try:
+            self.publish(messages)
+        except Exception as exc:  # broker down: the queued-timeout sweep re-publishes
+            log.warning("publishing %d messages failed (%s); will re-publish", len(messages), exc)
+
+    def start_runs(self, session: Session, runs: Sequence, now: dt.datetime) -> int:  # type: ignore[type-arg]
+        from scheduler.transitions import move_run
+
+        started = 0
+        for run in runs:
+            if move_run(
+                session,
+                run.id,
+                DagRunState.RUNNING,
+                expect=[DagRunState.QUEUED],
+                now=now,
+                values={"started_by_job_id": self.job_id},
+            ):
+                started += 1
+        return started

@@ -1,0 +1,1 @@
+"""Alembic migration chain of the Sluice schema."""

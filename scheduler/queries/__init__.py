@@ -1,0 +1,1 @@
+"""Query functions: each takes a Session, never commits, and names its locking."""

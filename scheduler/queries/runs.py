@@ -1,0 +1,108 @@
+"""Queries over dag and dag_run rows used by the scheduling loop.
+
+Lock rule: every claim is `FOR UPDATE SKIP LOCKED` with a stable ORDER BY, so
+several schedulers take disjoint batches; the lock lasts until the caller's
+transaction ends, and every decision about a claimed row is made inside it.
+On SQLite the transaction itself is the lock (BEGIN IMMEDIATE).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from scheduler.models import Dag, DagRun, Job
+from scheduler.states import DagRunState, JobState
+
+
+def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Dag]:
+    """Active, unpaused DAGs whose next run is due, locked SKIP LOCKED."""
+    stmt = (
+        select(Dag)
+        .where(
+            Dag.is_active.is_(True),
+            Dag.is_paused.is_(False),
+            Dag.next_dagrun_create_after.is_not(None),
+            Dag.next_dagrun_create_after <= now,
+        )
+        .order_by(Dag.next_dagrun_create_after, Dag.dag_id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(stmt).all()
+
+
+def dags_with_queued_runs(session: Session) -> Sequence[str]:
+    stmt = select(DagRun.dag_id).where(DagRun.state == DagRunState.QUEUED).distinct()
+    return session.scalars(stmt).all()
+
+
+def lock_dags(session: Session, dag_ids: Sequence[str]) -> Sequence[Dag]:
+    """Lock DAG rows SKIP LOCKED, ordered by dag_id: the guard for max_active_runs."""
+    if not dag_ids:
+        return []
+    stmt = (
+        select(Dag)
+        .where(Dag.dag_id.in_(list(dag_ids)), Dag.is_paused.is_(False))
+        .order_by(Dag.dag_id)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(stmt).all()
+
+
+def count_running_runs(session: Session, dag_ids: Sequence[str]) -> dict[str, int]:
+    stmt = (
+        select(DagRun.dag_id, func.count())
+        .where(DagRun.dag_id.in_(list(dag_ids)), DagRun.state == DagRunState.RUNNING)
+        .group_by(DagRun.dag_id)
+    )
+    return {dag_id: n for dag_id, n in session.execute(stmt).all()}
+
+
+def queued_runs_of(session: Session, dag_id: str, limit: int) -> Sequence[DagRun]:
+    stmt = (
+        select(DagRun)
+        .where(DagRun.dag_id == dag_id, DagRun.state == DagRunState.QUEUED)
+        .order_by(DagRun.logical_date, DagRun.id)
+        .limit(limit)
+    )
+    return session.scalars(stmt).all()
+
+
+def claim_runs_to_examine(
+    session: Session, job_id: int, live_job_ids: Sequence[int], limit: int
+) -> Sequence[DagRun]:
+    """Running runs this job may drive (unclaimed, its own, or a dead job's), locked SKIP LOCKED.
+
+    Ordered by the oldest scheduling decision first, so no run starves.
+    """
+    others = [j for j in live_job_ids if j != job_id]
+    claimable = or_(
+        DagRun.claimed_by_job_id.is_(None),
+        DagRun.claimed_by_job_id == job_id,
+        DagRun.claimed_by_job_id.not_in(others) if others else DagRun.claimed_by_job_id.is_not(None),
+    )
+    stmt = (
+        select(DagRun)
+        .where(DagRun.state == DagRunState.RUNNING, claimable)
+        .order_by(DagRun.last_scheduling_decision.asc().nulls_first(), DagRun.id)
+        .limit(limit)
+        .with_for_update(of=DagRun, skip_locked=True)
+    )
+    return session.scalars(stmt).all()
+
+
+def dags_by_id(session: Session, dag_ids: Sequence[str]) -> dict[str, Dag]:
+    if not dag_ids:
+        return {}
+    rows = session.scalars(select(Dag).where(Dag.dag_id.in_(list(set(dag_ids)))))
+    return {dag.dag_id: dag for dag in rows}
+
+
+def live_job_ids(session: Session, cutoff: dt.datetime) -> list[int]:
+    """Jobs still running whose heartbeat is newer than `cutoff`."""
+    stmt = select(Job.id).where(Job.state == JobState.RUNNING, Job.latest_heartbeat >= cutoff)
+    return list(session.scalars(stmt))

@@ -1,0 +1,93 @@
+"""Queries over task_instance rows used for queueing and the liveness sweeps.
+
+Lock rule: TIs are taken `FOR UPDATE OF task_instance SKIP LOCKED` in a stable
+order; pool rows are locked plainly (`FOR UPDATE`, by name) by whoever queues,
+so the slot accounting of two schedulers is serialised and never over-fills.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from sqlalchemy import Row, func, select
+from sqlalchemy.orm import Session
+
+from scheduler.models import DagRun, Pool, TaskInstance
+from scheduler.states import TI, TI_ACTIVE, DagRunState
+
+
+def lock_pools(session: Session) -> dict[str, int]:
+    """All pools' slots, rows locked FOR UPDATE in name order."""
+    stmt = select(Pool.name, Pool.slots).order_by(Pool.name).with_for_update()
+    return {name: slots for name, slots in session.execute(stmt).all()}
+
+
+def used_slots_by_pool(session: Session) -> dict[str, int]:
+    stmt = (
+        select(TaskInstance.pool, func.coalesce(func.sum(TaskInstance.pool_slots), 0))
+        .where(TaskInstance.state.in_(list(TI_ACTIVE)))
+        .group_by(TaskInstance.pool)
+    )
+    return {pool: int(n) for pool, n in session.execute(stmt).all()}
+
+
+def active_tis_by_dag(session: Session) -> dict[str, int]:
+    stmt = (
+        select(TaskInstance.dag_id, func.count())
+        .where(TaskInstance.state.in_(list(TI_ACTIVE)))
+        .group_by(TaskInstance.dag_id)
+    )
+    return {dag_id: n for dag_id, n in session.execute(stmt).all()}
+
+
+def lock_scheduled_tis(session: Session, limit: int) -> Sequence[Row[tuple]]:  # type: ignore[type-arg]
+    """Scheduled TIs of running runs, by priority then age, locked SKIP LOCKED."""
+    stmt = (
+        select(
+            TaskInstance.id,
+            TaskInstance.dag_id,
+            TaskInstance.run_id,
+            TaskInstance.task_id,
+            TaskInstance.try_number,
+            TaskInstance.queue,
+            TaskInstance.pool,
+            TaskInstance.pool_slots,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.state == TI.SCHEDULED, DagRun.state == DagRunState.RUNNING)
+        .order_by(
+            TaskInstance.priority_weight.desc(), TaskInstance.scheduled_at, TaskInstance.id
+        )
+        .limit(limit)
+        .with_for_update(of=TaskInstance, skip_locked=True)
+    )
+    return session.execute(stmt).all()
+
+
+def lock_expired_queued(
+    session: Session, cutoff: dt.datetime, limit: int
+) -> Sequence[TaskInstance]:
+    """TIs queued before `cutoff` that no worker claimed, locked SKIP LOCKED."""
+    stmt = (
+        select(TaskInstance)
+        .where(TaskInstance.state == TI.QUEUED, TaskInstance.queued_at < cutoff)
+        .order_by(TaskInstance.queued_at, TaskInstance.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(stmt).all()
+
+
+def lock_dead_running(
+    session: Session, cutoff: dt.datetime, limit: int
+) -> Sequence[TaskInstance]:
+    """Running TIs whose heartbeat is older than `cutoff`, locked SKIP LOCKED."""
+    stmt = (
+        select(TaskInstance)
+        .where(TaskInstance.state == TI.RUNNING, TaskInstance.last_heartbeat_at < cutoff)
+        .order_by(TaskInstance.last_heartbeat_at, TaskInstance.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(stmt).all()

@@ -1,0 +1,151 @@
+"""Moving `scheduled` TIs to `queued` within the limits, and the sweeps that re-queue.
+
+Invariants:
+- `queue_scheduled` runs in one transaction that first locks every pool row
+  (FOR UPDATE, by name): slot and max_active_tasks accounting happens under that
+  lock, so two schedulers never over-fill a pool. TIs are then taken SKIP LOCKED.
+- Messages are returned, not sent: the caller commits first and publishes after,
+  so a worker never sees a TI that is not yet `queued` in the database.
+- A fresh `attempt_id` (the Celery task id) is given at every queueing; a
+  re-publish of an unclaimed TI keeps it, so the worker's compare-and-set keeps
+  it to one execution.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from typing import Any
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from broker.messages import RunMessage
+from scheduler.models import Dag, TaskInstance
+from scheduler.queries.tis import (
+    active_tis_by_dag,
+    lock_dead_running,
+    lock_expired_queued,
+    lock_pools,
+    lock_scheduled_tis,
+    used_slots_by_pool,
+)
+from scheduler.states import TI
+from scheduler.transitions import move_ti, queue_tis
+from tasks.serialize import retry_delay_for
+
+log = logging.getLogger("sluice.queueing")
+
+
+def queue_scheduled(
+    session: Session, *, job_id: int | None, now: dt.datetime, limit: int = 512
+) -> list[RunMessage]:
+    """Queue as many scheduled TIs as pools and max_active_tasks allow, by priority."""
+    slots = lock_pools(session)
+    candidates = lock_scheduled_tis(session, limit)
+    if not candidates:
+        return []
+    used = used_slots_by_pool(session)
+    active = active_tis_by_dag(session)
+    dag_ids = {row.dag_id for row in candidates}
+    max_tasks: dict[str, int] = {
+        dag_id: n
+        for dag_id, n in session.execute(
+            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(dag_ids))
+        )
+    }
+    assignments: list[tuple[int, str]] = []
+    messages: list[RunMessage] = []
+    for row in candidates:
+        free = slots.get(row.pool, 0) - used.get(row.pool, 0)
+        if row.pool_slots > free:
+            continue
+        if active.get(row.dag_id, 0) >= max_tasks.get(row.dag_id, 0):
+            continue
+        used[row.pool] = used.get(row.pool, 0) + row.pool_slots
+        active[row.dag_id] = active.get(row.dag_id, 0) + 1
+        attempt_id = str(uuid.uuid4())
+        assignments.append((row.id, attempt_id))
+        messages.append(
+            RunMessage(
+                ti_id=row.id,
+                attempt_id=attempt_id,
+                dag_id=row.dag_id,
+                run_id=row.run_id,
+                task_id=row.task_id,
+                try_number=row.try_number + 1,
+                queue=row.queue,
+            )
+        )
+    queue_tis(session, assignments, now=now, job_id=job_id)
+    return messages
+
+
+def requeue_expired(
+    session: Session, *, now: dt.datetime, queued_timeout: float, limit: int = 512
+) -> list[RunMessage]:
+    """TIs queued longer than `queued_timeout` with no worker: publish again, same attempt_id.
+
+    The queued_at stamp is renewed so the next sweep waits a full timeout again.
+    """
+    cutoff = now - dt.timedelta(seconds=queued_timeout)
+    expired = lock_expired_queued(session, cutoff, limit)
+    messages = [message_for(ti) for ti in expired if ti.attempt_id]
+    if expired:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id.in_([ti.id for ti in expired]), TaskInstance.state == TI.QUEUED)
+            .values(queued_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        log.warning("re-publishing %d TIs queued for over %ss", len(messages), queued_timeout)
+    return messages
+
+
+def fail_dead_running(
+    session: Session, *, now: dt.datetime, heartbeat_timeout: float, limit: int = 512
+) -> int:
+    """Running TIs whose heartbeat stopped go to up_for_retry or failed, by their tries."""
+    cutoff = now - dt.timedelta(seconds=heartbeat_timeout)
+    dead = lock_dead_running(session, cutoff, limit)
+    if not dead:
+        return 0
+    specs: dict[str, dict[str, Any]] = {
+        dag_id: spec
+        for dag_id, spec in session.execute(
+            select(Dag.dag_id, Dag.serialized).where(Dag.dag_id.in_({t.dag_id for t in dead}))
+        )
+    }
+    error = f"the worker stopped heartbeating for over {heartbeat_timeout:g}s"
+    for ti in dead:
+        task_spec = specs.get(ti.dag_id, {}).get("tasks", {}).get(ti.task_id)
+        if ti.try_number < ti.max_tries and task_spec is not None:
+            delay = retry_delay_for(task_spec, ti.try_number)
+            move_ti(
+                session, ti.id, TI.UP_FOR_RETRY, expect=[TI.RUNNING], now=now,
+                attempt_id=ti.attempt_id,
+                values={"next_retry_at": now + delay, "error": error},
+            )
+        else:
+            move_ti(
+                session, ti.id, TI.FAILED, expect=[TI.RUNNING], now=now,
+                attempt_id=ti.attempt_id, values={"error": error},
+            )
+        log.warning("TI %s.%s.%s: %s", ti.dag_id, ti.run_id, ti.task_id, error)
+    return len(dead)
+
+
+def message_for(ti: TaskInstance) -> RunMessage:
+    assert ti.attempt_id is not None
+    return RunMessage(
+        ti_id=ti.id,
+        attempt_id=ti.attempt_id,
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        try_number=ti.try_number,
+        queue=ti.queue,
+    )
+

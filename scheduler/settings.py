@@ -1,0 +1,65 @@
+"""Settings, built once from the environment and passed in; nothing reads config at import."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message is one line for the user."""
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every tunable of Sluice. Durations are in seconds."""
+
+    database_url: str = "sqlite:///sluice.db"
+    broker_url: str = "redis://localhost:6379/0"
+    dags_folder: Path = Path("dags")
+    namespace: str = "sluice"
+    heartbeat_timeout: float = 30.0
+    queued_timeout: float = 60.0
+    loop_interval: float = 1.0
+    heartbeat_interval: float = 2.0
+    parse_timeout: float = 30.0
+    dag_refresh_interval: float = 5.0
+    runs_per_loop: int = 100
+    embedded_broker: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        base = cls()
+        return cls(
+            database_url=env.get("SLUICE_DATABASE_URL") or base.database_url,
+            broker_url=env.get("SLUICE_BROKER_URL") or base.broker_url,
+            dags_folder=Path(env.get("SLUICE_DAGS_FOLDER") or base.dags_folder),
+            namespace=env.get("SLUICE_NAMESPACE") or base.namespace,
+            heartbeat_timeout=_float(env, "SLUICE_HEARTBEAT_TIMEOUT", base.heartbeat_timeout),
+            queued_timeout=_float(env, "SLUICE_QUEUED_TIMEOUT", base.queued_timeout),
+            loop_interval=_float(env, "SLUICE_LOOP_INTERVAL", base.loop_interval),
+            heartbeat_interval=_float(env, "SLUICE_HEARTBEAT_INTERVAL", base.heartbeat_interval),
+            parse_timeout=_float(env, "SLUICE_PARSE_TIMEOUT", base.parse_timeout),
+            dag_refresh_interval=_float(
+                env, "SLUICE_DAG_REFRESH_INTERVAL", base.dag_refresh_interval
+            ),
+        )
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,155 @@
+"""The one place where TaskInstance and DagRun states are written.
+
+Every write is a compare-and-set: `UPDATE … WHERE id IN (…) AND state IN
+(expected) [AND attempt_id = …] RETURNING id`. A writer acting on a stale read
+changes nothing and learns it lost. Each move is checked against the tables of
+`scheduler.states` and stamps its timestamp. These functions never commit: the
+caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import bindparam, update
+from sqlalchemy.orm import Session
+
+from scheduler.models import DagRun, TaskInstance
+from scheduler.states import (
+    TI,
+    TI_TERMINAL,
+    DagRunState,
+    TaskInstanceState,
+    check_run_move,
+    check_ti_move,
+)
+
+
+def _ti_stamps(new: TaskInstanceState, now: dt.datetime) -> dict[str, Any]:
+    if new is TI.SCHEDULED:
+        return {"scheduled_at": now}
+    if new is TI.QUEUED:
+        return {"queued_at": now}
+    if new is TI.RUNNING:
+        return {"start_date": now, "last_heartbeat_at": now, "end_date": None}
+    if new is TI.UP_FOR_RETRY or new in TI_TERMINAL:
+        return {"end_date": now}
+    if new is TI.NONE:
+        return {"end_date": None, "next_retry_at": None, "error": None}
+    return {}
+
+
+def move_tis(
+    session: Session,
+    ids: Collection[int],
+    new: TaskInstanceState,
+    *,
+    expect: Iterable[TaskInstanceState],
+    now: dt.datetime,
+    attempt_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """Move the TIs `ids` that are in one of `expect` to `new`; return the ids that moved.
+
+    With `attempt_id`, only the try holding that id moves (the worker's guard).
+    """
+    expected = frozenset(expect)
+    for old in expected:
+        check_ti_move(old, new)
+    if not ids:
+        return []
+    stmt = (
+        update(TaskInstance)
+        .where(TaskInstance.id.in_(list(ids)), TaskInstance.state.in_(list(expected)))
+        .values(state=new, **_ti_stamps(new, now), **(values or {}))
+        .returning(TaskInstance.id)
+        .execution_options(synchronize_session=False)
+    )
+    if attempt_id is not None:
+        stmt = stmt.where(TaskInstance.attempt_id == attempt_id)
+    return list(session.scalars(stmt))
+
+
+def move_ti(
+    session: Session,
+    ti_id: int,
+    new: TaskInstanceState,
+    *,
+    expect: Iterable[TaskInstanceState],
+    now: dt.datetime,
+    attempt_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> bool:
+    """`move_tis` for one TI; True if this writer won the move."""
+    moved = move_tis(
+        session, [ti_id], new, expect=expect, now=now, attempt_id=attempt_id, values=values
+    )
+    return bool(moved)
+
+
+def _run_stamps(new: DagRunState, now: dt.datetime) -> dict[str, Any]:
+    if new is DagRunState.QUEUED:
+        return {"queued_at": now, "end_date": None}
+    if new is DagRunState.RUNNING:
+        return {"start_date": now}
+    return {"end_date": now}
+
+
+def move_run(
+    session: Session,
+    run_id: int,
+    new: DagRunState,
+    *,
+    expect: Iterable[DagRunState],
+    now: dt.datetime,
+    values: Mapping[str, Any] | None = None,
+) -> bool:
+    """Compare-and-set a DagRun's state; True if it moved."""
+    expected = frozenset(expect)
+    for old in expected:
+        check_run_move(old, new)
+    stmt = (
+        update(DagRun)
+        .where(DagRun.id == run_id, DagRun.state.in_(list(expected)))
+        .values(state=new, **_run_stamps(new, now), **(values or {}))
+        .returning(DagRun.id)
+        .execution_options(synchronize_session=False)
+    )
+    return session.scalar(stmt) is not None
+
+
+def queue_tis(
+    session: Session,
+    assignments: Collection[tuple[int, str]],
+    *,
+    now: dt.datetime,
+    job_id: int | None,
+) -> None:
+    """Move `(ti_id, new attempt_id)` pairs from scheduled to queued, bumping try_number.
+
+    Invariant: the caller holds the rows locked (`FOR UPDATE` in the same
+    transaction, or SQLite's single writer), so the guarded executemany cannot
+    lose a race; the guard still keeps a stale caller from touching other states.
+    """
+    check_ti_move(TI.SCHEDULED, TI.QUEUED)
+    if not assignments:
+        return
+    stmt = (
+        update(TaskInstance.__table__)  # type: ignore[arg-type]
+        .where(
+            TaskInstance.__table__.c.id == bindparam("b_id"),
+            TaskInstance.__table__.c.state == TI.SCHEDULED.value,
+        )
+        .values(
+            state=TI.QUEUED.value,
+            attempt_id=bindparam("b_attempt"),
+            try_number=TaskInstance.__table__.c.try_number + 1,
+            queued_at=now,
+            queued_by_job_id=job_id,
+            hostname=None,
+            pid=None,
+        )
+    )
+    session.execute(stmt, [{"b_id": i, "b_attempt": a} for i, a in assignments])

@@ -1,0 +1,101 @@
+"""Shared fixtures: a fresh PostgreSQL database and Redis db per test, and process helpers.
+
+Real services only. Locally a missing service skips the tests that need it
+(with the reason); under CI=true it fails them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+PG_ADMIN_URL = os.environ.get(
+    "SLUICE_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_HOST = os.environ.get("SLUICE_TEST_REDIS_HOST", "127.0.0.1")
+IN_CI = os.environ.get("CI") == "true"
+
+_redis_dbs = itertools.cycle(range(1, 16))
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pg_admin():
+    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        _unavailable(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc.orig}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_admin) -> Iterator[str]:
+    """A new, migrated PostgreSQL database for this test; dropped afterwards."""
+    from scheduler.db import make_engine
+    from scheduler.migrate import upgrade
+
+    name = f"sluice_t_{uuid.uuid4().hex[:10]}"
+    with pg_admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    yield url
+    with pg_admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A Redis db number of its own for this test, flushed before and after."""
+    db = next(_redis_dbs)
+    client = redis.Redis(host=REDIS_HOST, port=6379, db=db)
+    try:
+        client.flushdb()
+    except redis.ConnectionError as exc:
+        _unavailable(f"Redis not reachable at {REDIS_HOST}:6379: {exc}")
+    yield f"redis://{REDIS_HOST}:6379/{db}"
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    from scheduler.db import make_engine
+    from scheduler.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def sluice(pg_url, redis_url, tmp_path) -> Iterator[object]:
+    """`sluice` commands against this test's PostgreSQL database, Redis db and DAGs folder."""
+    from tests.procs import Sluice
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    runner = Sluice(pg_url, redis_url, dags, logs)
+    yield runner
+    runner.stop_all()

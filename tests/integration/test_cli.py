@@ -1,0 +1,115 @@
+"""The CLI as a user meets it: listing DAGs, bad input, and standalone on SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.procs import SLUICE, Sluice
+
+GOOD = """
+from tasks import DAG, task
+with DAG("good", schedule="@hourly", start_date=__import__("datetime").datetime(
+        2026, 1, 1, tzinfo=__import__("datetime").timezone.utc)) as dag:
+    @task
+    def only():
+        return 1
+"""
+
+
+def count_runs(url: str) -> int:
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        n = conn.execute(text("SELECT count(*) FROM dag_run")).scalar_one()
+    engine.dispose()
+    return int(n)
+
+
+def test_dags_list_shows_dags_and_broken_files(sluice: Sluice) -> None:
+    (sluice.dags_folder / "good.py").write_text(GOOD)
+    (sluice.dags_folder / "broken_dag.py").write_text("from tasks import DAG\nraise ImportError('nope')\n")
+    (sluice.dags_folder / "cycle_dag.py").write_text(
+        "from tasks import DAG, task\n"
+        "with DAG('cyc', schedule=None) as dag:\n"
+        "    @task\n    def a(): pass\n"
+        "    @task\n    def b(): pass\n"
+        "    a >> b\n    b >> a\n"
+    )
+    rows = json.loads(sluice.ok("dags", "list", "--json"))
+    good = [r for r in rows if r["dag_id"] == "good"]
+    assert good and good[0]["schedule"] == "@hourly" and good[0]["is_paused"] is False
+    assert good[0]["fileloc"].endswith("good.py")
+    errors = {Path(r["fileloc"]).name: r["import_error"] for r in rows if r["dag_id"] is None}
+    assert set(errors) == {"broken_dag.py", "cycle_dag.py"}
+    assert "nope" in errors["broken_dag.py"]
+    assert "cycle" in errors["cycle_dag.py"].lower()
+    # the good DAG keeps working next to the broken files
+    assert sluice.trigger("good", "--run-id", "ok1") == "ok1"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["dags", "trigger", "nope"], "unknown DAG"),
+        (["dags", "trigger", "good", "--conf", "{not json"], "--conf"),
+        (["dags", "trigger", "good", "--conf", "[1]"], "JSON object"),
+        (["dags", "trigger", "good", "--logical-date", "yesterday"], "ISO 8601"),
+        (["dags", "trigger", "good", "--run-id", "taken"], "already has a run"),
+        (["dags", "state", "good", "missing"], "no run"),
+        (["tasks", "states", "nope", "r"], "unknown DAG"),
+        (["tasks", "clear", "good", "taken", "--task", "ghost"], "no task"),
+    ],
+)
+def test_bad_input_one_line_exit_2_nothing_written(sluice: Sluice, args, needle) -> None:
+    (sluice.dags_folder / "good.py").write_text(GOOD)
+    sluice.trigger("good", "--run-id", "taken")
+    before = count_runs(sluice.database_url)
+    done = sluice.cli(*args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert count_runs(sluice.database_url) == before
+
+
+def test_unmigrated_database_is_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}",
+           "SLUICE_DAGS_FOLDER": str(tmp_path)}
+    done = subprocess.run([*SLUICE, "dags", "list"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "sluice db migrate" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_standalone_runs_the_example_dag_on_sqlite(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "dags"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env.update(
+        SLUICE_DATABASE_URL=f"sqlite:///{tmp_path / 'standalone.db'}",
+        SLUICE_DAGS_FOLDER=str(examples),
+        SLUICE_BROKER_URL="redis://127.0.0.1:1/0",  # ignored by standalone
+        SLUICE_LOOP_INTERVAL="0.2",
+    )
+    done = subprocess.run(
+        [*SLUICE, "standalone", "--trigger", "example_etl", "--json"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = json.loads(done.stdout[: done.stdout.rindex("]") + 1])
+    states = {row["task_id"]: row["state"] for row in table}
+    assert states == {
+        "extract": "success", "total": "success", "biggest": "success", "check": "success",
+        "report": "success", "alert": "skipped", "done": "success",
+    }
+    assert done.stdout.strip().endswith("success")
+
+
+def test_sluice_help_runs() -> None:
+    done = subprocess.run([sys.executable, "-m", "scheduler.cli.main", "--help"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "standalone" in done.stdout

@@ -1,0 +1,153 @@
+"""Starting `sluice` commands as real subprocesses, and waiting on the database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy.pool import NullPool
+
+T = TypeVar("T")
+
+SLUICE = [sys.executable, "-m", "scheduler.cli.main"]
+
+
+def wait_until(check: Callable[[], T], timeout: float = 30.0, every: float = 0.1) -> T:
+    """Poll `check` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
+
+
+@dataclass
+class Sluice:
+    """Runs `sluice` against one test's database, Redis db and DAGs folder."""
+
+    database_url: str
+    broker_url: str
+    dags_folder: Path
+    log_dir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.namespace = f"t{uuid.uuid4().hex[:8]}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
+        env.update(
+            SLUICE_DATABASE_URL=self.database_url,
+            SLUICE_BROKER_URL=self.broker_url,
+            SLUICE_DAGS_FOLDER=str(self.dags_folder),
+            SLUICE_NAMESPACE=self.namespace,
+            SLUICE_LOOP_INTERVAL="0.2",
+            SLUICE_HEARTBEAT_INTERVAL="0.5",
+            SLUICE_HEARTBEAT_TIMEOUT="5",
+            SLUICE_QUEUED_TIMEOUT="10",
+            SLUICE_DAG_REFRESH_INTERVAL="0.5",
+            SLUICE_PARSE_TIMEOUT="10",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*SLUICE, *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def ok(self, *args: str) -> str:
+        done = self.cli(*args)
+        assert done.returncode == 0, f"sluice {' '.join(args)} failed:\n{done.stderr}"
+        return done.stdout
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [*SLUICE, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def scheduler(self) -> subprocess.Popen[bytes]:
+        return self.start("scheduler", "scheduler")
+
+    def worker(self, queues: str = "default", concurrency: int = 2) -> subprocess.Popen[bytes]:
+        return self.start("worker", "worker", "-Q", queues, "-c", str(concurrency))
+
+    def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+        """Signal the process by its own pid; kill its group if it does not stop."""
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leftover pool children, if any
+        except ProcessLookupError:
+            pass
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            self.stop(proc)
+        if hasattr(self, "_engine"):
+            self._engine.dispose()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"==== {p.name}\n{p.read_text(errors='replace')[-6000:]}"
+            for p in sorted(self.log_dir.glob("*.log"))
+        )
+
+    # -- reading state ---------------------------------------------------------------------
+    def trigger(self, dag_id: str, *args: str) -> str:
+        return self.ok("dags", "trigger", dag_id, *args).strip()
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.ok("dags", "state", dag_id, run_id).strip()
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        rows = json.loads(self.ok("tasks", "states", dag_id, run_id, "--json"))
+        return {row["task_id"]: row for row in rows}
+
+    def db_run_state(self, dag_id: str, run_id: str) -> str | None:
+        """The run's state read straight from the database (cheap enough to poll)."""
+        from sqlalchemy import create_engine, text
+
+        if not hasattr(self, "_engine"):
+            self._engine = create_engine(self.database_url, poolclass=NullPool)
+        with self._engine.connect() as conn:
+            return conn.execute(
+                text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"),
+                {"d": dag_id, "r": run_id},
+            ).scalar()
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 60) -> str:
+        try:
+            wait_until(
+                lambda: self.db_run_state(dag_id, run_id) in ("success", "failed"),
+                timeout=timeout,
+            )
+            return self.run_state(dag_id, run_id)
+        except AssertionError:
+            raise AssertionError(
+                f"run {run_id} did not finish: {self.task_states(dag_id, run_id)}\n{self.logs()}"
+            ) from None

@@ -1,0 +1,92 @@
+"""The state tables and the one function that writes states (on SQLite)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlalchemy import select
+
+from scheduler.db import make_engine, make_session_factory, transaction
+from scheduler.migrate import upgrade
+from scheduler.models import Dag, TaskInstance
+from scheduler.states import (
+    RUN_MOVES,
+    TI,
+    TI_MOVES,
+    TI_TERMINAL,
+    DagRunState,
+    IllegalMove,
+    RunType,
+    check_ti_move,
+)
+from scheduler.transitions import move_run, move_ti
+
+NOW = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
+
+
+def test_every_state_has_a_row_in_the_move_tables() -> None:
+    assert set(TI_MOVES) == set(TI)
+    assert set(RUN_MOVES) == set(DagRunState)
+
+
+def test_terminal_states_only_leave_by_clear_or_removal() -> None:
+    for state in TI_TERMINAL:
+        assert TI_MOVES[state] <= {TI.NONE, TI.REMOVED}
+
+
+def test_illegal_moves_are_refused() -> None:
+    with pytest.raises(IllegalMove):
+        check_ti_move(TI.NONE, TI.RUNNING)
+    with pytest.raises(IllegalMove):
+        check_ti_move(TI.SUCCESS, TI.RUNNING)
+    check_ti_move(TI.QUEUED, TI.RUNNING)
+
+
+@pytest.fixture
+def factory(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'states.db'}")
+    upgrade(engine)
+    yield make_session_factory(engine)
+    engine.dispose()
+
+
+def _one_ti(factory) -> int:
+    from scheduler.dagrun import create_dagrun
+
+    spec = {
+        "dag_id": "d", "schedule": None, "max_active_runs": 1, "max_active_tasks": 1,
+        "tasks": {"t": {"task_id": "t", "upstream": [], "downstream": [], "retries": 0,
+                        "queue": "default", "pool": None, "pool_slots": 1,
+                        "priority_weight": 1, "trigger_rule": "all_success"}},
+    }
+    with transaction(factory) as session:
+        session.add(Dag(dag_id="d", fileloc="/x.py", version_hash="h", serialized=spec))
+        session.flush()
+        dag = session.get(Dag, "d")
+        run = create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=NOW, now=NOW)
+        assert move_run(session, run.id, DagRunState.RUNNING, expect=[DagRunState.QUEUED], now=NOW)
+        return session.scalars(select(TaskInstance.id)).one()
+
+
+def test_compare_and_set_stamps_and_guards_attempt(factory) -> None:
+    ti_id = _one_ti(factory)
+    with transaction(factory) as session:
+        assert move_ti(session, ti_id, TI.SCHEDULED, expect=[TI.NONE], now=NOW)
+        assert not move_ti(session, ti_id, TI.SCHEDULED, expect=[TI.NONE], now=NOW)
+        assert move_ti(session, ti_id, TI.QUEUED, expect=[TI.SCHEDULED], now=NOW,
+                       values={"attempt_id": "a1"})
+    later = NOW + dt.timedelta(seconds=5)
+    with transaction(factory) as session:
+        # a stale message with another attempt id loses and changes nothing
+        assert not move_ti(session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later,
+                           attempt_id="a0")
+        assert move_ti(session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later,
+                       attempt_id="a1")
+        assert not move_ti(session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later,
+                           attempt_id="a1")
+    with factory() as session:
+        ti = session.get(TaskInstance, ti_id)
+        assert ti.state == TI.RUNNING
+        assert ti.scheduled_at == NOW and ti.queued_at == NOW and ti.start_date == later
+        assert ti.start_date.tzinfo is not None
