@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.db import transaction
 from scheduler.models import Dag, DagFile
-from scheduler.timetables import next_dagrun_after, parse_schedule
+from scheduler.timetables import next_dagrun_after, timetable_for
 from scheduler.upsert import upsert
 from tasks.loader import list_dag_files
 from tasks.parsing import parse_files
@@ -55,9 +55,7 @@ def sync_dag_folder(
     result = SyncResult()
     on_disk = _fingerprints(folder)
     with factory() as session:
-        known = {
-            row.fileloc: (row.mtime_ns, row.size) for row in session.scalars(select(DagFile))
-        }
+        known = {row.fileloc: (row.mtime_ns, row.size) for row in session.scalars(select(DagFile))}
     under_folder = str(folder.resolve())
     changed = sorted(path for path, fp in on_disk.items() if known.get(path) != fp)
     gone = sorted(p for p in known if p not in on_disk and p.startswith(under_folder))
@@ -100,21 +98,19 @@ def _record_dags(
 ) -> str | None:
     """Upsert the DAGs of one good file; return an error if a dag_id clashes."""
     ids = [spec["dag_id"] for spec in dags]
-    clashes = session.execute(
+    rows = session.execute(
         select(Dag.dag_id, Dag.fileloc).where(
             Dag.dag_id.in_(ids), Dag.fileloc != path, Dag.is_active.is_(True)
         )
     ).all()
-    clashes = [(d, f) for d, f in clashes if Path(f).exists()]
+    clashes = [(d, f) for d, f in rows if Path(f).exists()]
     if clashes:
         dag_id, other = clashes[0]
         return f"DagDefinitionError: dag_id {dag_id!r} is already defined in {other}"
     session.execute(
         update(Dag).where(Dag.fileloc == path, Dag.dag_id.not_in(ids)).values(is_active=False)
     )
-    existing = {
-        row.dag_id: row for row in session.scalars(select(Dag).where(Dag.dag_id.in_(ids)))
-    }
+    existing = {row.dag_id: row for row in session.scalars(select(Dag).where(Dag.dag_id.in_(ids)))}
     for spec in dags:
         _record_dag(session, path, spec, existing.get(spec["dag_id"]), now)
     return None
@@ -159,7 +155,7 @@ def next_run_fields(
     spec: dict[str, Any], last_logical_date: dt.datetime | None, now: dt.datetime
 ) -> dict[str, dt.datetime | None]:
     """`next_dagrun` and `next_dagrun_create_after` for a DAG after `last_logical_date`."""
-    timetable = parse_schedule(spec.get("schedule"))
+    timetable = timetable_for(spec)
     if timetable is None:
         return {"next_dagrun": None, "next_dagrun_create_after": None}
     logical = next_dagrun_after(spec, last_logical_date, now)

@@ -121,7 +121,9 @@ def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) 
         now=now,
     )
     back = [
-        ti_id for task_id, (ti_id, state) in have.items() if task_id in tasks and state == TI.REMOVED
+        ti_id
+        for task_id, (ti_id, state) in have.items()
+        if task_id in tasks and state == TI.REMOVED
     ]
     move_tis(session, back, TI.NONE, expect=[TI.REMOVED], now=now)
     trace_id = trace_id_of(run.context_carrier)
@@ -170,8 +172,7 @@ def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> R
         ).where(TaskInstance.dag_run_id == run.id)
     ).all()
     tis = [
-        TiView(id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4])
-        for r in rows
+        TiView(id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4]) for r in rows
     ]
     decisions = decide_run(dag.serialized, dag.version_hash, tis, now)
     outcome = RunDecision()
@@ -192,9 +193,7 @@ def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> R
     values = {"last_scheduling_decision": now}
     if end is not None:
         final = DagRunState.SUCCESS if end is TI.SUCCESS else DagRunState.FAILED
-        if move_run(
-            session, run.id, final, expect=[DagRunState.RUNNING], now=now, values=values
-        ):
+        if move_run(session, run.id, final, expect=[DagRunState.RUNNING], now=now, values=values):
             outcome.finished = final
             return outcome
     session.execute(update(DagRun).where(DagRun.id == run.id).values(**values))

@@ -52,14 +52,19 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice") -> Engine:
     """An engine for `url`; pre-pings connections so a restarted database is survived."""
     if is_sqlite(url):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         _configure_sqlite(engine)
         return engine
     return create_engine(
-        url, pool_pre_ping=True, pool_size=pool_size, max_overflow=5, pool_recycle=1800
+        url,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=5,
+        pool_recycle=1800,
+        connect_args={"application_name": application_name},
     )
 
 

@@ -17,9 +17,8 @@ import datetime as dt
 import logging
 import uuid
 from typing import Any
-from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -40,11 +39,16 @@ log = logging.getLogger("sluice.queueing")
 
 
 def queue_scheduled(
-    session: Session, *, job_id: int | None, now: dt.datetime, limit: int = 512
+    session: Session,
+    *,
+    job_id: int | None,
+    now: dt.datetime,
+    runs: ColumnElement[bool],
+    limit: int = 512,
 ) -> list[RunMessage]:
-    """Queue as many scheduled TIs as pools and max_active_tasks allow, by priority."""
+    """Queue as many scheduled TIs (of runs matching `runs`) as pools and limits allow."""
     slots = lock_pools(session)
-    candidates = lock_scheduled_tis(session, limit)
+    candidates = lock_scheduled_tis(session, limit, runs)
     if not candidates:
         return []
     used = used_slots_by_pool(session)
@@ -84,14 +88,19 @@ def queue_scheduled(
 
 
 def requeue_expired(
-    session: Session, *, now: dt.datetime, queued_timeout: float, limit: int = 512
+    session: Session,
+    *,
+    now: dt.datetime,
+    queued_timeout: float,
+    runs: ColumnElement[bool],
+    limit: int = 512,
 ) -> list[RunMessage]:
     """TIs queued longer than `queued_timeout` with no worker: publish again, same attempt_id.
 
     The queued_at stamp is renewed so the next sweep waits a full timeout again.
     """
     cutoff = now - dt.timedelta(seconds=queued_timeout)
-    expired = lock_expired_queued(session, cutoff, limit)
+    expired = lock_expired_queued(session, cutoff, limit, runs)
     messages = [message_for(ti) for ti in expired if ti.attempt_id]
     if expired:
         session.execute(
@@ -124,14 +133,23 @@ def fail_dead_running(
         if ti.try_number < ti.max_tries and task_spec is not None:
             delay = retry_delay_for(task_spec, ti.try_number)
             move_ti(
-                session, ti.id, TI.UP_FOR_RETRY, expect=[TI.RUNNING], now=now,
+                session,
+                ti.id,
+                TI.UP_FOR_RETRY,
+                expect=[TI.RUNNING],
+                now=now,
                 attempt_id=ti.attempt_id,
                 values={"next_retry_at": now + delay, "error": error},
             )
         else:
             move_ti(
-                session, ti.id, TI.FAILED, expect=[TI.RUNNING], now=now,
-                attempt_id=ti.attempt_id, values={"error": error},
+                session,
+                ti.id,
+                TI.FAILED,
+                expect=[TI.RUNNING],
+                now=now,
+                attempt_id=ti.attempt_id,
+                values={"error": error},
             )
         log.warning("TI %s.%s.%s: %s", ti.dag_id, ti.run_id, ti.task_id, error)
     return len(dead)
@@ -148,4 +166,3 @@ def message_for(ti: TaskInstance) -> RunMessage:
         try_number=ti.try_number,
         queue=ti.queue,
     )
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -79,7 +80,10 @@ class Sluice:
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [*SLUICE, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            [*SLUICE, *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.procs.append(proc)
@@ -100,10 +104,8 @@ class Sluice:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # leftover pool children, if any
-        except ProcessLookupError:
-            pass
 
     def stop_all(self) -> None:
         for proc in reversed(self.procs):

@@ -1,13 +1,13 @@
 """An example DAG: extract, two transforms in parallel, a branch, and a load."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from tasks import DAG, ShellTask, TriggerRule, task
 
 with DAG(
     "example_etl",
     schedule="@daily",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=4,
 ) as dag:

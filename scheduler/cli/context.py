@@ -25,10 +25,11 @@ class CliError(Exception):
 @dataclass
 class Cli:
     settings: Settings
+    role: str = "cli"
 
     @cached_property
     def engine(self) -> Engine:
-        return make_engine(self.settings.database_url)
+        return make_engine(self.settings.database_url, application_name=f"sluice-{self.role}")
 
     @cached_property
     def factory(self) -> sessionmaker[Session]:
@@ -52,9 +53,7 @@ class Cli:
 
     def get_run(self, session: Session, dag_id: str, run_id: str) -> DagRun:
         self.get_dag(session, dag_id)
-        run = session.scalar(
-            select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)
-        )
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
         if run is None:
             raise CliError(f"DAG {dag_id!r} has no run {run_id!r}")
         return run
@@ -65,7 +64,9 @@ def parse_date(text: str, what: str = "date") -> dt.datetime:
     try:
         value = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise CliError(f"{what} {text!r} is not an ISO 8601 date (e.g. 2026-01-31T00:00:00Z)")
+        raise CliError(
+            f"{what} {text!r} is not an ISO 8601 date (e.g. 2026-01-31T00:00:00Z)"
+        ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     return value.astimezone(dt.UTC)

@@ -17,7 +17,7 @@ from scheduler.models import Dag, DagFile
 from scheduler.states import RunType
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     dags = sub.add_parser("dags", help="list and trigger DAGs")
     cmds = dags.add_subparsers(dest="dags_cmd", required=True)
     p = cmds.add_parser("list", help="DAGs in the DAGs folder, and files that failed")
@@ -69,8 +69,12 @@ def list_dags(cli: Cli, args: argparse.Namespace) -> int:
             table.add_row("[red]—[/]", "", "", "", "", f"{row['fileloc']}: {row['import_error']}")
         else:
             table.add_row(
-                row["dag_id"], row["schedule"] or "manual", str(row["is_paused"]),
-                str(row["tasks"]), row["next_dagrun"] or "", row["fileloc"],
+                row["dag_id"],
+                row["schedule"] or "manual",
+                str(row["is_paused"]),
+                str(row["tasks"]),
+                row["next_dagrun"] or "",
+                row["fileloc"],
             )
     Console().print(table)
     return 0
@@ -87,8 +91,13 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
         dag = cli.get_dag(session, args.dag_id)
         try:
             run = create_dagrun(
-                session, dag, run_type=RunType.MANUAL, logical_date=logical, now=now,
-                run_id=args.run_id, conf=conf,
+                session,
+                dag,
+                run_type=RunType.MANUAL,
+                logical_date=logical,
+                now=now,
+                run_id=args.run_id,
+                conf=conf,
             )
         except RunExists as exc:
             raise CliError(str(exc)) from None

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from scheduler.cli import dags, services, standalone, tasks_cmd
+from scheduler.cli import backfill, dags, services, standalone, tasks_cmd
 from scheduler.cli.context import Cli, CliError
 from scheduler.migrate import SchemaNotReady
 from scheduler.settings import ConfigError, Settings
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     dags.add_parsers(sub)
     tasks_cmd.add_parsers(sub)
     standalone.add_parsers(sub)
+    backfill.add_parsers(sub)
     return parser
 
 
@@ -42,8 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
-        cli = Cli(Settings.from_env())
+        cli = Cli(Settings.from_env(), role=args.command)
         return int(args.func(cli, args))
     except (CliError, SchemaNotReady, ConfigError) as exc:
         print(f"sluice: error: {exc}", file=sys.stderr)

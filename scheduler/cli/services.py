@@ -16,7 +16,7 @@ from scheduler.models import Pool
 from scheduler.upsert import upsert
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     db = sub.add_parser("db", help="the database schema")
     db_cmds = db.add_subparsers(dest="db_cmd", required=True)
     db_cmds.add_parser("migrate", help="create or upgrade the schema").set_defaults(func=migrate)
@@ -64,9 +64,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
 
     app = create_app(cli.settings)
     waker = waker_for(cli.settings)
-    job = SchedulerJob(
-        cli.settings, cli.factory, lambda messages: publish(app, messages), waker
-    )
+    job = SchedulerJob(cli.settings, cli.factory, lambda messages: publish(app, messages), waker)
     install_stop_handlers(job)
     try:
         job.run(num_loops=args.num_loops)
@@ -100,8 +98,11 @@ def set_pool(cli: Cli, args: argparse.Namespace) -> int:
         raise CliError("slots must be 0 or more")
     with transaction(cli.factory) as session:
         upsert(
-            session, Pool, {"name": args.name, "slots": args.slots},
-            keys=["name"], update=["slots"],
+            session,
+            Pool,
+            {"name": args.name, "slots": args.slots},
+            keys=["name"],
+            update=["slots"],
         )
     print(f"pool {args.name}: {args.slots} slots")
     return 0

@@ -24,9 +24,11 @@ from scheduler.states import RUN_TERMINAL, DagRunState, RunType
 log = logging.getLogger("sluice.standalone")
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("standalone", help="SQLite + embedded broker + scheduler + worker")
-    p.add_argument("--trigger", metavar="DAG_ID", help="run one run of DAG_ID to its end, then exit")
+    p.add_argument(
+        "--trigger", metavar="DAG_ID", help="run one run of DAG_ID to its end, then exit"
+    )
     p.add_argument("--conf", help="conf JSON for the --trigger run")
     p.add_argument("-c", "--concurrency", type=int, default=4)
     p.add_argument("--json", action="store_true", help="print the final task states as JSON")
@@ -47,8 +49,8 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     from broker.publisher import publish
     from broker.wakeup import waker_for
     from scheduler.cli.context import parse_conf
-    from scheduler.jobs.scheduler_job import SchedulerJob
     from scheduler.cli.services import install_stop_handlers
+    from scheduler.jobs.scheduler_job import SchedulerJob
 
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
     upgrade(cli.engine)
@@ -59,7 +61,11 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         with transaction(cli.factory) as session:
             dag = cli.get_dag(session, args.trigger)
             run = create_dagrun(
-                session, dag, run_type=RunType.MANUAL, logical_date=utcnow(), now=utcnow(),
+                session,
+                dag,
+                run_type=RunType.MANUAL,
+                logical_date=utcnow(),
+                now=utcnow(),
                 conf=conf,
             )
             run_pk = run.id

@@ -19,7 +19,7 @@ from scheduler.states import TI, DagRunState
 from scheduler.transitions import move_run, move_tis
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     tasks = sub.add_parser("tasks", help="inspect and clear task instances")
     cmds = tasks.add_subparsers(dest="tasks_cmd", required=True)
     p = cmds.add_parser("states", help="the task instances of a run")
@@ -67,8 +67,13 @@ def print_states(rows: Sequence[dict[str, Any]], as_json: bool) -> None:
     table = Table("task_id", "state", "try", "queue", "start", "end", "error")
     for r in rows:
         table.add_row(
-            r["task_id"], str(r["state"]), str(r["try_number"]), r["queue"],
-            r["start_date"] or "", r["end_date"] or "", r["error"] or "",
+            r["task_id"],
+            str(r["state"]),
+            str(r["try_number"]),
+            r["queue"],
+            r["start_date"] or "",
+            r["end_date"] or "",
+            r["error"] or "",
         )
     Console().print(table)
 
@@ -105,24 +110,27 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
             raise CliError(f"DAG {args.dag_id!r} has no task {unknown[0]!r}")
         if wanted and args.downstream:
             wanted = downstream_closure(dag.serialized, sorted(wanted))
-        tis = session.scalars(
-            select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
-        ).all()
+        tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
         chosen = [ti for ti in tis if not wanted or ti.task_id in wanted]
         cleared = 0
         for ti in chosen:
             retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
             cleared += len(
                 move_tis(
-                    session, [ti.id], TI.NONE,
+                    session,
+                    [ti.id],
+                    TI.NONE,
                     expect=[s for s in TI if s is not TI.NONE],
                     now=now,
                     values={"max_tries": ti.try_number + retries + 1},
                 )
             )
         move_run(
-            session, run.id, DagRunState.QUEUED,
-            expect=[DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.RUNNING], now=now,
+            session,
+            run.id,
+            DagRunState.QUEUED,
+            expect=[DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.RUNNING],
+            now=now,
         )
     from scheduler.cli.dags import wake_schedulers
 

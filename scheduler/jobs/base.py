@@ -13,19 +13,21 @@ import datetime as dt
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import update
+from sqlalchemy import ColumnElement, or_, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker.messages import RunMessage
 from broker.wakeup import Waker
 from scheduler.dagrun import update_state
 from scheduler.db import transaction, utcnow
-from scheduler.models import Job
+from scheduler.models import Dag, DagRun, Job
 from scheduler.queries.runs import claim_runs_to_examine, dags_by_id, live_job_ids
-from scheduler.queueing import queue_scheduled
+from scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from scheduler.settings import Settings
 from scheduler.states import DagRunState, JobState
 
@@ -71,7 +73,59 @@ class DagRunJob:
         self.clock = clock
         self.job_id: int | None = None
         self._last_heartbeat: dt.datetime | None = None
+        self._last_sweep: dt.datetime | None = None
         self.stopping = False
+
+    # -- the loop ----------------------------------------------------------------------------
+    def tick(self, now: dt.datetime) -> TickResult:
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        """True when the job has nothing left to do (a scheduler never is)."""
+        return False
+
+    def run(self, num_loops: int | None = None) -> None:
+        """Loop until stopped, done or `num_loops` iterations; survives database outages."""
+        if self.job_id is None:
+            self.retrying(self.register)
+        loops = 0
+        backoff = 0.5
+        try:
+            while not self.stopping and (num_loops is None or loops < num_loops):
+                loops += 1
+                try:
+                    result = self.tick(self.clock())
+                    backoff = 0.5
+                    if self.done():
+                        break
+                except DBAPIError as exc:
+                    log.warning("database error, retrying in %.1fs: %s", backoff, exc)
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
+                if not result.busy and not self.stopping:
+                    self.waker.wait(self.settings.loop_interval)
+        finally:
+            self.on_exit()
+
+    def on_exit(self) -> None:
+        try:
+            self.finish(JobState.SUCCESS)
+        except DBAPIError as exc:
+            log.warning("could not mark job %s finished: %s", self.job_id, exc)
+
+    def retrying(self, step: Callable[[], object]) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                step()
+                return
+            except DBAPIError as exc:
+                if self.stopping:
+                    raise
+                log.warning("database unavailable, retrying in %.1fs: %s", backoff, exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
 
     # -- the job row -------------------------------------------------------------------------
     def register(self) -> int:
@@ -99,9 +153,7 @@ class DagRunJob:
         if not (due or force):
             return
         with transaction(self.factory) as session:
-            session.execute(
-                update(Job).where(Job.id == self.job_id).values(latest_heartbeat=now)
-            )
+            session.execute(update(Job).where(Job.id == self.job_id).values(latest_heartbeat=now))
         self._last_heartbeat = now
 
     def finish(self, state: JobState = JobState.SUCCESS) -> None:
@@ -109,9 +161,7 @@ class DagRunJob:
             return
         with transaction(self.factory) as session:
             session.execute(
-                update(Job)
-                .where(Job.id == self.job_id)
-                .values(state=state, end_date=self.clock())
+                update(Job).where(Job.id == self.job_id).values(state=state, end_date=self.clock())
             )
 
     def live_jobs(self, session: Session, now: dt.datetime) -> list[int]:
@@ -119,9 +169,18 @@ class DagRunJob:
         return live_job_ids(session, cutoff)
 
     # -- driving runs ------------------------------------------------------------------------
-    def claim_runs(self, session: Session, now: dt.datetime, limit: int) -> Sequence:  # type: ignore[type-arg]
-        assert self.job_id is not None
-        return claim_runs_to_examine(session, self.job_id, self.live_jobs(session, now), limit)
+    def runs_i_drive(self, session: Session, now: dt.datetime) -> ColumnElement[bool]:
+        """Which runs this job examines and queues for: unclaimed, its own, or a dead job's."""
+        others = [j for j in self.live_jobs(session, now) if j != self.job_id]
+        if not others:
+            return DagRun.claimed_by_job_id.is_(None) | DagRun.claimed_by_job_id.is_not(None)
+        return or_(DagRun.claimed_by_job_id.is_(None), DagRun.claimed_by_job_id.not_in(others))
+
+    def dag_for(self, run: DagRun, dags: dict[str, Dag]) -> Dag | None:
+        return dags.get(run.dag_id)
+
+    def claim_runs(self, session: Session, now: dt.datetime, limit: int) -> Sequence[DagRun]:
+        return claim_runs_to_examine(session, self.runs_i_drive(session, now), limit)
 
     def examine_runs(self, now: dt.datetime, result: TickResult) -> None:
         """One transaction: claim a batch of running runs and decide each of them."""
@@ -130,7 +189,7 @@ class DagRunJob:
             runs = self.claim_runs(session, now, limit)
             dags = dags_by_id(session, [run.dag_id for run in runs])
             for run in runs:
-                dag = dags.get(run.dag_id)
+                dag = self.dag_for(run, dags)
                 if dag is None:
                     continue
                 decision = update_state(session, run, dag, now)
@@ -143,7 +202,9 @@ class DagRunJob:
 
     def queue_and_publish(self, now: dt.datetime, result: TickResult) -> None:
         with transaction(self.factory) as session:
-            messages = queue_scheduled(session, job_id=self.job_id, now=now)
+            messages = queue_scheduled(
+                session, job_id=self.job_id, now=now, runs=self.runs_i_drive(session, now)
+            )
         result.tis_queued += len(messages)
         self.send(messages)
 
@@ -156,7 +217,31 @@ class DagRunJob:
         except Exception as exc:  # broker down: the queued-timeout sweep re-publishes
             log.warning("publishing %d messages failed (%s); will re-publish", len(messages), exc)
 
-    def start_runs(self, session: Session, runs: Sequence, now: dt.datetime) -> int:  # type: ignore[type-arg]
+    def sweep(self, now: dt.datetime, result: TickResult) -> None:
+        """Re-publish TIs nobody claimed; retry or fail TIs whose worker died.
+
+        Each sweep locks what it acts on SKIP LOCKED, so one job acts on each dead thing.
+        """
+        last = self._last_sweep
+        interval = min(self.settings.queued_timeout, self.settings.heartbeat_timeout) / 4
+        if last is not None and (now - last).total_seconds() < interval:
+            return
+        self._last_sweep = now
+        with transaction(self.factory) as session:
+            result.dead_tis = fail_dead_running(
+                session, now=now, heartbeat_timeout=self.settings.heartbeat_timeout
+            )
+        with transaction(self.factory) as session:
+            messages = requeue_expired(
+                session,
+                now=now,
+                queued_timeout=self.settings.queued_timeout,
+                runs=self.runs_i_drive(session, now),
+            )
+        result.tis_requeued = len(messages)
+        self.send(messages)
+
+    def start_runs(self, session: Session, runs: Sequence[DagRun], now: dt.datetime) -> int:
         from scheduler.transitions import move_run
 
         started = 0

@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
 from scheduler.models import Dag, DagRun, Job
-from scheduler.states import DagRunState, JobState
+from scheduler.states import DagRunState, JobState, RunType
 
 
 def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Dag]:
@@ -46,48 +46,64 @@ def lock_dags(session: Session, dag_ids: Sequence[str]) -> Sequence[Dag]:
         return []
     stmt = (
         select(Dag)
-        .where(Dag.dag_id.in_(list(dag_ids)), Dag.is_paused.is_(False))
+        .where(Dag.dag_id.in_(list(dag_ids)))
         .order_by(Dag.dag_id)
         .with_for_update(skip_locked=True)
     )
     return session.scalars(stmt).all()
 
 
-def count_running_runs(session: Session, dag_ids: Sequence[str]) -> dict[str, int]:
+def count_running_runs(
+    session: Session, dag_ids: Sequence[str], not_type: RunType | None = None
+) -> dict[str, int]:
+    """Running runs per DAG (leaving out runs of `not_type`)."""
     stmt = (
         select(DagRun.dag_id, func.count())
         .where(DagRun.dag_id.in_(list(dag_ids)), DagRun.state == DagRunState.RUNNING)
         .group_by(DagRun.dag_id)
     )
+    if not_type is not None:
+        stmt = stmt.where(DagRun.run_type != not_type)
     return {dag_id: n for dag_id, n in session.execute(stmt).all()}
 
 
-def queued_runs_of(session: Session, dag_id: str, limit: int) -> Sequence[DagRun]:
+def queued_runs_of(
+    session: Session,
+    dag_id: str,
+    limit: int,
+    *,
+    unclaimed_or_dead: Sequence[int],
+    only_type: RunType | None = None,
+) -> Sequence[DagRun]:
+    """Queued runs of a DAG, oldest logical date first, not claimed by the live jobs given."""
     stmt = (
         select(DagRun)
         .where(DagRun.dag_id == dag_id, DagRun.state == DagRunState.QUEUED)
         .order_by(DagRun.logical_date, DagRun.id)
         .limit(limit)
     )
+    if only_type is not None:
+        stmt = stmt.where(DagRun.run_type == only_type)
+    if unclaimed_or_dead:
+        stmt = stmt.where(
+            or_(
+                DagRun.claimed_by_job_id.is_(None),
+                DagRun.claimed_by_job_id.not_in(list(unclaimed_or_dead)),
+            )
+        )
     return session.scalars(stmt).all()
 
 
 def claim_runs_to_examine(
-    session: Session, job_id: int, live_job_ids: Sequence[int], limit: int
+    session: Session, drivable: ColumnElement[bool], limit: int
 ) -> Sequence[DagRun]:
-    """Running runs this job may drive (unclaimed, its own, or a dead job's), locked SKIP LOCKED.
+    """Running runs matching `drivable` (which runs this job may drive), locked SKIP LOCKED.
 
     Ordered by the oldest scheduling decision first, so no run starves.
     """
-    others = [j for j in live_job_ids if j != job_id]
-    claimable = or_(
-        DagRun.claimed_by_job_id.is_(None),
-        DagRun.claimed_by_job_id == job_id,
-        DagRun.claimed_by_job_id.not_in(others) if others else DagRun.claimed_by_job_id.is_not(None),
-    )
     stmt = (
         select(DagRun)
-        .where(DagRun.state == DagRunState.RUNNING, claimable)
+        .where(DagRun.state == DagRunState.RUNNING, drivable)
         .order_by(DagRun.last_scheduling_decision.asc().nulls_first(), DagRun.id)
         .limit(limit)
         .with_for_update(of=DagRun, skip_locked=True)

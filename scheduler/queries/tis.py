@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import ColumnElement, Row, func, select
 from sqlalchemy.orm import Session
 
 from scheduler.models import DagRun, Pool, TaskInstance
@@ -41,8 +42,8 @@ def active_tis_by_dag(session: Session) -> dict[str, int]:
     return {dag_id: n for dag_id, n in session.execute(stmt).all()}
 
 
-def lock_scheduled_tis(session: Session, limit: int) -> Sequence[Row[tuple]]:  # type: ignore[type-arg]
-    """Scheduled TIs of running runs, by priority then age, locked SKIP LOCKED."""
+def lock_scheduled_tis(session: Session, limit: int, runs: ColumnElement[bool]) -> list[Row[Any]]:
+    """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED."""
     stmt = (
         select(
             TaskInstance.id,
@@ -55,33 +56,31 @@ def lock_scheduled_tis(session: Session, limit: int) -> Sequence[Row[tuple]]:  #
             TaskInstance.pool_slots,
         )
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.state == TI.SCHEDULED, DagRun.state == DagRunState.RUNNING)
-        .order_by(
-            TaskInstance.priority_weight.desc(), TaskInstance.scheduled_at, TaskInstance.id
-        )
+        .where(TaskInstance.state == TI.SCHEDULED, DagRun.state == DagRunState.RUNNING, runs)
+        .order_by(TaskInstance.priority_weight.desc(), TaskInstance.scheduled_at, TaskInstance.id)
         .limit(limit)
         .with_for_update(of=TaskInstance, skip_locked=True)
     )
-    return session.execute(stmt).all()
+    rows: list[Row[Any]] = list(session.execute(stmt))
+    return rows
 
 
 def lock_expired_queued(
-    session: Session, cutoff: dt.datetime, limit: int
+    session: Session, cutoff: dt.datetime, limit: int, runs: ColumnElement[bool]
 ) -> Sequence[TaskInstance]:
-    """TIs queued before `cutoff` that no worker claimed, locked SKIP LOCKED."""
+    """TIs of runs matching `runs` queued before `cutoff` and never claimed, SKIP LOCKED."""
     stmt = (
         select(TaskInstance)
-        .where(TaskInstance.state == TI.QUEUED, TaskInstance.queued_at < cutoff)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.state == TI.QUEUED, TaskInstance.queued_at < cutoff, runs)
         .order_by(TaskInstance.queued_at, TaskInstance.id)
         .limit(limit)
-        .with_for_update(skip_locked=True)
+        .with_for_update(of=TaskInstance, skip_locked=True)
     )
     return session.scalars(stmt).all()
 
 
-def lock_dead_running(
-    session: Session, cutoff: dt.datetime, limit: int
-) -> Sequence[TaskInstance]:
+def lock_dead_running(session: Session, cutoff: dt.datetime, limit: int) -> Sequence[TaskInstance]:
     """Running TIs whose heartbeat is older than `cutoff`, locked SKIP LOCKED."""
     stmt = (
         select(TaskInstance)

@@ -33,7 +33,9 @@ def count_runs(url: str) -> int:
 
 def test_dags_list_shows_dags_and_broken_files(sluice: Sluice) -> None:
     (sluice.dags_folder / "good.py").write_text(GOOD)
-    (sluice.dags_folder / "broken_dag.py").write_text("from tasks import DAG\nraise ImportError('nope')\n")
+    (sluice.dags_folder / "broken_dag.py").write_text(
+        "from tasks import DAG\nraise ImportError('nope')\n"
+    )
     (sluice.dags_folder / "cycle_dag.py").write_text(
         "from tasks import DAG, task\n"
         "with DAG('cyc', schedule=None) as dag:\n"
@@ -79,8 +81,11 @@ def test_bad_input_one_line_exit_2_nothing_written(sluice: Sluice, args, needle)
 
 
 def test_unmigrated_database_is_one_line(tmp_path: Path) -> None:
-    env = {**os.environ, "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}",
-           "SLUICE_DAGS_FOLDER": str(tmp_path)}
+    env = {
+        **os.environ,
+        "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}",
+        "SLUICE_DAGS_FOLDER": str(tmp_path),
+    }
     done = subprocess.run([*SLUICE, "dags", "list"], env=env, capture_output=True, text=True)
     assert done.returncode == 2
     assert "sluice db migrate" in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -97,19 +102,31 @@ def test_standalone_runs_the_example_dag_on_sqlite(tmp_path: Path) -> None:
     )
     done = subprocess.run(
         [*SLUICE, "standalone", "--trigger", "example_etl", "--json"],
-        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    table = json.loads(done.stdout[: done.stdout.rindex("]") + 1])
+    # task prints share stdout in standalone; the JSON table is the last block
+    out = done.stdout
+    table = json.loads(out[out.index("\n[\n") : out.rindex("]") + 1])
     states = {row["task_id"]: row["state"] for row in table}
     assert states == {
-        "extract": "success", "total": "success", "biggest": "success", "check": "success",
-        "report": "success", "alert": "skipped", "done": "success",
+        "extract": "success",
+        "total": "success",
+        "biggest": "success",
+        "check": "success",
+        "report": "success",
+        "alert": "skipped",
+        "done": "success",
     }
     assert done.stdout.strip().endswith("success")
 
 
 def test_sluice_help_runs() -> None:
-    done = subprocess.run([sys.executable, "-m", "scheduler.cli.main", "--help"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli.main", "--help"], capture_output=True, text=True
+    )
     assert done.returncode == 0 and "standalone" in done.stdout

@@ -35,7 +35,10 @@ def executions(log: Path) -> list[str]:
 
 def test_chain_runs_to_success_with_upstream_results(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
-    write_dag(sluice.dags_folder, "chain", """
+    write_dag(
+        sluice.dags_folder,
+        "chain",
+        """
     with DAG("chain", schedule=None) as dag:
         @task
         def extract():
@@ -49,7 +52,9 @@ def test_chain_runs_to_success_with_upstream_results(sluice: Sluice, tmp_path: P
 
         shell = ShellTask("shell", command="echo shell-ran-$SLUICE_TASK_ID")
         extract >> load >> shell
-    """, log)
+    """,
+        log,
+    )
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("chain", "--run-id", "r1", "--conf", '{"x": 1}')
@@ -58,7 +63,9 @@ def test_chain_runs_to_success_with_upstream_results(sluice: Sluice, tmp_path: P
     assert sluice.wait_run("chain", "r1") == "success"
     states = sluice.task_states("chain", "r1")
     assert {t: s["state"] for t, s in states.items()} == {
-        "extract": "success", "load": "success", "shell": "success",
+        "extract": "success",
+        "load": "success",
+        "shell": "success",
     }
     assert all(s["try_number"] == 1 and s["queue"] == "default" for s in states.values())
     assert states["load"]["start_date"] >= states["extract"]["end_date"]
@@ -67,7 +74,10 @@ def test_chain_runs_to_success_with_upstream_results(sluice: Sluice, tmp_path: P
 
 def test_retries_and_failure_flow_downstream(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
-    write_dag(sluice.dags_folder, "flaky", """
+    write_dag(
+        sluice.dags_folder,
+        "flaky",
+        """
     with DAG("flaky", schedule=None) as dag:
         @task(retries=2, retry_delay=timedelta(milliseconds=100))
         def flaky(context):
@@ -90,7 +100,9 @@ def test_retries_and_failure_flow_downstream(sluice: Sluice, tmp_path: Path) -> 
 
         broken >> after_broken
         [flaky, after_broken] >> cleanup
-    """, log)
+    """,
+        log,
+    )
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("flaky")
@@ -103,14 +115,15 @@ def test_retries_and_failure_flow_downstream(sluice: Sluice, tmp_path: Path) -> 
     assert "always broken" in states["broken"]["error"]
     assert states["after_broken"]["state"] == "upstream_failed"
     assert states["cleanup"]["state"] == "success"
-    assert sorted(executions(log)) == sorted(
-        ["flaky-1", "flaky-2", "broken", "broken", "cleanup"]
-    )
+    assert sorted(executions(log)) == sorted(["flaky-1", "flaky-2", "broken", "broken", "cleanup"])
 
 
 def test_skip_branch_and_trigger_rules(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
-    write_dag(sluice.dags_folder, "branchy", """
+    write_dag(
+        sluice.dags_folder,
+        "branchy",
+        """
     with DAG("branchy", schedule=None) as dag:
         @task.branch
         def pick():
@@ -148,15 +161,22 @@ def test_skip_branch_and_trigger_rules(sluice: Sluice, tmp_path: Path) -> None:
         skipper >> after_skip
         right >> none_skipped
         [join, after_skip, none_skipped] >> always_last
-    """, log)
+    """,
+        log,
+    )
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("branchy")
     assert sluice.wait_run("branchy", run_id) == "success"
     got = {t: s["state"] for t, s in sluice.task_states("branchy", run_id).items()}
     assert got == {
-        "pick": "success", "left": "success", "right": "skipped", "join": "success",
-        "skipper": "skipped", "after_skip": "skipped", "none_skipped": "skipped",
+        "pick": "success",
+        "left": "success",
+        "right": "skipped",
+        "join": "success",
+        "skipper": "skipped",
+        "after_skip": "skipped",
+        "none_skipped": "skipped",
         "always_last": "success",
     }
     assert sorted(executions(log)) == ["always_last", "join", "left"]
@@ -164,7 +184,10 @@ def test_skip_branch_and_trigger_rules(sluice: Sluice, tmp_path: Path) -> None:
 
 def test_task_on_unserved_queue_waits_for_its_worker(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
-    write_dag(sluice.dags_folder, "routed", """
+    write_dag(
+        sluice.dags_folder,
+        "routed",
+        """
     with DAG("routed", schedule=None) as dag:
         @task
         def light():
@@ -175,7 +198,9 @@ def test_task_on_unserved_queue_waits_for_its_worker(sluice: Sluice, tmp_path: P
             record("heavy")
 
         light >> heavy
-    """, log)
+    """,
+        log,
+    )
     sluice.scheduler()
     sluice.worker("default")
     run_id = sluice.trigger("routed")
@@ -192,14 +217,19 @@ def test_task_on_unserved_queue_waits_for_its_worker(sluice: Sluice, tmp_path: P
 
 def test_execution_timeout_fails_the_task(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
-    write_dag(sluice.dags_folder, "slow", """
+    write_dag(
+        sluice.dags_folder,
+        "slow",
+        """
     import time
     with DAG("slow", schedule=None) as dag:
         @task(execution_timeout=timedelta(seconds=1))
         def slow():
             record("slow")
             time.sleep(30)
-    """, log)
+    """,
+        log,
+    )
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("slow")
@@ -239,7 +269,10 @@ def test_verify_integrity_adds_and_removes_tasks(sluice: Sluice, tmp_path: Path)
 
 def test_clear_runs_tasks_again(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
-    write_dag(sluice.dags_folder, "again", """
+    write_dag(
+        sluice.dags_folder,
+        "again",
+        """
     with DAG("again", schedule=None) as dag:
         @task
         def a():
@@ -250,7 +283,9 @@ def test_clear_runs_tasks_again(sluice: Sluice, tmp_path: Path) -> None:
             record("b")
 
         a >> b
-    """, log)
+    """,
+        log,
+    )
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("again")

@@ -62,12 +62,16 @@ def write(folder: Path, name: str, body: str) -> None:
 
 
 def test_max_active_tasks_limits_queueing(harness: Harness) -> None:
-    write(harness.job.settings.dags_folder, "wide", """
+    write(
+        harness.job.settings.dags_folder,
+        "wide",
+        """
     from tasks import DAG, task
     with DAG("wide", schedule=None, max_active_tasks=2) as dag:
         for i in range(5):
             task(task_id=f"t{i}")(lambda: None)
-    """)
+    """,
+    )
     harness.job.tick(utcnow())
     harness.trigger("wide")
     harness.job.tick(utcnow())
@@ -79,14 +83,18 @@ def test_max_active_tasks_limits_queueing(harness: Harness) -> None:
 def test_pool_slots_and_priority_decide_who_goes_first(harness: Harness) -> None:
     with transaction(harness.factory) as session:
         session.add(Pool(name="small", slots=3))
-    write(harness.job.settings.dags_folder, "pooled", """
+    write(
+        harness.job.settings.dags_folder,
+        "pooled",
+        """
     from tasks import DAG, task
     with DAG("pooled", schedule=None) as dag:
         task(task_id="low", pool="small", priority_weight=1)(lambda: None)
         task(task_id="high", pool="small", priority_weight=10)(lambda: None)
         task(task_id="double", pool="small", pool_slots=2, priority_weight=5)(lambda: None)
         task(task_id="elsewhere", priority_weight=0)(lambda: None)
-    """)
+    """,
+    )
     harness.job.tick(utcnow())
     harness.trigger("pooled")
     harness.job.tick(utcnow())
@@ -104,11 +112,15 @@ def test_pool_slots_and_priority_decide_who_goes_first(harness: Harness) -> None
 
 
 def test_max_active_runs_keeps_runs_queued(harness: Harness) -> None:
-    write(harness.job.settings.dags_folder, "serial", """
+    write(
+        harness.job.settings.dags_folder,
+        "serial",
+        """
     from tasks import DAG, task
     with DAG("serial", schedule=None, max_active_runs=1) as dag:
         task(task_id="only")(lambda: None)
-    """)
+    """,
+    )
     harness.job.tick(utcnow())
     harness.trigger("serial", n=3)
     harness.job.tick(utcnow())
@@ -120,13 +132,17 @@ def test_max_active_runs_keeps_runs_queued(harness: Harness) -> None:
 
 def test_scheduled_dag_gets_runs_from_its_schedule(harness: Harness) -> None:
     start = (utcnow() - dt.timedelta(hours=3)).replace(minute=0, second=0, microsecond=0)
-    write(harness.job.settings.dags_folder, "hourly", f"""
+    write(
+        harness.job.settings.dags_folder,
+        "hourly",
+        f"""
     import datetime as dt
     from tasks import DAG, task
     with DAG("hourly", schedule="@hourly", catchup=True,
              start_date=dt.datetime.fromisoformat("{start.isoformat()}")) as dag:
         task(task_id="only")(lambda: None)
-    """)
+    """,
+    )
     for _ in range(6):
         harness.job.tick(utcnow())
     with harness.factory() as session:

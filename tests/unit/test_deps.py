@@ -11,23 +11,37 @@ from scheduler.states import TI
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 
 
-def spec(edges: dict[str, list[str]], rules: dict[str, str] | None = None,
-         branches: set[str] = frozenset()) -> dict:  # type: ignore[assignment]
+def spec(
+    edges: dict[str, list[str]],
+    rules: dict[str, str] | None = None,
+    branches: set[str] = frozenset(),
+) -> dict:  # type: ignore[assignment]
     downstream: dict[str, list[str]] = {t: [] for t in edges}
     for task, ups in edges.items():
         for up in ups:
             downstream[up].append(task)
-    return {"tasks": {
-        t: {"task_id": t, "upstream": ups, "downstream": downstream[t],
-            "trigger_rule": (rules or {}).get(t, "all_success"), "is_branch": t in branches}
-        for t, ups in edges.items()
-    }}
+    return {
+        "tasks": {
+            t: {
+                "task_id": t,
+                "upstream": ups,
+                "downstream": downstream[t],
+                "trigger_rule": (rules or {}).get(t, "all_success"),
+                "is_branch": t in branches,
+            }
+            for t, ups in edges.items()
+        }
+    }
 
 
 def views(states: dict[str, TI], results: dict[str, object] | None = None) -> list[TiView]:
     return [
-        TiView(id=i, task_id=t, state=s,
-               result=json.dumps((results or {})[t]) if t in (results or {}) else None)
+        TiView(
+            id=i,
+            task_id=t,
+            state=s,
+            result=json.dumps((results or {})[t]) if t in (results or {}) else None,
+        )
         for i, (t, s) in enumerate(states.items())
     ]
 
@@ -50,8 +64,11 @@ def test_failure_flows_down_in_one_pass() -> None:
 
 
 def test_skip_flows_down_and_none_failed_min_one_success_joins() -> None:
-    s = spec({"a": [], "b": ["a"], "c": ["a"], "j": ["b", "c"]},
-             rules={"j": "none_failed_min_one_success"}, branches={"a"})
+    s = spec(
+        {"a": [], "b": ["a"], "c": ["a"], "j": ["b", "c"]},
+        rules={"j": "none_failed_min_one_success"},
+        branches={"a"},
+    )
     tis = views({"a": TI.SUCCESS, "b": TI.NONE, "c": TI.NONE, "j": TI.NONE}, {"a": "b"})
     assert moves_by_task(s, tis) == {"b": TI.SCHEDULED, "c": TI.SKIPPED}
 

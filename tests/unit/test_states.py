@@ -55,10 +55,23 @@ def _one_ti(factory) -> int:
     from scheduler.dagrun import create_dagrun
 
     spec = {
-        "dag_id": "d", "schedule": None, "max_active_runs": 1, "max_active_tasks": 1,
-        "tasks": {"t": {"task_id": "t", "upstream": [], "downstream": [], "retries": 0,
-                        "queue": "default", "pool": None, "pool_slots": 1,
-                        "priority_weight": 1, "trigger_rule": "all_success"}},
+        "dag_id": "d",
+        "schedule": None,
+        "max_active_runs": 1,
+        "max_active_tasks": 1,
+        "tasks": {
+            "t": {
+                "task_id": "t",
+                "upstream": [],
+                "downstream": [],
+                "retries": 0,
+                "queue": "default",
+                "pool": None,
+                "pool_slots": 1,
+                "priority_weight": 1,
+                "trigger_rule": "all_success",
+            }
+        },
     }
     with transaction(factory) as session:
         session.add(Dag(dag_id="d", fileloc="/x.py", version_hash="h", serialized=spec))
@@ -74,17 +87,19 @@ def test_compare_and_set_stamps_and_guards_attempt(factory) -> None:
     with transaction(factory) as session:
         assert move_ti(session, ti_id, TI.SCHEDULED, expect=[TI.NONE], now=NOW)
         assert not move_ti(session, ti_id, TI.SCHEDULED, expect=[TI.NONE], now=NOW)
-        assert move_ti(session, ti_id, TI.QUEUED, expect=[TI.SCHEDULED], now=NOW,
-                       values={"attempt_id": "a1"})
+        assert move_ti(
+            session, ti_id, TI.QUEUED, expect=[TI.SCHEDULED], now=NOW, values={"attempt_id": "a1"}
+        )
     later = NOW + dt.timedelta(seconds=5)
     with transaction(factory) as session:
         # a stale message with another attempt id loses and changes nothing
-        assert not move_ti(session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later,
-                           attempt_id="a0")
-        assert move_ti(session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later,
-                       attempt_id="a1")
-        assert not move_ti(session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later,
-                           attempt_id="a1")
+        assert not move_ti(
+            session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later, attempt_id="a0"
+        )
+        assert move_ti(session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later, attempt_id="a1")
+        assert not move_ti(
+            session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=later, attempt_id="a1"
+        )
     with factory() as session:
         ti = session.get(TaskInstance, ti_id)
         assert ti.state == TI.RUNNING

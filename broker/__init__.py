@@ -1,0 +1,1 @@
+"""Sluice data plane: the Celery app, queues, the message contract and the worker-side task."""

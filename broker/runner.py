@@ -1,0 +1,309 @@
+"""Run one TaskInstance try on a worker: claim, run, heartbeat, record, wake.
+
+Invariants:
+- Every state write is a compare-and-set on (`ti_id`, expected state, `attempt_id`)
+  through `scheduler.transitions.move_ti`, each in its own short transaction. A
+  message whose claim loses (duplicate, stale, cleared or removed TI) changes
+  nothing and is `stale`; a result whose write loses (the TI was cleared or swept
+  while running) is dropped and is `stale` too.
+- No transaction is open while the task's code runs.
+- Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
+  shutdown) propagate and leave the TI `running` for the heartbeat sweep.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from broker.messages import RunMessage
+from broker.wakeup import Waker
+from scheduler.db import transaction, utcnow
+from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.settings import Settings
+from scheduler.states import TI
+from scheduler.transitions import move_ti
+from tasks.errors import Skip
+from tasks.runtime import branch_targets, check_result, run_task
+from tasks.serialize import retry_delay_for
+
+log = logging.getLogger("sluice.worker")
+
+ERROR_MAX_CHARS = 2000
+"""Longest error line stored on a TaskInstance."""
+
+RESULT_WRITE_ATTEMPTS = 3
+"""Tries of the final write when the database connection fails (it is a CAS: safe to redo)."""
+
+
+class Outcome(StrEnum):
+    STALE = "stale"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UP_FOR_RETRY = "up_for_retry"
+    SKIPPED = "skipped"
+
+
+class DagSource(Protocol):
+    """Where the worker gets DAG objects from (`tasks.loader.DagCache`).
+
+    A source may also offer `get_spec(dag_id) -> dict`: the serialized DAG to use
+    instead of the stored one (a local backfill runs the DAG as defined locally).
+    """
+
+    def get_dag(self, fileloc: str, dag_id: str) -> Any: ...
+
+
+@dataclass
+class WorkerContext:
+    """What one worker process needs to run TaskInstances; built once per process."""
+
+    session_factory: sessionmaker[Session]
+    dags: DagSource
+    waker: Waker
+    settings: Settings
+    hostname: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What the claim transaction read: everything the run needs, no open session."""
+
+    fileloc: str | None
+    spec: dict[str, Any] | None
+    try_number: int
+    max_tries: int
+    context: dict[str, Any]
+
+
+def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
+    """Claim, run and record one try of `msg.ti_id`; then wake the schedulers."""
+    claimed = claim(ctx, msg)
+    if claimed is None:
+        log.info("stale message for %s: ignored", _what(msg))
+        return Outcome.STALE
+    log.info("running %s, try %s", _what(msg), claimed.try_number)
+    with Heartbeat(ctx, msg):
+        new, values = _execute(ctx, msg, claimed)
+    outcome = _record(ctx, msg, new, values)
+    if outcome is not Outcome.STALE:
+        ctx.waker.wake()
+    return outcome
+
+
+def _what(msg: RunMessage) -> str:
+    return f"{msg.dag_id}.{msg.run_id}.{msg.task_id} (ti {msg.ti_id}, attempt {msg.attempt_id})"
+
+
+def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
+    """queued -> running for this attempt, and read the run's context, in one transaction.
+
+    None if the claim lost: nothing was changed.
+    """
+    with transaction(ctx.session_factory) as session:
+        won = move_ti(
+            session,
+            msg.ti_id,
+            TI.RUNNING,
+            expect=[TI.QUEUED],
+            attempt_id=msg.attempt_id,
+            now=utcnow(),
+            values={"hostname": ctx.hostname, "pid": ctx.pid},
+        )
+        if not won:
+            return None
+        return _read_context(session, msg, getattr(ctx.dags, "get_spec", None))
+
+
+def _read_context(
+    session: Session, msg: RunMessage, spec_of: Callable[[str], dict[str, Any]] | None = None
+) -> Claimed:
+    ti, run = session.execute(
+        select(TaskInstance, DagRun)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.id == msg.ti_id)
+    ).one()
+    dag = session.scalars(select(Dag).where(Dag.dag_id == ti.dag_id)).one_or_none()
+    serialized = dag.serialized if dag is not None and dag.serialized else {}
+    if spec_of is not None:
+        serialized = spec_of(ti.dag_id)
+    spec = serialized.get("tasks", {}).get(ti.task_id)
+    upstream_ids = sorted(spec.get("upstream", [])) if spec else []
+    upstream: dict[str, Any] = dict.fromkeys(upstream_ids)
+    if upstream_ids:
+        results = session.execute(
+            select(TaskInstance.task_id, TaskInstance.result).where(
+                TaskInstance.dag_run_id == run.id, TaskInstance.task_id.in_(upstream_ids)
+            )
+        )
+        for task_id, result in results:
+            upstream[task_id] = None if result is None else json.loads(result)
+    context = {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "logical_date": run.logical_date.isoformat(),
+        "try_number": ti.try_number,
+        "conf": dict(run.conf or {}),
+        "attempt_id": msg.attempt_id,
+        "upstream": upstream,
+    }
+    return Claimed(
+        fileloc=dag.fileloc if dag is not None else None,
+        spec=spec,
+        try_number=ti.try_number,
+        max_tries=ti.max_tries,
+        context=context,
+    )
+
+
+def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI, dict[str, Any]]:
+    """Run the task's code; the state to write and its values. Only `Exception` is caught."""
+    try:
+        if claimed.fileloc is None:
+            raise LookupError(f"DAG '{msg.dag_id}' is not in the database")
+        dag = ctx.dags.get_dag(claimed.fileloc, msg.dag_id)
+        task = dag.tasks.get(msg.task_id)
+        if task is None:
+            raise LookupError(
+                f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
+            )
+        value = run_task(task, claimed.context)
+        result = check_result(value, msg.task_id)
+        if task.is_branch:
+            branch_targets(task, value)  # a bad choice fails the task here, clearly
+    except Skip as exc:
+        log.info("%s skipped itself: %s", _what(msg), exc)
+        return TI.SKIPPED, {"next_retry_at": None}
+    except Exception as exc:
+        return _failure(msg, claimed, exc)
+    return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+def _failure(msg: RunMessage, claimed: Claimed, exc: Exception) -> tuple[TI, dict[str, Any]]:
+    error = error_line(exc)
+    retry = claimed.try_number < claimed.max_tries
+    log.warning(
+        "%s, try %s of %s, failed%s: %s",
+        _what(msg),
+        claimed.try_number,
+        claimed.max_tries,
+        ", will retry" if retry else "",
+        error,
+        exc_info=exc,
+    )
+    if not retry:
+        return TI.FAILED, {"error": error, "next_retry_at": None}
+    delay = _retry_delay(claimed)
+    return TI.UP_FOR_RETRY, {"error": error, "next_retry_at": utcnow() + delay}
+
+
+def _retry_delay(claimed: Claimed) -> dt.timedelta:
+    if claimed.spec is None:
+        return dt.timedelta(0)
+    return retry_delay_for(claimed.spec, claimed.try_number)
+
+
+def error_line(exc: BaseException) -> str:
+    """`Type: message` on one line, truncated to ERROR_MAX_CHARS."""
+    text = " ".join(str(exc).split())
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if len(line) > ERROR_MAX_CHARS:
+        line = line[: ERROR_MAX_CHARS - 3] + "..."
+    return line
+
+
+def _record(ctx: WorkerContext, msg: RunMessage, new: TI, values: dict[str, Any]) -> Outcome:
+    """running -> `new` for this attempt, in one transaction; STALE if the CAS lost."""
+
+    def write() -> bool:
+        with transaction(ctx.session_factory) as session:
+            return move_ti(
+                session,
+                msg.ti_id,
+                new,
+                expect=[TI.RUNNING],
+                attempt_id=msg.attempt_id,
+                now=utcnow(),
+                values=values,
+            )
+
+    if not _retrying(write):
+        log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
+        return Outcome.STALE
+    log.info("%s -> %s", _what(msg), new)
+    return Outcome(new.value)
+
+
+def _retrying(write: Callable[[], bool]) -> bool:
+    for attempt in range(1, RESULT_WRITE_ATTEMPTS + 1):
+        try:
+            return write()
+        except OperationalError as exc:
+            if attempt == RESULT_WRITE_ATTEMPTS:
+                raise
+            log.warning("writing the result failed (attempt %s): %s", attempt, exc)
+            time.sleep(0.5 * 2 ** (attempt - 1))
+    raise AssertionError("unreachable")
+
+
+class Heartbeat:
+    """A daemon thread that stamps `last_heartbeat_at` while the task runs.
+
+    A liveness write, not a state move: `UPDATE … WHERE id AND attempt_id AND
+    state = 'running'`, its own short transaction per beat. Errors are logged and
+    the next beat tries again; the beat stops once the TI is no longer this try's.
+    """
+
+    def __init__(self, ctx: WorkerContext, msg: RunMessage) -> None:
+        self._ctx = ctx
+        self._msg = msg
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"sluice-heartbeat-{msg.ti_id}", daemon=True
+        )
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        interval = self._ctx.settings.heartbeat_interval
+        while not self._stop.wait(interval):
+            try:
+                if not self.beat():
+                    log.info("heartbeat of ti %s stopped: no longer running", self._msg.ti_id)
+                    return
+            except Exception as exc:
+                log.warning("heartbeat of ti %s failed: %s", self._msg.ti_id, exc)
+
+    def beat(self) -> bool:
+        """One heartbeat; False if the TI is no longer running this attempt."""
+        with transaction(self._ctx.session_factory) as session:
+            result = session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.id == self._msg.ti_id,
+                    TaskInstance.attempt_id == self._msg.attempt_id,
+                    TaskInstance.state == TI.RUNNING,
+                )
+                .values(last_heartbeat_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            return bool(getattr(result, "rowcount", 0))

@@ -1,0 +1,182 @@
+"""Waking schedulers when a TaskInstance finishes or a run is triggered.
+
+A wake-up is a hint, never a message that must arrive: schedulers loop on their
+own interval anyway, and a lost wake-up costs at most one loop interval.
+`wake()` never raises; `wait()` returns True if at least one wake-up arrived and
+drains every pending one, so one wait covers a burst of finishing tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+from urllib.parse import parse_qs, urlparse
+
+import redis
+from redis.backoff import NoBackoff
+from redis.client import PubSub
+from redis.retry import Retry
+
+from scheduler.settings import Settings
+
+log = logging.getLogger("sluice.wakeup")
+
+_SOCKET_TIMEOUT = 2.0
+
+
+class Waker(Protocol):
+    def wake(self) -> None:
+        """Wake every waiting scheduler; best-effort, never raises."""
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to `timeout` seconds; True if woken (all pending wake-ups are drained)."""
+
+    def close(self) -> None:
+        """Release connections; the waker is not used afterwards."""
+
+
+class LocalWaker:
+    """An in-process waker for the embedded mode (scheduler and worker in one process).
+
+    Built on one `threading.Event`: meant for one waiting scheduler; any number of
+    threads may wake it.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        woken = self._event.wait(timeout)
+        self._event.clear()
+        return woken
+
+    def close(self) -> None:
+        self._event.set()
+
+
+def redis_db(url: str) -> int:
+    """The database number of a redis:// URL (path `/N`, or `?db=N`; 0 if absent)."""
+    parsed = urlparse(url)
+    path = parsed.path.strip("/")
+    if path.isdigit():
+        return int(path)
+    db = parse_qs(parsed.query).get("db")
+    if db and db[0].isdigit():
+        return int(db[0])
+    return 0
+
+
+def wakeup_channel(url: str, namespace: str) -> str:
+    """The pub/sub channel: pub/sub ignores db numbers, so the db is part of the name."""
+    return f"{namespace}:{redis_db(url)}:wakeup"
+
+
+class RedisWaker:
+    """Wake-ups over Redis pub/sub, across processes and hosts.
+
+    The subscription is opened on the first `wait()`; wake-ups published before it
+    are not seen. After a lost connection the next `wait()` subscribes again; while
+    Redis is down `wait()` sleeps its timeout and returns False. Not thread-safe for
+    concurrent `wait()` calls; `wake()` may be called from any thread.
+    """
+
+    def __init__(self, url: str, namespace: str) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.channel = wakeup_channel(url, namespace)
+        self._client: redis.Redis | None = None
+        self._pubsub: PubSub | None = None
+        self._lock = threading.Lock()
+
+    def _redis(self) -> redis.Redis:
+        with self._lock:
+            if self._client is None:
+                self._client = redis.Redis.from_url(
+                    self.url,
+                    socket_timeout=_SOCKET_TIMEOUT,
+                    socket_connect_timeout=_SOCKET_TIMEOUT,
+                    retry=Retry(NoBackoff(), 0),
+                    health_check_interval=30,
+                    client_name=f"{self.namespace}-waker",
+                )
+            return self._client
+
+    def wake(self) -> None:
+        try:
+            self._redis().publish(self.channel, b"1")
+        except Exception as exc:  # best-effort by contract
+            log.debug("wake-up on %s not sent: %s", self.channel, exc)
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + max(timeout, 0.0)
+        try:
+            pubsub = self._subscribed()
+            woken = False
+            while True:
+                left = deadline - time.monotonic()
+                # Once woken, only drain what is already there.
+                message = pubsub.get_message(
+                    ignore_subscribe_messages=True, timeout=0.0 if woken else max(left, 0.0)
+                )
+                if message is not None:
+                    woken = True
+                    continue
+                if woken or left <= 0:
+                    return woken
+        except Exception as exc:
+            log.debug("wake-up channel %s unavailable: %s", self.channel, exc)
+            self._drop_pubsub()
+            time.sleep(max(deadline - time.monotonic(), 0.0))
+            return False
+
+    def _subscribed(self) -> PubSub:
+        if self._pubsub is None:
+            pubsub = self._redis().pubsub()
+            try:
+                pubsub.subscribe(self.channel)
+            except Exception:
+                pubsub.close()
+                raise
+            self._pubsub = pubsub
+        return self._pubsub
+
+    def _drop_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception as exc:
+                log.debug("closing wake-up subscription: %s", exc)
+
+    def close(self) -> None:
+        self._drop_pubsub()
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+_local_wakers: dict[str, LocalWaker] = {}
+_local_lock = threading.Lock()
+
+
+def local_waker(namespace: str) -> LocalWaker:
+    """The process's LocalWaker for `namespace`: the embedded scheduler and worker share it,
+    as they share the process-wide `memory://` broker."""
+    with _local_lock:
+        waker = _local_wakers.get(namespace)
+        if waker is None:
+            waker = _local_wakers[namespace] = LocalWaker()
+        return waker
+
+
+def waker_for(settings: Settings) -> Waker:
+    """The waker of a deployment: in-process when embedded, Redis pub/sub otherwise."""
+    if settings.embedded_broker:
+        return local_waker(settings.namespace)
+    return RedisWaker(settings.broker_url, settings.namespace)

@@ -1,0 +1,249 @@
+"""BackfillJob: creates `backfill` runs for a range of dates and drives them to the end.
+
+It is a DagRunJob like the scheduler: the same claim, the same `update_state`,
+the same queue/publish path. Its runs carry `claimed_by_job_id` = its job id,
+so schedulers skip them while its heartbeat is fresh; if it dies, a scheduler
+releases them (see `queries.jobs.release_dead_jobs`) and finishes them. On
+Ctrl-C it releases them itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from scheduler.dagrun import create_dagrun
+from scheduler.db import transaction, utcnow
+from scheduler.jobs.base import DagRunJob, Publish, TickResult
+from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.settings import Settings
+from scheduler.states import (
+    RUN_TERMINAL,
+    RUN_UNFINISHED,
+    TI,
+    TI_TERMINAL,
+    DagRunState,
+    JobState,
+    RunType,
+)
+from scheduler.transitions import move_run, move_tis
+
+log = logging.getLogger("sluice.backfill")
+
+
+@dataclass
+class Progress:
+    runs_total: int = 0
+    runs_done: int = 0
+    tasks_total: int = 0
+    tasks_done: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+
+
+ProgressHook = Callable[[Progress], None]
+
+
+class BackfillJob(DagRunJob):
+    job_type = "backfill"
+
+    def __init__(
+        self,
+        settings: Settings,
+        factory: sessionmaker[Session],
+        publish: Publish,
+        waker: Any,
+        *,
+        dag_id: str,
+        dates: Sequence[dt.datetime],
+        rerun_failed: bool = False,
+        max_active_runs: int | None = None,
+        local_dag: Dag | None = None,
+        on_progress: ProgressHook | None = None,
+        clock: Callable[[], dt.datetime] = utcnow,
+    ) -> None:
+        super().__init__(settings, factory, publish, waker, clock)
+        self.dag_id = dag_id
+        self.dates = list(dates)
+        self.rerun_failed = rerun_failed
+        self.max_active_runs = max_active_runs
+        self.local_dag = local_dag
+        self.on_progress = on_progress
+        self.run_pks: list[int] = []
+        self.skipped_dates: list[dt.datetime] = []
+        self._finished = False
+
+    # -- what this job drives ----------------------------------------------------------------
+    def runs_i_drive(self, session: Session, now: dt.datetime) -> ColumnElement[bool]:
+        return DagRun.claimed_by_job_id == self.job_id
+
+    def dag_for(self, run: DagRun, dags: dict[str, Dag]) -> Dag | None:
+        return self.local_dag or dags.get(run.dag_id)
+
+    def prepare(self) -> None:
+        """Create (or, with rerun_failed, reset) one claimed backfill run per date."""
+        if self.job_id is None:
+            self.retrying(self.register)
+        now = self.clock()
+        with transaction(self.factory) as session:
+            dag = session.get(Dag, self.dag_id)
+            assert dag is not None
+            if self.local_dag is not None:
+                dag = self.local_dag
+            existing = {
+                run.logical_date: run
+                for run in session.scalars(
+                    select(DagRun).where(
+                        DagRun.dag_id == self.dag_id, DagRun.logical_date.in_(self.dates)
+                    )
+                )
+            }
+            for date in self.dates:
+                run = existing.get(date)
+                if run is None:
+                    new = create_dagrun(
+                        session,
+                        dag,
+                        run_type=RunType.BACKFILL,
+                        logical_date=date,
+                        now=now,
+                        claimed_by_job_id=self.job_id,
+                    )
+                    self.run_pks.append(new.id)
+                elif self.rerun_failed and run.state == DagRunState.FAILED:
+                    self._reset_failed(session, run, dag, now)
+                    self.run_pks.append(run.id)
+                else:
+                    self.skipped_dates.append(date)
+        log.info(
+            "backfill of %s: %d run(s), %d date(s) skipped (already have a run)",
+            self.dag_id,
+            len(self.run_pks),
+            len(self.skipped_dates),
+        )
+
+    def _reset_failed(self, session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> None:
+        tasks = dag.serialized["tasks"]
+        for ti in session.scalars(
+            select(TaskInstance).where(
+                TaskInstance.dag_run_id == run.id,
+                TaskInstance.state.in_([TI.FAILED, TI.UPSTREAM_FAILED]),
+            )
+        ):
+            retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
+            move_tis(
+                session,
+                [ti.id],
+                TI.NONE,
+                expect=[TI.FAILED, TI.UPSTREAM_FAILED],
+                now=now,
+                values={"max_tries": ti.try_number + retries + 1},
+            )
+        move_run(
+            session,
+            run.id,
+            DagRunState.QUEUED,
+            expect=[DagRunState.FAILED],
+            now=now,
+            values={"claimed_by_job_id": self.job_id},
+        )
+
+    # -- the loop ----------------------------------------------------------------------------
+    def tick(self, now: dt.datetime) -> TickResult:
+        result = TickResult()
+        self.heartbeat(now)
+        result.runs_started = self.start_own_runs(now)
+        self.examine_runs(now, result)
+        self.queue_and_publish(now, result)
+        self.sweep(now, result)
+        self.report(now)
+        return result
+
+    def done(self) -> bool:
+        return self._finished
+
+    def start_own_runs(self, now: dt.datetime) -> int:
+        with transaction(self.factory) as session:
+            dag = session.get(Dag, self.dag_id)
+            limit = self.max_active_runs or (dag.max_active_runs if dag else 16)
+            running = (
+                session.scalar(
+                    select(func.count()).where(
+                        DagRun.claimed_by_job_id == self.job_id,
+                        DagRun.state == DagRunState.RUNNING,
+                    )
+                )
+                or 0
+            )
+            room = limit - running
+            if room <= 0:
+                return 0
+            runs = session.scalars(
+                select(DagRun)
+                .where(
+                    DagRun.claimed_by_job_id == self.job_id,
+                    DagRun.state == DagRunState.QUEUED,
+                )
+                .order_by(DagRun.logical_date)
+                .limit(room)
+                .with_for_update(skip_locked=True)
+            ).all()
+            return self.start_runs(session, runs, now)
+
+    def report(self, now: dt.datetime) -> Progress:
+        with self.factory() as session:
+            run_states = session.execute(
+                select(DagRun.state, func.count())
+                .where(DagRun.id.in_(self.run_pks))
+                .group_by(DagRun.state)
+            ).all()
+            ti_states = session.execute(
+                select(TaskInstance.state, func.count())
+                .where(TaskInstance.dag_run_id.in_(self.run_pks))
+                .group_by(TaskInstance.state)
+            ).all()
+        progress = Progress(
+            runs_total=len(self.run_pks),
+            runs_done=sum(n for s, n in run_states if s in RUN_TERMINAL),
+            tasks_total=sum(n for _, n in ti_states),
+            tasks_done=sum(n for s, n in ti_states if s in TI_TERMINAL),
+            states={str(s): n for s, n in ti_states},
+        )
+        self._finished = progress.runs_done >= progress.runs_total
+        if self.on_progress is not None:
+            self.on_progress(progress)
+        return progress
+
+    def outcome(self) -> dict[str, str]:
+        """run_id → final state of every run this backfill drove."""
+        with self.factory() as session:
+            rows = session.execute(
+                select(DagRun.run_id, DagRun.state).where(DagRun.id.in_(self.run_pks))
+            ).all()
+        return {run_id: str(state) for run_id, state in rows}
+
+    def on_exit(self) -> None:
+        """Release unfinished runs to the schedulers, then close the job row."""
+        try:
+            with transaction(self.factory) as session:
+                released = session.execute(
+                    update(DagRun)
+                    .where(
+                        DagRun.claimed_by_job_id == self.job_id,
+                        DagRun.state.in_(list(RUN_UNFINISHED)),
+                    )
+                    .values(claimed_by_job_id=None)
+                    .execution_options(synchronize_session=False)
+                )
+                count = int(getattr(released, "rowcount", 0) or 0)
+            if count:
+                log.warning("released %d unfinished run(s) to the schedulers", count)
+                self.waker.wake()
+            self.finish(JobState.SUCCESS if self._finished else JobState.FAILED)
+        except Exception as exc:  # the heartbeat timeout releases them anyway
+            log.warning("could not release runs of backfill job %s: %s", self.job_id, exc)

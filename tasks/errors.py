@@ -1,0 +1,36 @@
+"""Exceptions raised by DAG authoring, loading and task execution.
+
+None of these derive from ``BaseException`` directly: a task runner that catches
+``Exception`` sees every one of them, and a worker shutdown (``SystemExit``) is
+never mistaken for one.
+"""
+
+from __future__ import annotations
+
+
+class DagDefinitionError(Exception):
+    """A DAG or task is defined wrongly; the message is one line meant for the user."""
+
+
+class Skip(Exception):
+    """Raised by a task to mark itself (and, by trigger rules, its dependents) skipped."""
+
+
+class TaskTimeout(Exception):
+    """A task ran past its ``execution_timeout``."""
+
+
+class ResultError(Exception):
+    """A task's return value cannot be stored (not JSON-serialisable, or too large)."""
+
+
+class ShellCommandError(Exception):
+    """A shell task's command exited with a non-zero code.
+
+    ``returncode`` is the exit code; ``stderr_tail`` is the last stderr line (may be empty).
+    """
+
+    def __init__(self, message: str, returncode: int, stderr_tail: str) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail

@@ -1,0 +1,204 @@
+"""Parsing DAG files in a fresh subprocess, and that subprocess's entry point.
+
+``parse_files`` runs ``python -P -m tasks.parsing`` once for a batch of files (starting an
+interpreter costs more than parsing a file). ``-P`` keeps the working directory off
+``sys.path`` so that a user's ``tasks.py`` there cannot shadow this package; our own package
+root is put on ``PYTHONPATH`` instead. The request goes in on stdin as JSON; each file's
+result comes back on stdout as one JSON line, written as soon as that file is done, so a
+crash only costs the files not reported yet. Inside, file descriptor 1 is pointed at stderr
+while user code runs: its prints never corrupt the protocol.
+
+Invariants: every path asked for gets a result; an error is one line; a file with an error
+has no DAGs; a dag_id already defined by an earlier file of the batch is an error for the
+later file. A file that kills or hangs the subprocess gets the error; the files after it
+are parsed in a new subprocess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypedDict
+
+from tasks.errors import DagDefinitionError
+from tasks.loader import load_file
+from tasks.serialize import serialize_dag
+
+log = logging.getLogger("sluice.parsing")
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+_MAX_ERROR_CHARS = 2000
+
+
+class FileResult(TypedDict):
+    """What parsing one file produced: its serialized DAGs, or a one-line error."""
+
+    dags: list[dict[str, Any]]
+    error: str | None
+
+
+def parse_files(paths: list[str], timeout: float) -> dict[str, FileResult]:
+    """Parse ``paths`` in a fresh subprocess, ``timeout`` seconds per file; keyed by path.
+
+    If the subprocess dies, or runs past ``len(batch) * timeout + 5`` seconds, the file it was
+    on gets that as its error and the files after it are parsed again in a new subprocess.
+    """
+    results: dict[str, FileResult] = {}
+    seen: dict[str, str] = {}
+    remaining = list(dict.fromkeys(paths))
+    while remaining:
+        reported, failure = _run_batch(remaining, timeout, seen)
+        results.update(reported)
+        for path, result in reported.items():
+            for dag in result["dags"]:
+                seen.setdefault(dag["dag_id"], path)
+        unreported = [p for p in remaining if p not in reported]
+        if not unreported:
+            break
+        culprit, remaining = unreported[0], unreported[1:]
+        results[culprit] = {"dags": [], "error": _one_line(failure or "not parsed")}
+    return results
+
+
+def _run_batch(
+    paths: list[str], timeout: float, seen: dict[str, str]
+) -> tuple[dict[str, FileResult], str | None]:
+    """One parser subprocess: what it reported, and why it stopped early (None if it did not)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    request = json.dumps({"paths": paths, "timeout": timeout, "seen": seen}).encode("utf-8")
+    deadline = len(paths) * timeout + 5
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "tasks.parsing"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    failure: str | None = None
+    try:
+        out, err = proc.communicate(request, timeout=deadline)
+    except subprocess.TimeoutExpired:
+        failure = f"DAG parser process hung past {deadline:g}s on this file and was killed"
+        out, err = _kill(proc)
+    reported: dict[str, FileResult] = {}
+    for line in out.decode("utf-8", errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+            reported[item["path"]] = {"dags": item["dags"], "error": item["error"]}
+        except (ValueError, KeyError, TypeError):
+            log.warning("unexpected line from the DAG parser: %.200s", line)
+    if failure is None and len(reported) < len(paths):
+        failure = f"DAG parser process exited with code {proc.returncode} on this file"
+    level = logging.WARNING if failure else logging.DEBUG
+    for line in err.decode("utf-8", errors="replace").splitlines():
+        log.log(level, "DAG parser stderr: %s", line)
+    return reported, failure
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        return proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # a grandchild outside the group holds the pipes
+        return b"", b""
+
+
+def _one_line(message: str) -> str:
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    return line if len(line) <= _MAX_ERROR_CHARS else line[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+def describe_error(exc: BaseException, path: str) -> str:
+    """One line for a failed import: "<Type>: <message> (file.py, line N)".
+
+    The location is the deepest frame of user code (not this package, not importlib):
+    the DAG file or a module it imports. A ``DagDefinitionError`` is its message alone.
+    """
+    if isinstance(exc, DagDefinitionError):
+        return _one_line(str(exc))
+    where: tuple[str, int | None] = (Path(path).name, None)
+    if isinstance(exc, SyntaxError):
+        where = (Path(exc.filename or path).name, exc.lineno)
+        message = exc.msg
+    else:
+        user_frames = [
+            f
+            for f in traceback.extract_tb(exc.__traceback__)
+            if not f.filename.startswith("<") and not f.filename.startswith(_PACKAGE_DIR)
+        ]
+        if user_frames:
+            where = (Path(user_frames[-1].filename).name, user_frames[-1].lineno)
+        message = str(exc)
+    location = f" ({where[0]}, line {where[1]})" if where[1] else f" ({where[0]})"
+    return _one_line(f"{type(exc).__name__}: {message}{location}")
+
+
+class _ParseTimeout(BaseException):
+    """Raised by SIGALRM in the parser (a BaseException: user code's ``except Exception``
+    must not swallow it)."""
+
+
+def _parse_one(path: str, timeout: float, seen: dict[str, str]) -> FileResult:
+    """Import one file under a SIGALRM ``timeout``; ``seen`` maps dag_id to the defining path."""
+    active = [True]
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        if active[0]:
+            raise _ParseTimeout
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            dags = [serialize_dag(dag) for dag in load_file(path)]
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            active[0] = False
+    except _ParseTimeout:
+        return {"dags": [], "error": f"timed out after {timeout:g}s"}
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from a DAG file is its error too
+        return {"dags": [], "error": describe_error(exc, path)}
+    for dag in dags:
+        if dag["dag_id"] in seen:
+            return {
+                "dags": [],
+                "error": f"dag_id '{dag['dag_id']}' already defined in {seen[dag['dag_id']]}",
+            }
+    for dag in dags:
+        seen[dag["dag_id"]] = path
+    return {"dags": dags, "error": None}
+
+
+def main() -> None:
+    """Subprocess entry point: JSON request on stdin, one JSON line per file on stdout."""
+    request = json.loads(sys.stdin.read())
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # user prints (Python or C level) go to stderr
+    sys.stdout = sys.stderr
+    seen: dict[str, str] = dict(request.get("seen") or {})
+    timeout = float(request["timeout"])
+    for path in request["paths"]:
+        result = _parse_one(path, timeout, seen)
+        protocol.write(json.dumps({"path": path, **result}) + "\n")
+        protocol.flush()
+    protocol.close()
+    sys.stderr.flush()
+    os._exit(0)  # do not wait for threads a DAG file may have started
+
+
+if __name__ == "__main__":
+    main()

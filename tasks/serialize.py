@@ -1,0 +1,94 @@
+"""The JSON form of a DAG (what the scheduler stores and works from) and retry delays.
+
+``serialize_dag`` is JSON-safe and deterministic: task dependency lists are sorted and task
+order is definition order. ``version_hash`` depends on everything but ``fileloc``, so moving
+a file does not count as a change while any task option change does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from tasks.dag import DAG
+from tasks.task import Task
+
+#: Cap on an exponential-backoff retry delay when the task sets no ``max_retry_delay``.
+MAX_BACKOFF_DELAY = timedelta(hours=24)
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def serialize_task(task: Task) -> dict[str, Any]:
+    """The JSON form of one task (see ``serialize_dag``)."""
+    return {
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "upstream": sorted(task.upstream_task_ids),
+        "downstream": sorted(task.downstream_task_ids),
+        "trigger_rule": str(task.trigger_rule),
+        "retries": task.retries,
+        "retry_delay": task.retry_delay.total_seconds(),
+        "retry_exponential_backoff": task.retry_exponential_backoff,
+        "max_retry_delay": _seconds(task.max_retry_delay),
+        "execution_timeout": _seconds(task.execution_timeout),
+        "queue": task.queue,
+        "pool": task.pool,
+        "pool_slots": task.pool_slots,
+        "priority_weight": task.priority_weight,
+        "is_branch": task.is_branch,
+    }
+
+
+def serialize_dag(dag: DAG) -> dict[str, Any]:
+    """The JSON form of ``dag``: schedule is null, a cron/preset string or {"seconds": s}."""
+    schedule: Any = dag.schedule
+    if isinstance(schedule, timedelta):
+        schedule = {"seconds": schedule.total_seconds()}
+    return {
+        "dag_id": dag.dag_id,
+        "fileloc": dag.fileloc,
+        "description": dag.description,
+        "schedule": schedule,
+        "start_date": _iso(dag.start_date),
+        "end_date": _iso(dag.end_date),
+        "catchup": dag.catchup,
+        "max_active_runs": dag.max_active_runs,
+        "max_active_tasks": dag.max_active_tasks,
+        "tasks": {task_id: serialize_task(t) for task_id, t in dag.tasks.items()},
+    }
+
+
+def version_hash(serialized: dict[str, Any]) -> str:
+    """sha256 hex of the canonical JSON (``sort_keys``) of ``serialized`` without fileloc."""
+    body = {k: v for k, v in serialized.items() if k != "fileloc"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def retry_delay_for(task_spec: dict[str, Any], try_number: int) -> timedelta:
+    """The wait before the next try, after try ``try_number`` (1-based) failed.
+
+    ``retry_delay``; with exponential backoff ``retry_delay * 2**(try_number-1)`` capped by
+    ``max_retry_delay``, or by 24 h if that is not set. Without backoff ``max_retry_delay``
+    still caps ``retry_delay`` (as in Airflow). No jitter: same inputs, same delay.
+    """
+    if try_number < 1:
+        raise ValueError(f"try_number starts at 1, got {try_number}")
+    seconds = float(task_spec["retry_delay"])
+    cap = task_spec.get("max_retry_delay")
+    if task_spec.get("retry_exponential_backoff"):
+        seconds *= 2.0 ** min(try_number - 1, 64)
+        if cap is None:
+            cap = MAX_BACKOFF_DELAY.total_seconds()
+    if cap is not None:
+        seconds = min(seconds, float(cap))
+    return timedelta(seconds=seconds)

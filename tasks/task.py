@@ -1,0 +1,260 @@
+"""Tasks, their options, dependencies (``>>``/``<<``) and the ``@task`` decorator.
+
+Invariants: a task belongs to exactly one DAG (``dag``), set at construction from the
+innermost ``with DAG`` block; options are validated and normalised here (timedeltas,
+``TriggerRule``); explicit options win over the DAG's ``default_args``, which win over
+``TASK_DEFAULTS``; ``upstream_task_ids``/``downstream_task_ids`` mirror each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+from tasks.dag import DAG, DAG_ID_RE, current_dag
+from tasks.errors import DagDefinitionError
+from tasks.trigger_rules import TriggerRule
+
+#: Options every task has, with their defaults (a DAG's default_args may override them).
+TASK_DEFAULTS: dict[str, Any] = {
+    "retries": 0,
+    "retry_delay": timedelta(seconds=300),
+    "retry_exponential_backoff": False,
+    "max_retry_delay": None,
+    "execution_timeout": None,
+    "queue": "default",
+    "pool": None,
+    "pool_slots": 1,
+    "priority_weight": 1,
+    "trigger_rule": TriggerRule.ALL_SUCCESS,
+}
+
+_Deps = TypeVar("_Deps", bound="Task | list[Task] | tuple[Task, ...] | set[Task]")
+
+
+def _as_timedelta(name: str, value: Any, *, optional: bool, positive: bool) -> timedelta | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = timedelta(seconds=value)
+    if not isinstance(value, timedelta):
+        raise DagDefinitionError(f"{name} must be a timedelta, got {value!r}")
+    if value < timedelta(0) or (positive and value == timedelta(0)):
+        raise DagDefinitionError(f"{name} must be {'positive' if positive else '>= 0'}")
+    return value
+
+
+def _as_int(name: str, value: Any, minimum: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DagDefinitionError(f"{name} must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise DagDefinitionError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _resolve_options(task_id: str, dag: DAG, explicit: dict[str, Any]) -> dict[str, Any]:
+    """Merge defaults, the DAG's default_args (unknown keys ignored) and explicit options."""
+    unknown = sorted(set(explicit) - set(TASK_DEFAULTS))
+    if unknown:
+        raise DagDefinitionError(f"task '{task_id}': unknown option(s) {', '.join(unknown)}")
+    merged = dict(TASK_DEFAULTS)
+    merged.update({k: v for k, v in dag.default_args.items() if k in TASK_DEFAULTS})
+    merged.update(explicit)
+    try:
+        merged["trigger_rule"] = TriggerRule(merged["trigger_rule"])
+    except ValueError:
+        rules = ", ".join(TriggerRule)
+        raise DagDefinitionError(
+            f"task '{task_id}': unknown trigger_rule {merged['trigger_rule']!r} (use {rules})"
+        ) from None
+    try:
+        merged["retries"] = _as_int("retries", merged["retries"], 0)
+        merged["pool_slots"] = _as_int("pool_slots", merged["pool_slots"], 1)
+        merged["priority_weight"] = _as_int("priority_weight", merged["priority_weight"], None)
+        merged["retry_delay"] = _as_timedelta(
+            "retry_delay", merged["retry_delay"], optional=False, positive=False
+        )
+        for name in ("max_retry_delay", "execution_timeout"):
+            merged[name] = _as_timedelta(name, merged[name], optional=True, positive=True)
+        for name in ("queue", "pool"):
+            value = merged[name]
+            if not (value is None and name == "pool") and (not isinstance(value, str) or not value):
+                raise DagDefinitionError(f"{name} must be a non-empty string, got {value!r}")
+    except DagDefinitionError as exc:
+        raise DagDefinitionError(f"task '{task_id}': {exc}") from None
+    merged["retry_exponential_backoff"] = bool(merged["retry_exponential_backoff"])
+    return merged
+
+
+def _as_tasks(other: object) -> list[Task]:
+    items = list(other) if isinstance(other, list | tuple | set | frozenset) else [other]
+    for item in items:
+        if not isinstance(item, Task):
+            raise TypeError(f"dependencies link tasks, got {type(item).__name__}: {item!r}")
+    return items  # type: ignore[return-value]
+
+
+def _link(up: Task, down: Task) -> None:
+    if up.dag is not down.dag:
+        raise DagDefinitionError(
+            f"cannot link task '{up.task_id}' of DAG '{up.dag.dag_id}' to task "
+            f"'{down.task_id}' of DAG '{down.dag.dag_id}': tasks must be in the same DAG"
+        )
+    if up is down:
+        raise DagDefinitionError(f"cycle in DAG '{up.dag.dag_id}': {up.task_id} >> {up.task_id}")
+    up.downstream_task_ids.add(down.task_id)
+    down.upstream_task_ids.add(up.task_id)
+
+
+class Task:
+    """One unit of work in a DAG: a Python callable (``kind == "python"``) or a shell command."""
+
+    kind: str = "python"
+
+    def __init__(
+        self,
+        task_id: str,
+        *,
+        python_callable: Callable[..., Any] | None = None,
+        is_branch: bool = False,
+        dag: DAG | None = None,
+        **options: Any,
+    ) -> None:
+        dag = dag if dag is not None else current_dag()
+        if dag is None:
+            raise DagDefinitionError(
+                f"task '{task_id}' is defined outside a DAG: create it inside 'with DAG(...):'"
+            )
+        if not isinstance(task_id, str) or not DAG_ID_RE.match(task_id):
+            raise DagDefinitionError(
+                f"invalid task_id {task_id!r} in DAG '{dag.dag_id}': "
+                "use 1-250 letters, digits, '_', '.' or '-'"
+            )
+        if self.kind == "python" and not callable(python_callable):
+            raise DagDefinitionError(f"task '{task_id}' needs a python_callable")
+        opts = _resolve_options(task_id, dag, options)
+        self.task_id = task_id
+        self.dag = dag
+        self.python_callable = python_callable
+        self.command: str | None = None
+        self.is_branch = bool(is_branch)
+        self.retries: int = opts["retries"]
+        self.retry_delay: timedelta = opts["retry_delay"]
+        self.retry_exponential_backoff: bool = opts["retry_exponential_backoff"]
+        self.max_retry_delay: timedelta | None = opts["max_retry_delay"]
+        self.execution_timeout: timedelta | None = opts["execution_timeout"]
+        self.queue: str = opts["queue"]
+        self.pool: str | None = opts["pool"]
+        self.pool_slots: int = opts["pool_slots"]
+        self.priority_weight: int = opts["priority_weight"]
+        self.trigger_rule: TriggerRule = opts["trigger_rule"]
+        self.upstream_task_ids: set[str] = set()
+        self.downstream_task_ids: set[str] = set()
+        dag.add_task(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.dag.dag_id}.{self.task_id}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise DagDefinitionError(
+            f"'{self.task_id}' is a task, not a function: link it with >> and read upstream "
+            f"results from context['upstream'] (call .python_callable to run the function)"
+        )
+
+    def set_downstream(self, other: Task | Iterable[Task]) -> None:
+        """Make ``other`` (a task or a list of tasks) run after this task."""
+        for down in _as_tasks(other):
+            _link(self, down)
+
+    def set_upstream(self, other: Task | Iterable[Task]) -> None:
+        """Make ``other`` (a task or a list of tasks) run before this task."""
+        for up in _as_tasks(other):
+            _link(up, self)
+
+    def __rshift__(self, other: _Deps) -> _Deps:
+        self.set_downstream(other)
+        return other
+
+    def __lshift__(self, other: _Deps) -> _Deps:
+        self.set_upstream(other)
+        return other
+
+    def __rrshift__(self, other: list[Task] | tuple[Task, ...] | set[Task]) -> Task:
+        """``[a, b] >> self``."""
+        self.set_upstream(other)
+        return self
+
+    def __rlshift__(self, other: list[Task] | tuple[Task, ...] | set[Task]) -> Task:
+        """``[a, b] << self``."""
+        self.set_downstream(other)
+        return self
+
+
+class ShellTask(Task):
+    """A task that runs ``command`` with ``/bin/sh -c``; see ``tasks.shell`` for the contract."""
+
+    kind = "shell"
+
+    def __init__(
+        self,
+        task_id: str,
+        command: str,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        *,
+        dag: DAG | None = None,
+        **options: Any,
+    ) -> None:
+        if not isinstance(command, str) or not command.strip():
+            raise DagDefinitionError(f"shell task '{task_id}' needs a non-empty command string")
+        if env is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise DagDefinitionError(f"shell task '{task_id}': env must map str to str")
+        super().__init__(task_id, dag=dag, **options)
+        self.command = command
+        self.env: dict[str, str] = dict(env or {})
+        self.cwd = cwd
+
+
+_Fn = Callable[..., Any]
+
+
+def _make_task(fn: _Fn, options: dict[str, Any], is_branch: bool) -> Task:
+    if not callable(fn):
+        raise DagDefinitionError(f"@task decorates a function, got {fn!r}")
+    task_id: Any = options.pop("task_id", None) or getattr(fn, "__name__", "")
+    return Task(task_id, python_callable=fn, is_branch=is_branch, **options)
+
+
+class _TaskDecorator:
+    """``@task``, ``@task(...)``, ``@task.branch``, ``@task.branch(...)``: each returns a Task."""
+
+    @overload
+    def __call__(self, fn: _Fn, /) -> Task: ...
+    @overload
+    def __call__(self, fn: None = None, /, **options: Any) -> Callable[[_Fn], Task]: ...
+    def __call__(self, fn: _Fn | None = None, /, **options: Any) -> Task | Callable[[_Fn], Task]:
+        return self._decorate(fn, options, is_branch=False)
+
+    @overload
+    def branch(self, fn: _Fn, /) -> Task: ...
+    @overload
+    def branch(self, fn: None = None, /, **options: Any) -> Callable[[_Fn], Task]: ...
+    def branch(self, fn: _Fn | None = None, /, **options: Any) -> Task | Callable[[_Fn], Task]:
+        """A branch task returns the downstream task id(s) to follow; the others are skipped."""
+        return self._decorate(fn, options, is_branch=True)
+
+    @staticmethod
+    def _decorate(
+        fn: _Fn | None, options: dict[str, Any], is_branch: bool
+    ) -> Task | Callable[[_Fn], Task]:
+        if fn is not None:
+            if options:
+                raise DagDefinitionError("use @task(...) with keyword options only")
+            return _make_task(fn, {}, is_branch)
+        return lambda f: _make_task(f, dict(options), is_branch)
+
+
+task = _TaskDecorator()
