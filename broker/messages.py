@@ -8,7 +8,7 @@ id, so a redelivered message and the original are the same try.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -27,15 +27,17 @@ class RunMessage:
     task_id: str
     try_number: int
     queue: str
+    trace: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The TI's `context_carrier`: sent as message headers, not in the body."""
 
     def to_kwargs(self) -> dict[str, Any]:
         """The Celery `kwargs` of the message: plain JSON types only."""
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "trace"}
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> RunMessage:
         """Parse a message body; raises MessageError on missing, extra or mistyped fields."""
-        expected = {f.name: f.type for f in fields(cls)}
+        expected = {f.name: f.type for f in fields(cls) if f.name != "trace"}
         missing = sorted(set(expected) - set(kwargs))
         extra = sorted(set(kwargs) - set(expected))
         if missing or extra:

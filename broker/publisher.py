@@ -2,7 +2,9 @@
 
 Invariants: the caller has already committed the `queued` state and the
 `attempt_id` of every message (publish after commit); the Celery task id is the
-`attempt_id`, so a republished message is the same try. A batch goes through one
+`attempt_id`, so a republished message is the same try. The TI's span travels
+in the message headers (W3C `traceparent`, by OTEL_PROPAGATORS) so the worker's
+spans are its children. A batch goes through one
 producer (one connection checkout). Broker errors propagate: the caller decides
 (the queued sweep republishes what never arrived).
 """
@@ -16,6 +18,7 @@ from celery import Celery
 from broker.app import settings_of
 from broker.messages import RunMessage
 from broker.queues import RUN_TASK_NAME, celery_queue
+from scheduler.tracing import context_headers
 
 
 def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
@@ -31,4 +34,5 @@ def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
                 task_id=message.attempt_id,
                 queue=celery_queue(namespace, message.queue),
                 producer=producer,
+                headers=context_headers(message.trace) if message.trace else None,
             )

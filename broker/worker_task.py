@@ -22,6 +22,7 @@ from broker.app import settings_of
 from broker.messages import RunMessage
 from broker.queues import RUN_TASK_NAME
 from broker.runner import WorkerContext, run_task_instance
+from broker.tracing import annotate
 from broker.wakeup import waker_for
 from scheduler.db import make_engine, make_session_factory
 from scheduler.settings import Settings
@@ -39,7 +40,11 @@ def register(app: Celery) -> None:
     @app.task(name=RUN_TASK_NAME, bind=True, acks_late=True, ignore_result=True, shared=False)
     def run_task_instance_task(self: Task, **kwargs: Any) -> str:
         msg = RunMessage.from_kwargs(kwargs)
-        return run_task_instance(context_for(self.app), msg).value
+        context = context_for(self.app)
+        annotate(msg, hostname=context.hostname)
+        outcome = run_task_instance(context, msg)
+        annotate(msg, state=outcome.value)
+        return outcome.value
 
 
 def install_context(app: Celery, context: WorkerContext) -> None:

@@ -45,8 +45,12 @@ def queue_scheduled(
     now: dt.datetime,
     runs: ColumnElement[bool],
     limit: int = 512,
+    with_trace: bool = False,
 ) -> list[RunMessage]:
-    """Queue as many scheduled TIs (of runs matching `runs`) as pools and limits allow."""
+    """Queue as many scheduled TIs (of runs matching `runs`) as pools and limits allow.
+
+    With `with_trace`, each message carries its TI's span carrier for the headers.
+    """
     slots = lock_pools(session)
     candidates = lock_scheduled_tis(session, limit, runs)
     if not candidates:
@@ -81,6 +85,7 @@ def queue_scheduled(
                 task_id=row.task_id,
                 try_number=row.try_number + 1,
                 queue=row.queue,
+                trace=row.context_carrier if with_trace else {},
             )
         )
     queue_tis(session, assignments, now=now, job_id=job_id)
@@ -165,4 +170,5 @@ def message_for(ti: TaskInstance) -> RunMessage:
         task_id=ti.task_id,
         try_number=ti.try_number,
         queue=ti.queue,
+        trace=ti.context_carrier,
     )

@@ -96,8 +96,11 @@ SPAN_MOVES: dict[SpanStatus, frozenset[SpanStatus]] = {
         {SpanStatus.ENDED, SpanStatus.SHOULD_END, SpanStatus.NEEDS_CONTINUANCE}
     ),
     SpanStatus.SHOULD_END: frozenset({SpanStatus.ENDED}),
-    SpanStatus.NEEDS_CONTINUANCE: frozenset({SpanStatus.ACTIVE, SpanStatus.ENDED}),
-    SpanStatus.ENDED: frozenset({SpanStatus.NOT_STARTED}),
+    SpanStatus.NEEDS_CONTINUANCE: frozenset(
+        {SpanStatus.ACTIVE, SpanStatus.SHOULD_END, SpanStatus.ENDED}
+    ),
+    # A cleared TI gets new span ids; a cleared run continues its ended span.
+    SpanStatus.ENDED: frozenset({SpanStatus.NOT_STARTED, SpanStatus.NEEDS_CONTINUANCE}),
 }
 
 
@@ -113,6 +116,11 @@ def check_ti_move(old: TaskInstanceState, new: TaskInstanceState) -> None:
 def check_run_move(old: DagRunState, new: DagRunState) -> None:
     if new not in RUN_MOVES[old]:
         raise IllegalMove(f"dag run cannot move from {old} to {new}")
+
+
+def check_span_move(old: SpanStatus, new: SpanStatus) -> None:
+    if new not in SPAN_MOVES[old]:
+        raise IllegalMove(f"span cannot move from {old} to {new}")
 
 
 def sources_of(new: TaskInstanceState) -> frozenset[TaskInstanceState]:

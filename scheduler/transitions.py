@@ -21,8 +21,10 @@ from scheduler.states import (
     TI,
     TI_TERMINAL,
     DagRunState,
+    SpanStatus,
     TaskInstanceState,
     check_run_move,
+    check_span_move,
     check_ti_move,
 )
 
@@ -153,3 +155,28 @@ def queue_tis(
         )
     )
     session.execute(stmt, [{"b_id": i, "b_attempt": a} for i, a in assignments])
+
+
+def move_spans(
+    session: Session,
+    model: type[DagRun] | type[TaskInstance],
+    ids: Collection[int],
+    new: SpanStatus,
+    *,
+    expect: Iterable[SpanStatus],
+    values: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """Compare-and-set the `span_status` of DagRuns or TaskInstances; return the ids moved."""
+    expected = frozenset(expect)
+    for old in expected:
+        check_span_move(old, new)
+    if not ids:
+        return []
+    stmt = (
+        update(model)
+        .where(model.id.in_(list(ids)), model.span_status.in_(list(expected)))
+        .values(span_status=new, **(values or {}))
+        .returning(model.id)
+        .execution_options(synchronize_session=False)
+    )
+    return list(session.scalars(stmt))

@@ -100,6 +100,11 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
     if not dates:
         raise CliError(f"no logical date of {args.dag_id!r}'s schedule between {start} and {end}")
 
+    from scheduler.tracing import Tracing
+
+    tracing = Tracing("sluice-backfill")
+    if args.local:
+        tracing.install_global()  # task code runs here: its spans nest under the TI spans
     executor: ThreadPoolExecutor | None = None
     if args.local:
         waker: Any = LocalWaker()
@@ -142,6 +147,7 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
             max_active_runs=args.max_active_runs,
             local_dag=local,
             on_progress=on_progress,
+            tracing=tracing,
         )
         install_stop_handlers(job)
         job.prepare()
@@ -186,9 +192,12 @@ def local_publisher(
         pid=os.getpid(),
     )
 
+    from broker.tracing import run_span
+
     def run_one(message: Any) -> None:
         try:
-            run_task_instance(ctx, message)
+            with run_span(message):
+                run_task_instance(ctx, message)
         except Exception:
             log.exception("running %s locally failed", message.task_id)
 

@@ -64,7 +64,15 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
 
     app = create_app(cli.settings)
     waker = waker_for(cli.settings)
-    job = SchedulerJob(cli.settings, cli.factory, lambda messages: publish(app, messages), waker)
+    from scheduler.tracing import Tracing
+
+    job = SchedulerJob(
+        cli.settings,
+        cli.factory,
+        lambda messages: publish(app, messages),
+        waker,
+        tracing=Tracing("sluice-scheduler"),
+    )
     install_stop_handlers(job)
     try:
         job.run(num_loops=args.num_loops)

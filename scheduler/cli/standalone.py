@@ -70,11 +70,20 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
             )
             run_pk = run.id
         log.info("triggered %s %s", args.trigger, run.run_id)
+    from broker.tracing import instrument_celery
+    from scheduler.tracing import Tracing
+
+    tracing = Tracing("sluice-standalone")
+    instrument_celery(tracing)  # the worker runs in this process
     embedded = EmbeddedBroker(cli.settings)
     embedded.start(all_queues(cli), args.concurrency)
     waker = waker_for(cli.settings)
     job = SchedulerJob(
-        cli.settings, cli.factory, lambda messages: publish(embedded.app, messages), waker
+        cli.settings,
+        cli.factory,
+        lambda messages: publish(embedded.app, messages),
+        waker,
+        tracing=tracing,
     )
     install_stop_handlers(job)
     done = threading.Event()

@@ -32,6 +32,7 @@ from scheduler.states import (
     JobState,
     RunType,
 )
+from scheduler.tracing import Tracing
 from scheduler.transitions import move_run, move_tis
 
 log = logging.getLogger("sluice.backfill")
@@ -66,8 +67,9 @@ class BackfillJob(DagRunJob):
         local_dag: Dag | None = None,
         on_progress: ProgressHook | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
+        tracing: Tracing | None = None,
     ) -> None:
-        super().__init__(settings, factory, publish, waker, clock)
+        super().__init__(settings, factory, publish, waker, clock, tracing)
         self.dag_id = dag_id
         self.dates = list(dates)
         self.rerun_failed = rerun_failed
@@ -161,6 +163,7 @@ class BackfillJob(DagRunJob):
         self.examine_runs(now, result)
         self.queue_and_publish(now, result)
         self.sweep(now, result)
+        self.end_owned_spans(now)
         self.report(now)
         return result
 
@@ -244,6 +247,9 @@ class BackfillJob(DagRunJob):
             if count:
                 log.warning("released %d unfinished run(s) to the schedulers", count)
                 self.waker.wake()
+            self.suspend_spans()
             self.finish(JobState.SUCCESS if self._finished else JobState.FAILED)
         except Exception as exc:  # the heartbeat timeout releases them anyway
             log.warning("could not release runs of backfill job %s: %s", self.job_id, exc)
+        finally:
+            self.tracing.shutdown()

@@ -23,13 +23,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from broker.messages import RunMessage
 from broker.wakeup import Waker
+from scheduler import spans
 from scheduler.dagrun import update_state
 from scheduler.db import transaction, utcnow
 from scheduler.models import Dag, DagRun, Job
 from scheduler.queries.runs import claim_runs_to_examine, dags_by_id, live_job_ids
 from scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from scheduler.settings import Settings
-from scheduler.states import DagRunState, JobState
+from scheduler.states import DagRunState, JobState, SpanStatus
+from scheduler.tracing import Tracing
 
 log = logging.getLogger("sluice.job")
 
@@ -65,7 +67,9 @@ class DagRunJob:
         publish: Publish,
         waker: Waker,
         clock: Callable[[], dt.datetime] = utcnow,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing = tracing or Tracing("sluice", env={})
         self.settings = settings
         self.factory = factory
         self.publish = publish
@@ -110,9 +114,28 @@ class DagRunJob:
 
     def on_exit(self) -> None:
         try:
+            self.suspend_spans()
             self.finish(JobState.SUCCESS)
         except DBAPIError as exc:
             log.warning("could not mark job %s finished: %s", self.job_id, exc)
+        finally:
+            self.tracing.shutdown()
+
+    def suspend_spans(self) -> None:
+        """End the spans this job owns; unfinished ones are continued by the next driver."""
+        if not self.tracing.enabled or self.job_id is None:
+            return
+        now = self.clock()
+        with transaction(self.factory) as session:
+            count = spans.suspend_owned_spans(session, self.tracing, self.job_id, now)
+        if count:
+            log.info("ended the spans of %d unfinished run(s) for continuance", count)
+
+    def end_owned_spans(self, now: dt.datetime) -> None:
+        if not self.tracing.enabled:
+            return
+        with transaction(self.factory) as session:
+            spans.end_owned_spans(session, self.tracing, self.job_id, now)
 
     def retrying(self, step: Callable[[], object]) -> None:
         backoff = 0.5
@@ -188,11 +211,17 @@ class DagRunJob:
         with transaction(self.factory) as session:
             runs = self.claim_runs(session, now, limit)
             dags = dags_by_id(session, [run.dag_id for run in runs])
+            tracing = self.tracing.enabled
             for run in runs:
                 dag = self.dag_for(run, dags)
                 if dag is None:
                     continue
+                if tracing and run.span_status == SpanStatus.NEEDS_CONTINUANCE:
+                    spans.continue_run(session, run, self.job_id, now)
                 decision = update_state(session, run, dag, now)
+                if tracing:
+                    finished = None if decision.finished is None else str(decision.finished)
+                    spans.finish_spans(session, self.tracing, run, self.job_id, now, finished)
                 result.tis_scheduled += len(decision.scheduled)
                 if decision.finished is not None:
                     result.runs_finished += 1
@@ -203,8 +232,14 @@ class DagRunJob:
     def queue_and_publish(self, now: dt.datetime, result: TickResult) -> None:
         with transaction(self.factory) as session:
             messages = queue_scheduled(
-                session, job_id=self.job_id, now=now, runs=self.runs_i_drive(session, now)
+                session,
+                job_id=self.job_id,
+                now=now,
+                runs=self.runs_i_drive(session, now),
+                with_trace=self.tracing.enabled,
             )
+            if self.tracing.enabled and messages:
+                spans.start_ti_spans(session, [m.ti_id for m in messages], now)
         result.tis_queued += len(messages)
         self.send(messages)
 
@@ -246,13 +281,16 @@ class DagRunJob:
 
         started = 0
         for run in runs:
+            values: dict[str, object] = {"started_by_job_id": self.job_id}
+            if self.tracing.enabled:
+                values.update(spans.start_run_span(run, now))
             if move_run(
                 session,
                 run.id,
                 DagRunState.RUNNING,
                 expect=[DagRunState.QUEUED],
                 now=now,
-                values={"started_by_job_id": self.job_id},
+                values=values,
             ):
                 started += 1
         return started

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from scheduler import spans
 from scheduler.dagbag import next_run_fields, sync_dag_folder
 from scheduler.dagrun import RunExists, create_dagrun
 from scheduler.db import transaction
@@ -45,6 +46,7 @@ class SchedulerJob(DagRunJob):
         self.queue_and_publish(now, result)
         self.sweep(now, result)
         self.release_dead_jobs(now)
+        self.end_owned_spans(now)
         return result
 
     def refresh_dags(self, now: dt.datetime, *, force: bool = False) -> None:
@@ -123,5 +125,8 @@ class SchedulerJob(DagRunJob):
         self._last_release = now
         cutoff = now - dt.timedelta(seconds=self.settings.heartbeat_timeout)
         with transaction(self.factory) as session:
-            for job_id, runs in release_dead_jobs(session, cutoff, now).items():
+            released = release_dead_jobs(session, cutoff, now)
+            for job_id, runs in released.items():
                 log.warning("job %s stopped heartbeating: released its %d run(s)", job_id, runs)
+            if released:
+                spans.adopt_spans_of_dead(session, list(released), self.job_id)

@@ -54,6 +54,7 @@ def lock_scheduled_tis(session: Session, limit: int, runs: ColumnElement[bool]) 
             TaskInstance.queue,
             TaskInstance.pool,
             TaskInstance.pool_slots,
+            TaskInstance.context_carrier,
         )
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .where(TaskInstance.state == TI.SCHEDULED, DagRun.state == DagRunState.RUNNING, runs)

@@ -1,0 +1,92 @@
+"""A small OTLP/HTTP trace receiver for tests: decodes ExportTraceServiceRequest bodies."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    trace_id: str
+    span_id: str
+    parent_id: str
+    name: str
+    service: str
+    attributes: dict[str, Any] = field(hash=False, compare=False)
+    start_ns: int = 0
+    end_ns: int = 0
+
+
+def _value(any_value: Any) -> Any:
+    kind = any_value.WhichOneof("value")
+    return getattr(any_value, kind) if kind else None
+
+
+class OtlpReceiver:
+    """Collects every span POSTed to /v1/traces; `endpoint` is what OTEL_* variables need."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReceivedSpan] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                receiver._add(request)
+                payload = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _add(self, request: ExportTraceServiceRequest) -> None:
+        found: list[ReceivedSpan] = []
+        for resource_spans in request.resource_spans:
+            service = next(
+                (_value(a.value) for a in resource_spans.resource.attributes
+                 if a.key == "service.name"), "",
+            )
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    found.append(ReceivedSpan(
+                        trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
+                        parent_id=span.parent_span_id.hex(), name=span.name, service=service,
+                        attributes={a.key: _value(a.value) for a in span.attributes},
+                        start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
+                    ))
+        with self._lock:
+            self.spans.extend(found)
+
+    def trace(self, trace_id: str) -> list[ReceivedSpan]:
+        with self._lock:
+            return [s for s in self.spans if s.trace_id == trace_id]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

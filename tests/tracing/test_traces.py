@@ -1,0 +1,197 @@
+"""Every DAG run is one trace, whichever scheduler starts, ends or loses it.
+
+Real `sluice scheduler` and `sluice worker` processes export to a small OTLP/HTTP
+receiver running in the test; the checks are on what they exported.
+"""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.procs import Sluice, wait_until
+from tests.tracing.otlp_receiver import OtlpReceiver, ReceivedSpan
+
+DAG_FILE = """
+import time
+from opentelemetry import trace
+from tasks import DAG, task
+
+with DAG("traced", schedule=None) as dag:
+    @task
+    def first():
+        with trace.get_tracer("user.code").start_as_current_span("user work"):
+            time.sleep(0.01)
+        return 1
+
+    @task
+    def slow():
+        time.sleep({sleep})
+
+    @task
+    def last():
+        return 2
+
+    first >> slow >> last
+"""
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    r = OtlpReceiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def traced(sluice: Sluice, receiver: OtlpReceiver) -> Sluice:
+    sluice.extra_env.update(
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+    )
+    return sluice
+
+
+def run_row(sluice: Sluice, run_id: str) -> dict:
+    engine = create_engine(sluice.database_url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                text("SELECT context_carrier, span_status, started_by_job_id FROM dag_run "
+                     "WHERE run_id = :r"), {"r": run_id},
+            ).one()
+    finally:
+        engine.dispose()
+    carrier = row[0] if isinstance(row[0], dict) else __import__("json").loads(row[0])
+    return {"carrier": carrier, "span_status": row[1], "owner": row[2]}
+
+
+def scheduler_job_ids(sluice: Sluice) -> list[int]:
+    engine = create_engine(sluice.database_url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(
+                "SELECT id FROM job WHERE job_type = 'scheduler' ORDER BY id")).scalars())
+    finally:
+        engine.dispose()
+
+
+def check_one_tree(receiver: OtlpReceiver, trace_id: str, tasks: list[str]) -> list[ReceivedSpan]:
+    """One root (the run span), no missing parent, user spans under their task's span."""
+
+    def complete() -> list[ReceivedSpan] | None:
+        spans = receiver.trace(trace_id)
+        names = {s.name.split(" continued")[0].split(" recreated")[0] for s in spans}
+        wanted = {"dag_run traced"} | {f"task {t}" for t in tasks} | {"user work"}
+        return spans if wanted <= names else None
+
+    spans = wait_until(complete, timeout=30)
+    by_id = {s.span_id: s for s in spans}
+    roots = {s.span_id for s in spans if not s.parent_id}
+    assert len(roots) == 1, f"roots: {[by_id[r].name for r in roots]}"
+    assert by_id[roots.pop()].name.startswith("dag_run traced")
+    orphans = [s.name for s in spans if s.parent_id and s.parent_id not in by_id]
+    assert not orphans, f"spans whose parent is missing: {orphans}"
+
+    def ancestors(span: ReceivedSpan) -> list[str]:
+        names = []
+        while span.parent_id:
+            span = by_id[span.parent_id]
+            names.append(span.name)
+        return names
+
+    user = next(s for s in spans if s.name == "user work")
+    assert any(n.startswith("task first") for n in ancestors(user)), ancestors(user)
+    for t in tasks:
+        task_span = next(s for s in spans if s.name.startswith(f"task {t}"))
+        assert task_span.attributes["task_id"] == t
+        assert task_span.attributes["dag_id"] == "traced"
+        assert {"run_id", "try_number", "attempt_id", "queue", "state"} <= set(
+            task_span.attributes)
+    workers = [s for s in spans if s.service == "sluice-worker"]
+    assert workers and all(w.trace_id == trace_id for w in workers)
+    return spans
+
+
+def write_dag(sluice: Sluice, sleep: float) -> None:
+    (sluice.dags_folder / "traced.py").write_text(textwrap.dedent(DAG_FILE.format(sleep=sleep)))
+
+
+def test_one_scheduler_one_worker(traced: Sluice, receiver: OtlpReceiver) -> None:
+    write_dag(traced, 0.05)
+    traced.scheduler()
+    traced.worker()
+    run_id = traced.trigger("traced")
+    assert traced.wait_run("traced", run_id) == "success"
+    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
+    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    run_span = next(s for s in spans if not s.parent_id)
+    assert run_span.attributes["run_id"] == run_id and run_span.attributes["state"] == "success"
+
+
+def start_owner(traced: Sluice, sleep: float) -> tuple[object, str]:
+    """Scheduler A starts a run; returns (A, run_id) once a task of it is running."""
+    write_dag(traced, sleep)
+    a = traced.scheduler()
+    traced.worker()
+    run_id = traced.trigger("traced")
+    wait_until(lambda: traced.task_states("traced", run_id)["slow"]["state"] == "running",
+               timeout=30)
+    assert run_row(traced, run_id)["owner"] == scheduler_job_ids(traced)[0]
+    return a, run_id
+
+
+def test_paused_owner_ends_its_span_after_another_finishes(
+    traced: Sluice, receiver: OtlpReceiver
+) -> None:
+    traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "60"  # A is paused, not dead
+    a, run_id = start_owner(traced, sleep=1.0)
+    traced.scheduler()  # B
+    a.send_signal(signal.SIGSTOP)  # type: ignore[attr-defined]
+    try:
+        assert traced.wait_run("traced", run_id, timeout=60) == "success"
+        wait_until(lambda: run_row(traced, run_id)["span_status"] == "should_end", timeout=20)
+    finally:
+        a.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
+    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
+    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+
+
+def test_sigterm_owner_leaves_continued_spans(traced: Sluice, receiver: OtlpReceiver) -> None:
+    a, run_id = start_owner(traced, sleep=2.0)
+    traced.stop(a)  # SIGTERM: ends its spans, marks them needs_continuance
+    assert run_row(traced, run_id)["span_status"] == "needs_continuance"
+    traced.scheduler()  # B continues
+    assert traced.wait_run("traced", run_id, timeout=60) == "success"
+    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
+    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    names = [s.name for s in spans]
+    assert "scheduler exited" in names
+    assert "dag_run traced continued" in names and "task slow continued" in names
+    last = next(s for s in spans if s.name == "task last")
+    continued = next(s for s in spans if s.name == "dag_run traced continued")
+    assert last.parent_id == continued.span_id  # the rest of the run nests under it
+
+
+def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceiver) -> None:
+    traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "3"
+    a, run_id = start_owner(traced, sleep=2.0)
+    first_span_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[2]
+    a.send_signal(signal.SIGKILL)  # type: ignore[attr-defined]
+    a.wait()  # type: ignore[attr-defined]
+    traced.scheduler()  # B
+    assert traced.wait_run("traced", run_id, timeout=60) == "success"
+    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=30)
+    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    root = next(s for s in spans if not s.parent_id)
+    assert root.name == "dag_run traced recreated" and root.span_id == first_span_id
+    assert any(s.name == "task slow recreated" for s in spans)
