@@ -24,10 +24,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from broker.messages import RunMessage
 from broker.wakeup import Waker
 from scheduler import spans
+from scheduler.dag_cache import SerializedDagCache
 from scheduler.dagrun import update_state
 from scheduler.db import transaction, utcnow
 from scheduler.models import Dag, DagRun, Job
-from scheduler.queries.runs import claim_runs_to_examine, dags_by_id, live_job_ids
+from scheduler.queries.runs import claim_runs_to_examine, live_job_ids
 from scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from scheduler.settings import Settings
 from scheduler.states import DagRunState, JobState, SpanStatus
@@ -70,6 +71,7 @@ class DagRunJob:
         tracing: Tracing | None = None,
     ) -> None:
         self.tracing = tracing or Tracing("sluice", env={})
+        self.dag_cache = SerializedDagCache()
         self.settings = settings
         self.factory = factory
         self.publish = publish
@@ -210,7 +212,7 @@ class DagRunJob:
         limit = self.settings.runs_per_loop
         with transaction(self.factory) as session:
             runs = self.claim_runs(session, now, limit)
-            dags = dags_by_id(session, [run.dag_id for run in runs])
+            dags = self.dag_cache.get_many(session, [run.dag_id for run in runs])
             tracing = self.tracing.enabled
             for run in runs:
                 dag = self.dag_for(run, dags)

@@ -1,0 +1,36 @@
+"""Serialized DAGs cached by version hash, so a loop does not re-read them unchanged.
+
+A big DAG's serialized form is megabytes of JSON: the cache asks the database
+only for `(dag_id, version_hash)` and fetches a DAG's row again only when its
+hash changed. Cached rows are detached copies: read them, never write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from scheduler.models import Dag
+
+
+class SerializedDagCache:
+    def __init__(self) -> None:
+        self._rows: dict[str, Dag] = {}
+
+    def get_many(self, session: Session, dag_ids: Iterable[str]) -> dict[str, Dag]:
+        """The Dag rows of `dag_ids` (missing ones left out), fresh as of their hash."""
+        wanted = sorted(set(dag_ids))
+        if not wanted:
+            return {}
+        rows = session.execute(select(Dag.dag_id, Dag.version_hash).where(Dag.dag_id.in_(wanted)))
+        hashes: dict[str, str] = {dag_id: version for dag_id, version in rows}
+        stale = [
+            d for d, h in hashes.items() if d not in self._rows or self._rows[d].version_hash != h
+        ]
+        if stale:
+            for row in session.scalars(select(Dag).where(Dag.dag_id.in_(stale))):
+                session.expunge(row)
+                self._rows[row.dag_id] = row
+        return {d: self._rows[d] for d in hashes if d in self._rows}
