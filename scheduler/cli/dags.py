@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
+from scheduler import operations
 from scheduler.cli.context import Cli, CliError, iso, parse_conf, parse_date
 from scheduler.dagrun import RunExists, create_dagrun
 from scheduler.db import transaction, utcnow
@@ -107,13 +108,7 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def wake_schedulers(cli: Cli) -> None:
-    from broker.wakeup import waker_for
-
-    waker = waker_for(cli.settings)
-    try:
-        waker.wake()
-    finally:
-        waker.close()
+    operations.wake_schedulers(cli.settings)
 
 
 def state(cli: Cli, args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from scheduler.cli import backfill, dags, services, standalone, tasks_cmd
+from scheduler.cli import backfill, dags, services, standalone, status, tasks_cmd
 from scheduler.cli.context import Cli, CliError
 from scheduler.migrate import SchemaNotReady
 from scheduler.settings import ConfigError, Settings
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks_cmd.add_parsers(sub)
     standalone.add_parsers(sub)
     backfill.add_parsers(sub)
+    status.add_parsers(sub)
     return parser
 
 

@@ -23,6 +23,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("scheduler", help="run one scheduler (run as many as you like)")
     p.add_argument("--num-loops", type=int, default=None)
+    p.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port"
+    )
     p.set_defaults(func=scheduler)
 
     p = sub.add_parser("worker", help="run a Celery worker serving Sluice queues")
@@ -64,14 +67,17 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
 
     app = create_app(cli.settings)
     waker = waker_for(cli.settings)
+    from scheduler.metrics import SchedulerMetrics
     from scheduler.tracing import Tracing
 
+    metrics = SchedulerMetrics(cli.settings, cli.factory, args.metrics_port)
     job = SchedulerJob(
         cli.settings,
         cli.factory,
         lambda messages: publish(app, messages),
         waker,
         tracing=Tracing("sluice-scheduler"),
+        metrics=metrics,
     )
     install_stop_handlers(job)
     try:

@@ -13,10 +13,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.cli.context import Cli, CliError, iso
+from scheduler.cli.explain_cmd import add_explain_parser
 from scheduler.db import transaction, utcnow
 from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.states import TI, DagRunState
-from scheduler.transitions import move_run, move_tis
+from scheduler.operations import (  # noqa: F401 - downstream_closure is re-exported
+    UnknownTask,
+    clear_task_instances,
+    downstream_closure,
+    wake_schedulers,
+)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", action="append", dest="task_ids", metavar="TASK_ID")
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
     p.set_defaults(func=clear)
+    add_explain_parser(cmds)
 
 
 def ti_rows(session: Session, run: DagRun) -> list[dict[str, Any]]:
@@ -85,55 +91,18 @@ def states(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
-def downstream_closure(spec: dict[str, Any], roots: Sequence[str]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        task_id = stack.pop()
-        if task_id in seen:
-            continue
-        seen.add(task_id)
-        stack.extend(spec["tasks"].get(task_id, {}).get("downstream", []))
-    return seen
-
-
 def clear(cli: Cli, args: argparse.Namespace) -> int:
     now = utcnow()
     with transaction(cli.factory) as session:
         run = cli.get_run(session, args.dag_id, args.run_id)
         dag = session.get(Dag, args.dag_id)
         assert dag is not None
-        tasks = dag.serialized["tasks"]
-        wanted = set(args.task_ids or [])
-        unknown = sorted(wanted - set(tasks))
-        if unknown:
-            raise CliError(f"DAG {args.dag_id!r} has no task {unknown[0]!r}")
-        if wanted and args.downstream:
-            wanted = downstream_closure(dag.serialized, sorted(wanted))
-        tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
-        chosen = [ti for ti in tis if not wanted or ti.task_id in wanted]
-        cleared = 0
-        for ti in chosen:
-            retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
-            cleared += len(
-                move_tis(
-                    session,
-                    [ti.id],
-                    TI.NONE,
-                    expect=[s for s in TI if s is not TI.NONE],
-                    now=now,
-                    values={"max_tries": ti.try_number + retries + 1},
-                )
+        try:
+            cleared = clear_task_instances(
+                session, run, dag, args.task_ids, downstream=args.downstream, now=now
             )
-        move_run(
-            session,
-            run.id,
-            DagRunState.QUEUED,
-            expect=[DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.RUNNING],
-            now=now,
-        )
-    from scheduler.cli.dags import wake_schedulers
-
-    wake_schedulers(cli)
+        except UnknownTask as exc:
+            raise CliError(str(exc)) from None
+    wake_schedulers(cli.settings)
     print(f"cleared {cleared} task instance(s) of {args.dag_id} {args.run_id}")
     return 0

@@ -253,3 +253,4 @@ class BackfillJob(DagRunJob):
             log.warning("could not release runs of backfill job %s: %s", self.job_id, exc)
         finally:
             self.tracing.shutdown()
+            self.metrics.shutdown()

@@ -27,6 +27,7 @@ from scheduler import spans
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.dagrun import update_state
 from scheduler.db import transaction, utcnow
+from scheduler.metrics import SchedulerMetrics
 from scheduler.models import Dag, DagRun, Job
 from scheduler.queries.runs import claim_runs_to_examine, live_job_ids
 from scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
@@ -51,6 +52,7 @@ class TickResult:
     tis_queued: int = 0
     tis_requeued: int = 0
     dead_tis: int = 0
+    dead_jobs: int = 0
     more_runs: bool = False
 
     @property
@@ -69,8 +71,10 @@ class DagRunJob:
         waker: Waker,
         clock: Callable[[], dt.datetime] = utcnow,
         tracing: Tracing | None = None,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.tracing = tracing or Tracing("sluice", env={})
+        self.metrics = metrics or SchedulerMetrics.disabled()
         self.dag_cache = SerializedDagCache()
         self.settings = settings
         self.factory = factory
@@ -100,7 +104,9 @@ class DagRunJob:
             while not self.stopping and (num_loops is None or loops < num_loops):
                 loops += 1
                 try:
+                    started = time.perf_counter()
                     result = self.tick(self.clock())
+                    self.metrics.record_tick(result, time.perf_counter() - started)
                     backoff = 0.5
                     if self.done():
                         break
@@ -122,6 +128,7 @@ class DagRunJob:
             log.warning("could not mark job %s finished: %s", self.job_id, exc)
         finally:
             self.tracing.shutdown()
+            self.metrics.shutdown()
 
     def suspend_spans(self) -> None:
         """End the spans this job owns; unfinished ones are continued by the next driver."""
@@ -243,6 +250,7 @@ class DagRunJob:
             if self.tracing.enabled and messages:
                 spans.start_ti_spans(session, [m.ti_id for m in messages], now)
         result.tis_queued += len(messages)
+        self.metrics.observe_queued(messages, now)
         self.send(messages)
 
     def send(self, messages: Sequence[RunMessage]) -> None:

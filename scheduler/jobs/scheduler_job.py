@@ -45,7 +45,7 @@ class SchedulerJob(DagRunJob):
         self.examine_runs(now, result)
         self.queue_and_publish(now, result)
         self.sweep(now, result)
-        self.release_dead_jobs(now)
+        self.release_dead_jobs(now, result)
         self.end_owned_spans(now)
         return result
 
@@ -117,7 +117,7 @@ class SchedulerJob(DagRunJob):
                 started += self.start_runs(session, runs, now)
         return started
 
-    def release_dead_jobs(self, now: dt.datetime) -> None:
+    def release_dead_jobs(self, now: dt.datetime, result: TickResult) -> None:
         """Jobs whose heartbeat stopped are marked failed and their runs released (SKIP LOCKED)."""
         last = getattr(self, "_last_release", None)
         if last is not None and (now - last).total_seconds() < self.settings.heartbeat_timeout / 4:
@@ -126,6 +126,7 @@ class SchedulerJob(DagRunJob):
         cutoff = now - dt.timedelta(seconds=self.settings.heartbeat_timeout)
         with transaction(self.factory) as session:
             released = release_dead_jobs(session, cutoff, now)
+            result.dead_jobs = len(released)
             for job_id, runs in released.items():
                 log.warning("job %s stopped heartbeating: released its %d run(s)", job_id, runs)
             if released:

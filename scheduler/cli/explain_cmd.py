@@ -1,0 +1,93 @@
+"""`sluice tasks explain DAG_ID RUN_ID TASK_ID [--json]`: why a TI is in its state.
+
+Reads only (two short read sessions: the TI's state, then the explanation); the
+workers are asked which queues they serve, through the broker, only while the TI
+can still wait for one (none, scheduled, queued, up_for_retry), outside any
+database transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.markup import escape
+from sqlalchemy import select
+
+from scheduler.cli.context import Cli, CliError
+from scheduler.db import utcnow
+from scheduler.explain import ExplainError, Explanation, explain_ti
+from scheduler.models import DagRun, TaskInstance
+from scheduler.states import TI
+
+ASK_WORKERS = frozenset({TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.UP_FOR_RETRY})
+
+
+def add_explain_parser(tasks_subparsers: argparse._SubParsersAction) -> None:
+    p = tasks_subparsers.add_parser("explain", help="why a task instance is in its state")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("task_id")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--workers-timeout",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long to wait for workers to say which queues they serve (0: do not ask)",
+    )
+    p.set_defaults(func=explain)
+
+
+def explain(cli: Cli, args: argparse.Namespace) -> int:
+    with cli.factory() as session:
+        state = session.scalar(
+            select(TaskInstance.state)
+            .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+            .where(
+                DagRun.dag_id == args.dag_id,
+                DagRun.run_id == args.run_id,
+                TaskInstance.task_id == args.task_id,
+            )
+        )
+    workers = None
+    if args.workers_timeout > 0 and (state is None or TI(state) in ASK_WORKERS):
+        from scheduler.workers import workers_by_queue
+
+        workers = workers_by_queue(cli.settings, timeout=args.workers_timeout)
+    with cli.factory() as session:
+        try:
+            explanation = explain_ti(
+                session,
+                args.dag_id,
+                args.run_id,
+                args.task_id,
+                utcnow(),
+                workers_by_queue=workers,
+                settings=cli.settings,
+            )
+        except ExplainError as exc:
+            raise CliError(str(exc)) from None
+    if args.json:
+        print(json.dumps(explanation.to_dict(), indent=2))
+    else:
+        print_explanation(explanation)
+    return 0
+
+
+def print_explanation(explanation: Explanation, console: Console | None = None) -> None:
+    """The summary, then one line per reason (blocking ones marked), then notes."""
+    e = explanation
+    out = console or Console(highlight=False, soft_wrap=True)
+    out.print(
+        f"[bold]{escape(e.dag_id)} / {escape(e.run_id)} / {escape(e.task_id)}[/]: "
+        f"[bold]{e.state}[/] (try {e.try_number} of {e.max_tries}, queue {escape(e.queue)}, "
+        f"pool {escape(e.pool)}; run {e.run_state})"
+    )
+    out.print(escape(e.summary))
+    for reason in e.reasons:
+        mark = "[red]●[/]" if reason.blocking else "[dim]○[/]"
+        out.print(f"  {mark} [cyan]{reason.kind}[/]: {escape(reason.detail)}")
+    for note in e.notes:
+        out.print(f"  [dim]note: {escape(note)}[/]")

@@ -1,0 +1,138 @@
+"""`sluice status [--json]`: one screen on how the system is doing.
+
+Live jobs with their heartbeat age, runs by state, TIs by queue and state, and the
+workers seen per queue (asked through the broker's remote control). Reads only: one
+short read session, then the workers are asked outside any transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from scheduler.cli.context import Cli, iso
+from scheduler.db import utcnow
+from scheduler.models import DagRun, Job, TaskInstance
+from scheduler.settings import Settings
+from scheduler.states import DagRunState, JobState, TaskInstanceState
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="jobs, runs, task instances and workers at a glance")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--workers-timeout",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long to wait for workers to answer (0: do not ask)",
+    )
+    p.set_defaults(func=status)
+
+
+def read_status(session: Session, settings: Settings, now: dt.datetime) -> dict[str, Any]:
+    """Jobs still marked running, runs by state, TIs by queue and state (plain SELECTs)."""
+    jobs = session.scalars(
+        select(Job).where(Job.state == JobState.RUNNING).order_by(Job.job_type, Job.id)
+    ).all()
+    runs = dict.fromkeys((str(s) for s in DagRunState), 0)
+    for state, n in session.execute(select(DagRun.state, func.count()).group_by(DagRun.state)):
+        runs[str(state)] = int(n)
+    tis: dict[str, dict[str, int]] = {}
+    rows = session.execute(
+        select(TaskInstance.queue, TaskInstance.state, func.count()).group_by(
+            TaskInstance.queue, TaskInstance.state
+        )
+    )
+    for queue, ti_state, n in rows:
+        tis.setdefault(queue, {})[str(ti_state)] = int(n)
+    return {
+        "now": iso(now),
+        "jobs": [
+            {
+                "id": job.id,
+                "job_type": job.job_type,
+                "hostname": job.hostname,
+                "pid": job.pid,
+                "start_date": iso(job.start_date),
+                "latest_heartbeat": iso(job.latest_heartbeat),
+                "heartbeat_age_seconds": round((now - job.latest_heartbeat).total_seconds(), 3),
+                "alive": (now - job.latest_heartbeat).total_seconds() <= settings.heartbeat_timeout,
+            }
+            for job in jobs
+        ],
+        "runs": runs,
+        "task_instances": {q: tis[q] for q in sorted(tis)},
+    }
+
+
+def status(cli: Cli, args: argparse.Namespace) -> int:
+    with cli.factory() as session:
+        report = read_status(session, cli.settings, utcnow())
+    notes: list[str] = []
+    workers: dict[str, list[str]] | None = None
+    if args.workers_timeout > 0:
+        from scheduler.workers import workers_by_queue
+
+        found = workers_by_queue(cli.settings, timeout=args.workers_timeout)
+        workers = {q: found[q] for q in sorted(found)}
+        if found.note:
+            notes.append(found.note)
+    else:
+        notes.append("the workers were not asked")
+    report["workers"] = workers
+    report["notes"] = notes
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_status(report, cli.settings)
+    return 0
+
+
+def print_status(
+    report: dict[str, Any], settings: Settings, console: Console | None = None
+) -> None:
+    out = console or Console(highlight=False)
+    jobs = Table("id", "type", "host", "pid", "last heartbeat")
+    for job in report["jobs"]:
+        age = f"{job['heartbeat_age_seconds']:.1f}s ago"
+        if not job["alive"]:
+            age = f"[red]{age} (stale: over {settings.heartbeat_timeout:g}s)[/]"
+        jobs.add_row(str(job["id"]), job["job_type"], escape(job["hostname"]), str(job["pid"]), age)
+    if not report["jobs"]:
+        jobs.add_row("—", "[red]no scheduler or backfill is running[/]", "", "", "")
+    out.print("[bold]Live jobs[/]")
+    out.print(jobs)
+
+    runs = Table(*report["runs"])
+    runs.add_row(*(str(n) for n in report["runs"].values()))
+    out.print("[bold]Runs by state[/]")
+    out.print(runs)
+
+    states = [str(s) for s in TaskInstanceState]
+    used = [s for s in states if any(s in by for by in report["task_instances"].values())]
+    tis = Table("queue", *used)
+    for queue, by_state in report["task_instances"].items():
+        tis.add_row(escape(queue), *(str(by_state.get(s, 0)) for s in used))
+    out.print("[bold]Task instances by queue and state[/]")
+    out.print(tis)
+
+    workers = report["workers"]
+    table = Table("queue", "workers")
+    if workers is not None:
+        for queue in sorted(set(workers) | set(report["task_instances"])):
+            names = workers.get(queue) or []
+            shown = ", ".join(escape(n) for n in names) if names else "[red]none[/]"
+            table.add_row(escape(queue), shown)
+    out.print("[bold]Workers per queue[/]" + ("" if workers is not None else " (not asked)"))
+    out.print(table)
+    for note in report["notes"]:
+        out.print(f"[dim]note: {escape(note)}[/]")

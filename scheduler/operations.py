@@ -1,0 +1,97 @@
+"""What a user asks of Sluice, shared by the CLI and the REST API.
+
+Both front ends call these functions, so a run cleared from the browser is
+cleared exactly as `sluice tasks clear` clears it. The functions that take a
+session never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.settings import Settings
+from scheduler.states import TI, DagRunState
+from scheduler.transitions import move_run, move_tis
+
+
+class UnknownTask(LookupError):
+    """A task id the DAG does not have; the message is one line for the user."""
+
+
+def downstream_closure(spec: dict[str, Any], roots: Sequence[str]) -> set[str]:
+    """`roots` and every task downstream of them in the serialized DAG `spec`."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        task_id = stack.pop()
+        if task_id in seen:
+            continue
+        seen.add(task_id)
+        stack.extend(spec["tasks"].get(task_id, {}).get("downstream", []))
+    return seen
+
+
+def clear_task_instances(
+    session: Session,
+    run: DagRun,
+    dag: Dag,
+    task_ids: Collection[str] | None,
+    *,
+    downstream: bool,
+    now: dt.datetime,
+) -> int:
+    """Reset the chosen TIs of `run` to `none` (all of them if `task_ids` is empty or None).
+
+    Each cleared TI gets its retries again (`max_tries` counts from its current
+    try), and the run goes back to `queued` so a scheduler picks it up. Raises
+    UnknownTask, before writing anything, for a task the DAG does not have.
+    Returns how many TIs moved.
+    """
+    tasks = dag.serialized["tasks"]
+    wanted = set(task_ids or [])
+    unknown = sorted(wanted - set(tasks))
+    if unknown:
+        raise UnknownTask(f"DAG {dag.dag_id!r} has no task {unknown[0]!r}")
+    if wanted and downstream:
+        wanted = downstream_closure(dag.serialized, sorted(wanted))
+    tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
+    cleared = 0
+    for ti in tis:
+        if wanted and ti.task_id not in wanted:
+            continue
+        retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
+        cleared += len(
+            move_tis(
+                session,
+                [ti.id],
+                TI.NONE,
+                expect=[s for s in TI if s is not TI.NONE],
+                now=now,
+                values={"max_tries": ti.try_number + retries + 1},
+            )
+        )
+    move_run(
+        session,
+        run.id,
+        DagRunState.QUEUED,
+        expect=[DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.RUNNING],
+        now=now,
+    )
+    return cleared
+
+
+def wake_schedulers(settings: Settings) -> None:
+    """Wake every scheduler of the deployment now (best-effort: never raises)."""
+    from broker.wakeup import waker_for
+
+    waker = waker_for(settings)
+    try:
+        waker.wake()
+    finally:
+        waker.close()
