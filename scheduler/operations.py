@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.settings import Settings
-from scheduler.states import TI, DagRunState
-from scheduler.transitions import move_run, move_tis
+from scheduler.states import TI, DagRunState, SpanStatus
+from scheduler.tracing_ids import new_carrier, trace_id_of
+from scheduler.transitions import move_run, move_spans, move_tis
 
 
 class UnknownTask(LookupError):
@@ -51,7 +52,8 @@ def clear_task_instances(
     Each cleared TI gets its retries again (`max_tries` counts from its current
     try), and the run goes back to `queued` so a scheduler picks it up. Raises
     UnknownTask, before writing anything, for a task the DAG does not have.
-    Returns how many TIs moved.
+    Returns how many TIs moved. Cleared TIs whose span was exported get new span
+    ids; an exported run span is continued by the next scheduler.
     """
     tasks = dag.serialized["tasks"]
     wanted = set(task_ids or [])
@@ -76,6 +78,15 @@ def clear_task_instances(
                 values={"max_tries": ti.try_number + retries + 1},
             )
         )
+        # a span already exported cannot be reopened: the next try gets new span ids
+        move_spans(
+            session,
+            TaskInstance,
+            [ti.id],
+            SpanStatus.NOT_STARTED,
+            expect=[SpanStatus.ENDED],
+            values={"context_carrier": new_carrier(trace_id_of(run.context_carrier))},
+        )
     move_run(
         session,
         run.id,
@@ -83,6 +94,8 @@ def clear_task_instances(
         expect=[DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.RUNNING],
         now=now,
     )
+    # an ended run span is continued ("… continued") by the next scheduler driving the run
+    move_spans(session, DagRun, [run.id], SpanStatus.NEEDS_CONTINUANCE, expect=[SpanStatus.ENDED])
     return cleared
 
 

@@ -195,3 +195,22 @@ def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceive
     root = next(s for s in spans if not s.parent_id)
     assert root.name == "dag_run traced recreated" and root.span_id == first_span_id
     assert any(s.name == "task slow recreated" for s in spans)
+
+
+def test_cleared_run_stays_one_trace(traced: Sluice, receiver: OtlpReceiver) -> None:
+    write_dag(traced, 0.05)
+    traced.scheduler()
+    traced.worker()
+    run_id = traced.trigger("traced")
+    assert traced.wait_run("traced", run_id) == "success"
+    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
+    traced.ok("tasks", "clear", "traced", run_id, "--task", "last")
+    wait_until(lambda: traced.task_states("traced", run_id)["last"]["try_number"] == 2)
+    assert traced.wait_run("traced", run_id) == "success"
+    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
+    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    continued = next(s for s in spans if s.name == "dag_run traced continued")
+    lasts = [s for s in spans if s.name == "task last"]
+    assert len(lasts) == 2 and len({s.span_id for s in lasts}) == 2
+    assert any(s.parent_id == continued.span_id for s in lasts)
