@@ -46,15 +46,17 @@ def queue_scheduled(
     runs: ColumnElement[bool],
     limit: int = 512,
     with_trace: bool = False,
-) -> list[RunMessage]:
+) -> tuple[list[RunMessage], bool]:
     """Queue as many scheduled TIs (of runs matching `runs`) as pools and limits allow.
 
-    With `with_trace`, each message carries its TI's span carrier for the headers.
+    Returns the messages to send after commit, and whether scheduled TIs were left
+    behind (a pool or limit was full, or the batch limit was reached). With
+    `with_trace`, each message carries its TI's span carrier for the headers.
     """
     slots = lock_pools(session)
     candidates = lock_scheduled_tis(session, limit, runs)
     if not candidates:
-        return []
+        return [], False
     used = used_slots_by_pool(session)
     active = active_tis_by_dag(session)
     dag_ids = {row.dag_id for row in candidates}
@@ -89,7 +91,7 @@ def queue_scheduled(
             )
         )
     queue_tis(session, assignments, now=now, job_id=job_id)
-    return messages
+    return messages, len(messages) < len(candidates) or len(candidates) >= limit
 
 
 def requeue_expired(

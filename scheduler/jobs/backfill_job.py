@@ -81,7 +81,7 @@ class BackfillJob(DagRunJob):
         self._finished = False
 
     # -- what this job drives ----------------------------------------------------------------
-    def runs_i_drive(self, session: Session, now: dt.datetime) -> ColumnElement[bool]:
+    def runs_i_drive(self) -> ColumnElement[bool]:
         return DagRun.claimed_by_job_id == self.job_id
 
     def dag_for(self, run: DagRun, dags: dict[str, Dag]) -> Dag | None:
@@ -159,9 +159,7 @@ class BackfillJob(DagRunJob):
     def tick(self, now: dt.datetime) -> TickResult:
         result = TickResult()
         self.heartbeat(now)
-        result.runs_started = self.start_own_runs(now)
-        self.examine_runs(now, result)
-        self.queue_and_publish(now, result)
+        self.scheduling_pass(now, result)
         self.sweep(now, result)
         self.end_owned_spans(now)
         self.report(now)
@@ -170,33 +168,35 @@ class BackfillJob(DagRunJob):
     def done(self) -> bool:
         return self._finished
 
-    def start_own_runs(self, now: dt.datetime) -> int:
-        with transaction(self.factory) as session:
-            dag = session.get(Dag, self.dag_id)
-            limit = self.max_active_runs or (dag.max_active_runs if dag else 16)
-            running = (
-                session.scalar(
-                    select(func.count()).where(
-                        DagRun.claimed_by_job_id == self.job_id,
-                        DagRun.state == DagRunState.RUNNING,
-                    )
-                )
-                or 0
-            )
-            room = limit - running
-            if room <= 0:
-                return 0
-            runs = session.scalars(
-                select(DagRun)
-                .where(
+    def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
+        result.runs_started = self.start_own_runs(session, now)
+
+    def start_own_runs(self, session: Session, now: dt.datetime) -> int:
+        dag = session.get(Dag, self.dag_id)
+        limit = self.max_active_runs or (dag.max_active_runs if dag else 16)
+        running = (
+            session.scalar(
+                select(func.count()).where(
                     DagRun.claimed_by_job_id == self.job_id,
-                    DagRun.state == DagRunState.QUEUED,
+                    DagRun.state == DagRunState.RUNNING,
                 )
-                .order_by(DagRun.logical_date)
-                .limit(room)
-                .with_for_update(skip_locked=True)
-            ).all()
-            return self.start_runs(session, runs, now)
+            )
+            or 0
+        )
+        room = limit - running
+        if room <= 0:
+            return 0
+        runs = session.scalars(
+            select(DagRun)
+            .where(
+                DagRun.claimed_by_job_id == self.job_id,
+                DagRun.state == DagRunState.QUEUED,
+            )
+            .order_by(DagRun.logical_date)
+            .limit(room)
+            .with_for_update(skip_locked=True)
+        ).all()
+        return self.start_runs(session, runs, now)
 
     def report(self, now: dt.datetime) -> Progress:
         with self.factory() as session:

@@ -29,7 +29,7 @@ from scheduler.dagrun import update_state
 from scheduler.db import transaction, utcnow
 from scheduler.metrics import SchedulerMetrics
 from scheduler.models import Dag, DagRun, Job
-from scheduler.queries.runs import claim_runs_to_examine, live_job_ids
+from scheduler.queries.runs import claim_runs_to_examine
 from scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from scheduler.settings import Settings
 from scheduler.states import DagRunState, JobState, SpanStatus
@@ -84,6 +84,8 @@ class DagRunJob:
         self.job_id: int | None = None
         self._last_heartbeat: dt.datetime | None = None
         self._last_sweep: dt.datetime | None = None
+        self._last_queue_pass: dt.datetime | None = None
+        self._left_behind = False
         self.stopping = False
 
     # -- the loop ----------------------------------------------------------------------------
@@ -196,60 +198,84 @@ class DagRunJob:
                 update(Job).where(Job.id == self.job_id).values(state=state, end_date=self.clock())
             )
 
-    def live_jobs(self, session: Session, now: dt.datetime) -> list[int]:
-        cutoff = now - dt.timedelta(seconds=self.settings.heartbeat_timeout)
-        return live_job_ids(session, cutoff)
-
     # -- driving runs ------------------------------------------------------------------------
-    def runs_i_drive(self, session: Session, now: dt.datetime) -> ColumnElement[bool]:
-        """Which runs this job examines and queues for: unclaimed, its own, or a dead job's."""
-        others = [j for j in self.live_jobs(session, now) if j != self.job_id]
-        if not others:
-            return DagRun.claimed_by_job_id.is_(None) | DagRun.claimed_by_job_id.is_not(None)
-        return or_(DagRun.claimed_by_job_id.is_(None), DagRun.claimed_by_job_id.not_in(others))
+    def runs_i_drive(self) -> ColumnElement[bool]:
+        """Which runs this job examines and queues for: unclaimed ones and its own.
+
+        A dead job's runs are unclaimed by `release_dead_jobs`, so they join this set.
+        """
+        return or_(DagRun.claimed_by_job_id.is_(None), DagRun.claimed_by_job_id == self.job_id)
 
     def dag_for(self, run: DagRun, dags: dict[str, Dag]) -> Dag | None:
         return dags.get(run.dag_id)
 
-    def claim_runs(self, session: Session, now: dt.datetime, limit: int) -> Sequence[DagRun]:
-        return claim_runs_to_examine(session, self.runs_i_drive(session, now), limit)
+    def examine_runs(self, session: Session, now: dt.datetime, result: TickResult) -> None:
+        """Claim a batch of running runs (SKIP LOCKED) and decide each of them.
 
-    def examine_runs(self, now: dt.datetime, result: TickResult) -> None:
-        """One transaction: claim a batch of running runs and decide each of them."""
+        Invariant: runs in the caller's transaction; the claimed rows stay locked
+        until it commits, so every decision about a run is made under its lock.
+        """
         limit = self.settings.runs_per_loop
-        with transaction(self.factory) as session:
-            runs = self.claim_runs(session, now, limit)
-            dags = self.dag_cache.get_many(session, [run.dag_id for run in runs])
-            tracing = self.tracing.enabled
-            for run in runs:
-                dag = self.dag_for(run, dags)
-                if dag is None:
-                    continue
-                if tracing and run.span_status == SpanStatus.NEEDS_CONTINUANCE:
-                    spans.continue_run(session, run, self.job_id, now)
-                decision = update_state(session, run, dag, now)
-                if tracing:
-                    finished = None if decision.finished is None else str(decision.finished)
-                    spans.finish_spans(session, self.tracing, run, self.job_id, now, finished)
-                result.tis_scheduled += len(decision.scheduled)
-                if decision.finished is not None:
-                    result.runs_finished += 1
-                    log.info("run %s.%s %s", run.dag_id, run.run_id, decision.finished)
-            result.runs_examined += len(runs)
-            result.more_runs = len(runs) >= limit
+        runs = claim_runs_to_examine(session, self.runs_i_drive(), limit)
+        dags = self.dag_cache.get_many(session, [run.dag_id for run in runs])
+        tracing = self.tracing.enabled
+        for run in runs:
+            dag = self.dag_for(run, dags)
+            if dag is None:
+                continue
+            if tracing and run.span_status == SpanStatus.NEEDS_CONTINUANCE:
+                spans.continue_run(session, run, self.job_id, now)
+            decision = update_state(session, run, dag, now)
+            if tracing:
+                finished = None if decision.finished is None else str(decision.finished)
+                spans.finish_spans(session, self.tracing, run, self.job_id, now, finished)
+            result.tis_scheduled += len(decision.scheduled)
+            if decision.finished is not None:
+                result.runs_finished += 1
+                log.info("run %s.%s %s", run.dag_id, run.run_id, decision.finished)
+        result.runs_examined += len(runs)
+        result.more_runs = len(runs) >= limit
 
-    def queue_and_publish(self, now: dt.datetime, result: TickResult) -> None:
-        with transaction(self.factory) as session:
-            messages = queue_scheduled(
-                session,
-                job_id=self.job_id,
-                now=now,
-                runs=self.runs_i_drive(session, now),
-                with_trace=self.tracing.enabled,
-            )
-            if self.tracing.enabled and messages:
-                spans.start_ti_spans(session, [m.ti_id for m in messages], now)
+    def queue(self, session: Session, now: dt.datetime, result: TickResult) -> list[RunMessage]:
+        """Queue scheduled TIs within the limits; the messages are sent after the commit.
+
+        Skipped when nothing can have become queueable: no TI was scheduled in this
+        tick and the last pass left nothing behind (a full pool, a limit reached).
+        """
+        due = (
+            result.tis_scheduled
+            or self._left_behind
+            or self._last_queue_pass is None
+            or (now - self._last_queue_pass).total_seconds() >= self.settings.loop_interval
+        )
+        if not due:
+            return []
+        self._last_queue_pass = now
+        messages, left = queue_scheduled(
+            session,
+            job_id=self.job_id,
+            now=now,
+            runs=self.runs_i_drive(),
+            with_trace=self.tracing.enabled,
+        )
+        self._left_behind = left
+        if self.tracing.enabled and messages:
+            spans.start_ti_spans(session, [m.ti_id for m in messages], now)
         result.tis_queued += len(messages)
+        return messages
+
+    def scheduling_pass(self, now: dt.datetime, result: TickResult) -> None:
+        """Examine runs and queue what is ready in ONE transaction, then publish."""
+        with transaction(self.factory) as session:
+            self.start_or_create(session, now, result)
+            self.examine_runs(session, now, result)
+            messages = self.queue(session, now, result)
+        self.after_commit(messages, now)
+
+    def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
+        """Hook: create and start runs inside the scheduling transaction."""
+
+    def after_commit(self, messages: Sequence[RunMessage], now: dt.datetime) -> None:
         self.metrics.observe_queued(messages, now)
         self.send(messages)
 
@@ -281,7 +307,7 @@ class DagRunJob:
                 session,
                 now=now,
                 queued_timeout=self.settings.queued_timeout,
-                runs=self.runs_i_drive(session, now),
+                runs=self.runs_i_drive(),
             )
         result.tis_requeued = len(messages)
         self.send(messages)

@@ -13,11 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
+from sqlalchemy.orm import Session
+
 from scheduler import spans
 from scheduler.dagbag import next_run_fields, sync_dag_folder
 from scheduler.dagrun import RunExists, create_dagrun
 from scheduler.db import transaction
 from scheduler.jobs.base import DagRunJob, TickResult
+from scheduler.models import Dag
 from scheduler.queries.jobs import release_dead_jobs
 from scheduler.queries.runs import (
     count_running_runs,
@@ -35,15 +38,13 @@ class SchedulerJob(DagRunJob):
     job_type = "scheduler"
 
     _last_dag_sync: dt.datetime | None = None
+    _next_create_check: dt.datetime | None = None
 
     def tick(self, now: dt.datetime) -> TickResult:
         result = TickResult()
         self.heartbeat(now)
         self.refresh_dags(now)
-        result.runs_created = self.create_due_runs(now)
-        result.runs_started = self.start_queued_runs(now)
-        self.examine_runs(now, result)
-        self.queue_and_publish(now, result)
+        self.scheduling_pass(now, result)
         self.sweep(now, result)
         self.release_dead_jobs(now, result)
         self.end_owned_spans(now)
@@ -65,56 +66,68 @@ class SchedulerJob(DagRunJob):
             now=now,
         )
 
-    def create_due_runs(self, now: dt.datetime) -> int:
-        """Create the scheduled runs that are due; DAG rows locked SKIP LOCKED."""
+    def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
+        result.runs_created = self.create_due_runs(session, now)
+        result.runs_started = self.start_queued_runs(session, now)
+
+    def create_due_runs(self, session: Session, now: dt.datetime) -> int:
+        """Create the scheduled runs that are due; DAG rows locked SKIP LOCKED.
+
+        Looked for at most once a second (a run is created up to a second late).
+        """
+        if self._next_create_check is not None and now < self._next_create_check:
+            return 0
+        self._next_create_check = now + dt.timedelta(seconds=1)
         created = 0
-        with transaction(self.factory) as session:
-            for dag in lock_due_dags(session, now, limit=50):
-                logical = dag.next_dagrun
-                if logical is not None:
-                    try:
-                        with session.begin_nested():
-                            create_dagrun(
-                                session,
-                                dag,
-                                run_type=RunType.SCHEDULED,
-                                logical_date=logical,
-                                now=now,
-                            )
-                        created += 1
-                    except RunExists:
-                        log.info("%s already has a run at %s", dag.dag_id, logical)
-                fields = next_run_fields(dag.serialized, logical, now)
-                for key, value in fields.items():
-                    setattr(dag, key, value)
+        for dag in lock_due_dags(session, now, limit=50):
+            created += self._create_runs_of(session, dag, now)
         return created
 
-    def start_queued_runs(self, now: dt.datetime) -> int:
+    def _create_runs_of(self, session: Session, dag: Dag, now: dt.datetime, most: int = 64) -> int:
+        """Create every due run of one locked DAG (catch-up included), at most `most`."""
+        created = 0
+        while created < most and dag.next_dagrun_create_after is not None:
+            if dag.next_dagrun_create_after > now:
+                break
+            logical = dag.next_dagrun
+            if logical is None:
+                break
+            try:
+                with session.begin_nested():
+                    create_dagrun(
+                        session, dag, run_type=RunType.SCHEDULED, logical_date=logical, now=now
+                    )
+                created += 1
+            except RunExists:
+                log.info("%s already has a run at %s", dag.dag_id, logical)
+            for key, value in next_run_fields(dag.serialized, logical, now).items():
+                setattr(dag, key, value)
+        return created
+
+    def start_queued_runs(self, session: Session, now: dt.datetime) -> int:
         """queued → running within each DAG's max_active_runs; DAG rows locked SKIP LOCKED.
 
         A paused DAG starts no new run, except backfill runs, which a user asked for
         explicitly (and which a dead backfill left to the schedulers).
         """
         started = 0
-        with transaction(self.factory) as session:
-            dag_ids = dags_with_queued_runs(session)
-            if not dag_ids:
-                return 0
-            dags = lock_dags(session, dag_ids)
-            running = count_running_runs(session, [d.dag_id for d in dags], RunType.BACKFILL)
-            live = [j for j in self.live_jobs(session, now) if j != self.job_id]
-            for dag in dags:
-                room = dag.max_active_runs - running.get(dag.dag_id, 0)
-                if room <= 0:
-                    continue
-                runs = queued_runs_of(
-                    session,
-                    dag.dag_id,
-                    room,
-                    unclaimed_or_dead=live,
-                    only_type=RunType.BACKFILL if dag.is_paused else None,
-                )
-                started += self.start_runs(session, runs, now)
+        dag_ids = dags_with_queued_runs(session)
+        if not dag_ids:
+            return 0
+        dags = lock_dags(session, dag_ids)
+        running = count_running_runs(session, [d.dag_id for d in dags], RunType.BACKFILL)
+        for dag in dags:
+            room = dag.max_active_runs - running.get(dag.dag_id, 0)
+            if room <= 0:
+                continue
+            runs = queued_runs_of(
+                session,
+                dag.dag_id,
+                room,
+                claimable_by=self.job_id,
+                only_type=RunType.BACKFILL if dag.is_paused else None,
+            )
+            started += self.start_runs(session, runs, now)
         return started
 
     def release_dead_jobs(self, now: dt.datetime, result: TickResult) -> None:

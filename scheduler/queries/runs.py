@@ -72,10 +72,10 @@ def queued_runs_of(
     dag_id: str,
     limit: int,
     *,
-    unclaimed_or_dead: Sequence[int],
+    claimable_by: int | None,
     only_type: RunType | None = None,
 ) -> Sequence[DagRun]:
-    """Queued runs of a DAG, oldest logical date first, not claimed by the live jobs given."""
+    """Queued runs of a DAG, oldest logical date first, unclaimed or claimed by `claimable_by`."""
     stmt = (
         select(DagRun)
         .where(DagRun.dag_id == dag_id, DagRun.state == DagRunState.QUEUED)
@@ -84,13 +84,9 @@ def queued_runs_of(
     )
     if only_type is not None:
         stmt = stmt.where(DagRun.run_type == only_type)
-    if unclaimed_or_dead:
-        stmt = stmt.where(
-            or_(
-                DagRun.claimed_by_job_id.is_(None),
-                DagRun.claimed_by_job_id.not_in(list(unclaimed_or_dead)),
-            )
-        )
+    stmt = stmt.where(
+        or_(DagRun.claimed_by_job_id.is_(None), DagRun.claimed_by_job_id == claimable_by)
+    )
     return session.scalars(stmt).all()
 
 

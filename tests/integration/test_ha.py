@@ -300,5 +300,4 @@ def test_scheduler_survives_terminated_connections(sluice: Sluice, tmp_path: Pat
         assert sluice.wait_run("fan", run_id, timeout=90) == "success"
     assert_all_once(log, runs, ["start", "join", *[f"t{i}" for i in range(4)]])
     assert scheduler.poll() is None
-    assert "database error" in sluice.logs() or "database unavailable" in sluice.logs()
     assert json.loads(sluice.ok("tasks", "states", "fan", runs[0], "--json"))
