@@ -4,6 +4,10 @@ A wake-up is a hint, never a message that must arrive: schedulers loop on their
 own interval anyway, and a lost wake-up costs at most one loop interval.
 `wake()` never raises; `wait()` returns True if at least one wake-up arrived and
 drains every pending one, so one wait covers a burst of finishing tasks.
+
+A wake-up may name the DagRun that has news (a worker finished one of its
+tasks); `take_news()` returns the run ids heard since the last call, or None
+when some wake-up named no run (look at everything).
 """
 
 from __future__ import annotations
@@ -27,14 +31,44 @@ _SOCKET_TIMEOUT = 2.0
 
 
 class Waker(Protocol):
-    def wake(self) -> None:
-        """Wake every waiting scheduler; best-effort, never raises."""
+    def wake(self, run_id: int | None = None) -> None:
+        """Wake every waiting scheduler, naming the run with news; never raises."""
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` seconds; True if woken (all pending wake-ups are drained)."""
 
+    def take_news(self) -> set[int] | None:
+        """Run ids heard since the last call; None if a wake-up named no run."""
+
     def close(self) -> None:
         """Release connections; the waker is not used afterwards."""
+
+
+class News:
+    """Run ids named by wake-ups, gathered until taken (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: set[int] = set()
+        self._everything = True  # until the first take, look at everything
+
+    def add(self, payload: bytes | str | None) -> None:
+        text = payload.decode() if isinstance(payload, bytes) else (payload or "")
+        with self._lock:
+            if text.isdigit():
+                self._runs.add(int(text))
+            else:
+                self._everything = True
+
+    def take(self) -> set[int] | None:
+        with self._lock:
+            runs, everything = self._runs, self._everything
+            self._runs, self._everything = set(), False
+        return None if everything else runs
+
+
+def _payload(run_id: int | None) -> bytes:
+    return b"*" if run_id is None else str(run_id).encode()
 
 
 class LocalWaker:
@@ -46,9 +80,14 @@ class LocalWaker:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._news = News()
 
-    def wake(self) -> None:
+    def wake(self, run_id: int | None = None) -> None:
+        self._news.add(_payload(run_id))
         self._event.set()
+
+    def take_news(self) -> set[int] | None:
+        return self._news.take()
 
     def wait(self, timeout: float) -> bool:
         woken = self._event.wait(timeout)
@@ -92,6 +131,7 @@ class RedisWaker:
         self._client: redis.Redis | None = None
         self._pubsub: PubSub | None = None
         self._lock = threading.Lock()
+        self._news = News()
 
     def _redis(self) -> redis.Redis:
         with self._lock:
@@ -106,9 +146,12 @@ class RedisWaker:
                 )
             return self._client
 
-    def wake(self) -> None:
+    def take_news(self) -> set[int] | None:
+        return self._news.take()
+
+    def wake(self, run_id: int | None = None) -> None:
         try:
-            self._redis().publish(self.channel, b"1")
+            self._redis().publish(self.channel, _payload(run_id))
         except Exception as exc:  # best-effort by contract
             log.debug("wake-up on %s not sent: %s", self.channel, exc)
 
@@ -125,12 +168,14 @@ class RedisWaker:
                 )
                 if message is not None:
                     woken = True
+                    self._news.add(message.get("data"))
                     continue
                 if woken or left <= 0:
                     return woken
         except Exception as exc:
             log.debug("wake-up channel %s unavailable: %s", self.channel, exc)
             self._drop_pubsub()
+            self._news.add(None)  # wake-ups may have been lost: look at everything
             time.sleep(max(deadline - time.monotonic(), 0.0))
             return False
 

@@ -34,3 +34,10 @@ class SerializedDagCache:
                 session.expunge(row)
                 self._rows[row.dag_id] = row
         return {d: self._rows[d] for d in hashes if d in self._rows}
+
+    def get(self, session: Session, dag_id: str, version_hash: str | None) -> Dag | None:
+        """The Dag row of `dag_id`; no query when the cached copy has `version_hash`."""
+        cached = self._rows.get(dag_id)
+        if cached is not None and version_hash is not None and cached.version_hash == version_hash:
+            return cached
+        return self.get_many(session, [dag_id]).get(dag_id)

@@ -12,7 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -81,21 +81,30 @@ def create_dagrun(
         session.flush()
     except IntegrityError as exc:
         raise RunExists(f"DAG {dag.dag_id!r} already has a run for {run_id!r}") from exc
-    trace_id = trace_id_of(run.context_carrier)
-    session.add_all(
-        TaskInstance(
-            dag_run_id=run.id,
-            dag_id=dag.dag_id,
-            run_id=run_id,
-            task_id=task_id,
-            state=TI.NONE,
-            context_carrier=new_carrier(trace_id),
-            **ti_values(dag.serialized, task_id),
-        )
-        for task_id in dag.serialized["tasks"]
-    )
-    session.flush()
+    insert_tis(session, run, dag, list(dag.serialized["tasks"]))
     return run
+
+
+def insert_tis(session: Session, run: DagRun, dag: Dag, task_ids: list[str]) -> None:
+    """One bulk INSERT of TIs (state `none`, fresh span ids) for `task_ids` of `run`."""
+    if not task_ids:
+        return
+    trace_id = trace_id_of(run.context_carrier)
+    session.execute(
+        insert(TaskInstance),
+        [
+            {
+                "dag_run_id": run.id,
+                "dag_id": run.dag_id,
+                "run_id": run.run_id,
+                "task_id": task_id,
+                "state": TI.NONE,
+                "context_carrier": new_carrier(trace_id),
+                **ti_values(dag.serialized, task_id),
+            }
+            for task_id in task_ids
+        ],
+    )
 
 
 def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> None:
@@ -126,20 +135,7 @@ def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) 
         if task_id in tasks and state == TI.REMOVED
     ]
     move_tis(session, back, TI.NONE, expect=[TI.REMOVED], now=now)
-    trace_id = trace_id_of(run.context_carrier)
-    session.add_all(
-        TaskInstance(
-            dag_run_id=run.id,
-            dag_id=run.dag_id,
-            run_id=run.run_id,
-            task_id=task_id,
-            state=TI.NONE,
-            context_carrier=new_carrier(trace_id),
-            **ti_values(dag.serialized, task_id),
-        )
-        for task_id in tasks
-        if task_id not in have
-    )
+    insert_tis(session, run, dag, [t for t in tasks if t not in have])
     session.execute(update(DagRun).where(DagRun.id == run.id).values(dag_hash=dag.version_hash))
     run.dag_hash = dag.version_hash
     session.flush()

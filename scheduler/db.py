@@ -9,12 +9,14 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -52,20 +54,51 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
+IDLE_PING_SECONDS = 10.0
+"""A pooled connection idle longer than this is pinged before use."""
+
+
 def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice") -> Engine:
-    """An engine for `url`; pre-pings connections so a restarted database is survived."""
+    """An engine for `url` that survives a restarted database.
+
+    Connections idle for over IDLE_PING_SECONDS are pinged at checkout (a dead one
+    is replaced); a connection that dies while in use raises a DBAPIError, which
+    the caller's retry loop absorbs, and the pool replaces it. Pinging only idle
+    connections keeps the round trip off the hot path (the loop and the worker).
+    """
     if is_sqlite(url):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         _configure_sqlite(engine)
         return engine
-    return create_engine(
+    engine = create_engine(
         url,
-        pool_pre_ping=True,
         pool_size=pool_size,
         max_overflow=5,
         pool_recycle=1800,
+        pool_use_lifo=True,
         connect_args={"application_name": application_name},
     )
+    _ping_idle_connections(engine)
+    return engine
+
+
+def _ping_idle_connections(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["checked_in"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("checked_in")
+        if since is None or time.monotonic() - since < IDLE_PING_SECONDS:
+            return
+        try:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("SELECT 1")
+            cursor.close()
+            dbapi_connection.rollback()
+        except Exception as exc:
+            raise DisconnectionError(f"stale pooled connection: {exc}") from exc
 
 
 def _configure_sqlite(engine: Engine) -> None:

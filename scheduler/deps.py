@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from scheduler.states import TI, TaskInstanceState
@@ -49,11 +48,11 @@ class Decisions:
         self.moves.setdefault(state, []).append(ti_id)
 
 
-@lru_cache(maxsize=256)
-def _topological_order(
-    version_hash: str, edges: tuple[tuple[str, tuple[str, ...]], ...]
-) -> tuple[str, ...]:
-    upstream = dict(edges)
+_TOPO_CACHE: dict[str, tuple[str, ...]] = {}
+_TOPO_CACHE_SIZE = 256
+
+
+def _topological_order(upstream: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
     order: list[str] = []
     seen: set[str] = set()
     for start in upstream:
@@ -72,8 +71,14 @@ def _topological_order(
 
 
 def topological_order(spec: Mapping[str, Any], version_hash: str) -> tuple[str, ...]:
-    edges = tuple((tid, tuple(t["upstream"])) for tid, t in spec["tasks"].items())
-    return _topological_order(version_hash, edges)
+    """Upstream before downstream; cached by the DAG's version hash."""
+    order = _TOPO_CACHE.get(version_hash)
+    if order is None:
+        order = _topological_order({t: s["upstream"] for t, s in spec["tasks"].items()})
+        if len(_TOPO_CACHE) >= _TOPO_CACHE_SIZE:
+            _TOPO_CACHE.pop(next(iter(_TOPO_CACHE)))
+        _TOPO_CACHE[version_hash] = order
+    return order
 
 
 def branch_choice(result: str | None) -> set[str] | None:

@@ -28,6 +28,9 @@ from scheduler.states import (
     check_ti_move,
 )
 
+_CHUNK = 5000
+"""Ids per UPDATE: below the bound-parameter limits of PostgreSQL and SQLite."""
+
 
 def _ti_stamps(new: TaskInstanceState, now: dt.datetime) -> dict[str, Any]:
     if new is TI.SCHEDULED:
@@ -60,18 +63,23 @@ def move_tis(
     expected = frozenset(expect)
     for old in expected:
         check_ti_move(old, new)
-    if not ids:
-        return []
-    stmt = (
-        update(TaskInstance)
-        .where(TaskInstance.id.in_(list(ids)), TaskInstance.state.in_(list(expected)))
-        .values(state=new, **_ti_stamps(new, now), **(values or {}))
-        .returning(TaskInstance.id)
-        .execution_options(synchronize_session=False)
-    )
-    if attempt_id is not None:
-        stmt = stmt.where(TaskInstance.attempt_id == attempt_id)
-    return list(session.scalars(stmt))
+    id_list = list(ids)
+    moved: list[int] = []
+    for start in range(0, len(id_list), _CHUNK):
+        stmt = (
+            update(TaskInstance)
+            .where(
+                TaskInstance.id.in_(id_list[start : start + _CHUNK]),
+                TaskInstance.state.in_(list(expected)),
+            )
+            .values(state=new, **_ti_stamps(new, now), **(values or {}))
+            .returning(TaskInstance.id)
+            .execution_options(synchronize_session=False)
+        )
+        if attempt_id is not None:
+            stmt = stmt.where(TaskInstance.attempt_id == attempt_id)
+        moved.extend(session.scalars(stmt))
+    return moved
 
 
 def move_ti(

@@ -85,7 +85,10 @@ class DagRunJob:
         self._last_heartbeat: dt.datetime | None = None
         self._last_sweep: dt.datetime | None = None
         self._last_queue_pass: dt.datetime | None = None
+        self._last_full_pass: dt.datetime | None = None
         self._left_behind = False
+        self._pending_news: set[int] = set()
+        self._started_now: set[int] = set()
         self.stopping = False
 
     # -- the loop ----------------------------------------------------------------------------
@@ -209,14 +212,25 @@ class DagRunJob:
     def dag_for(self, run: DagRun, dags: dict[str, Dag]) -> Dag | None:
         return dags.get(run.dag_id)
 
-    def examine_runs(self, session: Session, now: dt.datetime, result: TickResult) -> None:
+    def examine_runs(
+        self, session: Session, now: dt.datetime, result: TickResult, only: set[int] | None = None
+    ) -> None:
         """Claim a batch of running runs (SKIP LOCKED) and decide each of them.
 
-        Invariant: runs in the caller's transaction; the claimed rows stay locked
-        until it commits, so every decision about a run is made under its lock.
+        With `only`, just those runs (the ones with news); a run among them that
+        another scheduler holds is kept for the next pass. Invariant: runs in the
+        caller's transaction; the claimed rows stay locked until it commits, so
+        every decision about a run is made under its lock.
         """
+        if only is not None and not only:
+            return
         limit = self.settings.runs_per_loop
-        runs = claim_runs_to_examine(session, self.runs_i_drive(), limit)
+        which = self.runs_i_drive()
+        if only is not None:
+            which = which & DagRun.id.in_(sorted(only))
+        runs = claim_runs_to_examine(session, which, limit)
+        if only is not None:
+            self._pending_news |= only - {run.id for run in runs}
         dags = self.dag_cache.get_many(session, [run.dag_id for run in runs])
         tracing = self.tracing.enabled
         for run in runs:
@@ -265,10 +279,29 @@ class DagRunJob:
         return messages
 
     def scheduling_pass(self, now: dt.datetime, result: TickResult) -> None:
-        """Examine runs and queue what is ready in ONE transaction, then publish."""
+        """Examine runs and queue what is ready in ONE transaction, then publish.
+
+        Runs are examined when they have news (a wake-up named them, or this pass
+        started them); all of them at least once per loop interval, which also
+        catches retries coming due and any wake-up that was lost.
+        """
+        news = self.waker.take_news()
+        only: set[int] | None = None
+        full_due = self._last_full_pass is None or (
+            (now - self._last_full_pass).total_seconds() >= self.settings.loop_interval
+        )
+        if news is None or full_due:
+            self._last_full_pass = now
+            self._pending_news.clear()
+        else:
+            only = news | self._pending_news
+            self._pending_news = set()
+        self._started_now = set()
         with transaction(self.factory) as session:
             self.start_or_create(session, now, result)
-            self.examine_runs(session, now, result)
+            if only is not None:
+                only |= self._started_now
+            self.examine_runs(session, now, result, only)
             messages = self.queue(session, now, result)
         self.after_commit(messages, now)
 
@@ -329,4 +362,5 @@ class DagRunJob:
                 values=values,
             ):
                 started += 1
+                self._started_now.add(run.id)
         return started
