@@ -16,21 +16,24 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from broker.heartbeat import Heartbeat
 from broker.messages import RunMessage
+from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
+from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import transaction, utcnow
-from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.models import DagRun, TaskInstance
+from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
 from scheduler.states import TI
 from scheduler.transitions import move_ti
@@ -81,6 +84,7 @@ class WorkerContext:
 class Claimed:
     """What the claim transaction read: everything the run needs, no open session."""
 
+    run_pk: int
     fileloc: str | None
     spec: dict[str, Any] | None
     try_number: int
@@ -95,11 +99,14 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         log.info("stale message for %s: ignored", _what(msg))
         return Outcome.STALE
     log.info("running %s, try %s", _what(msg), claimed.try_number)
-    with Heartbeat(ctx, msg):
+    heartbeat = Heartbeat(
+        ctx.session_factory, ctx.settings.heartbeat_interval, msg.ti_id, msg.attempt_id
+    )
+    with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
         new, values = _execute(ctx, msg, claimed)
-    outcome = _record(ctx, msg, new, values)
+    outcome = _record(ctx, msg, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
-        ctx.waker.wake()
+        ctx.waker.wake(claimed.run_pk)
     return outcome
 
 
@@ -110,21 +117,34 @@ def _what(msg: RunMessage) -> str:
 def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
     """queued -> running for this attempt, and read the run's context, in one transaction.
 
-    None if the claim lost: nothing was changed.
+    None if the claim lost: nothing was changed. A dropped database connection is
+    retried (the claim is a compare-and-set, so a retry cannot claim twice).
     """
-    with transaction(ctx.session_factory) as session:
-        won = move_ti(
-            session,
-            msg.ti_id,
-            TI.RUNNING,
-            expect=[TI.QUEUED],
-            attempt_id=msg.attempt_id,
-            now=utcnow(),
-            values={"hostname": ctx.hostname, "pid": ctx.pid},
-        )
-        if not won:
-            return None
-        return _read_context(session, msg, getattr(ctx.dags, "get_spec", None))
+    found: list[Claimed | None] = []
+
+    def attempt() -> bool:
+        found.clear()
+        with transaction(ctx.session_factory) as session:
+            won = move_ti(
+                session,
+                msg.ti_id,
+                TI.RUNNING,
+                expect=[TI.QUEUED],
+                attempt_id=msg.attempt_id,
+                now=utcnow(),
+                values={"hostname": ctx.hostname, "pid": ctx.pid},
+            )
+            found.append(
+                _read_context(session, msg, getattr(ctx.dags, "get_spec", None)) if won else None
+            )
+        return won
+
+    _retrying(attempt)
+    return found[0] if found else None
+
+
+_DAGS = SerializedDagCache()
+"""This process's serialized DAGs, re-read only when their version hash changes."""
 
 
 def _read_context(
@@ -135,7 +155,7 @@ def _read_context(
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .where(TaskInstance.id == msg.ti_id)
     ).one()
-    dag = session.scalars(select(Dag).where(Dag.dag_id == ti.dag_id)).one_or_none()
+    dag = _DAGS.get(session, ti.dag_id, run.dag_hash)
     serialized = dag.serialized if dag is not None and dag.serialized else {}
     if spec_of is not None:
         serialized = spec_of(ti.dag_id)
@@ -161,6 +181,7 @@ def _read_context(
         "upstream": upstream,
     }
     return Claimed(
+        run_pk=run.id,
         fileloc=dag.fileloc if dag is not None else None,
         spec=spec,
         try_number=ti.try_number,
@@ -225,11 +246,22 @@ def error_line(exc: BaseException) -> str:
     return line
 
 
-def _record(ctx: WorkerContext, msg: RunMessage, new: TI, values: dict[str, Any]) -> Outcome:
-    """running -> `new` for this attempt, in one transaction; STALE if the CAS lost."""
+def _record(
+    ctx: WorkerContext,
+    msg: RunMessage,
+    new: TI,
+    values: dict[str, Any],
+    task_log: LogSnapshot | None = None,
+) -> Outcome:
+    """running -> `new` for this attempt, with the try's log, in one transaction.
+
+    STALE if the CAS lost (the log of the try is stored all the same).
+    """
 
     def write() -> bool:
         with transaction(ctx.session_factory) as session:
+            if task_log is not None:
+                save_task_log(session, task_log, now=utcnow())
             return move_ti(
                 session,
                 msg.ti_id,
@@ -257,53 +289,3 @@ def _retrying(write: Callable[[], bool]) -> bool:
             log.warning("writing the result failed (attempt %s): %s", attempt, exc)
             time.sleep(0.5 * 2 ** (attempt - 1))
     raise AssertionError("unreachable")
-
-
-class Heartbeat:
-    """A daemon thread that stamps `last_heartbeat_at` while the task runs.
-
-    A liveness write, not a state move: `UPDATE … WHERE id AND attempt_id AND
-    state = 'running'`, its own short transaction per beat. Errors are logged and
-    the next beat tries again; the beat stops once the TI is no longer this try's.
-    """
-
-    def __init__(self, ctx: WorkerContext, msg: RunMessage) -> None:
-        self._ctx = ctx
-        self._msg = msg
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"sluice-heartbeat-{msg.ti_id}", daemon=True
-        )
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-
-    def _run(self) -> None:
-        interval = self._ctx.settings.heartbeat_interval
-        while not self._stop.wait(interval):
-            try:
-                if not self.beat():
-                    log.info("heartbeat of ti %s stopped: no longer running", self._msg.ti_id)
-                    return
-            except Exception as exc:
-                log.warning("heartbeat of ti %s failed: %s", self._msg.ti_id, exc)
-
-    def beat(self) -> bool:
-        """One heartbeat; False if the TI is no longer running this attempt."""
-        with transaction(self._ctx.session_factory) as session:
-            result = session.execute(
-                update(TaskInstance)
-                .where(
-                    TaskInstance.id == self._msg.ti_id,
-                    TaskInstance.attempt_id == self._msg.attempt_id,
-                    TaskInstance.state == TI.RUNNING,
-                )
-                .values(last_heartbeat_at=utcnow())
-                .execution_options(synchronize_session=False)
-            )
-            return bool(getattr(result, "rowcount", 0))

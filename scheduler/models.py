@@ -164,3 +164,27 @@ class Pool(Base):
     name: Mapped[str] = mapped_column(String(250), primary_key=True)
     slots: Mapped[int] = mapped_column(Integer)
     description: Mapped[str | None] = mapped_column(Text)
+
+
+class TaskLog(Base):
+    """What one try of a TaskInstance printed and logged, as the worker captured it.
+
+    One row per (`ti_id`, `try_number`). `content` holds the try's last lines, at most
+    the writer's byte cap; older lines were dropped first and are counted in
+    `dropped_lines`. The worker rewrites the row while the try runs and once more,
+    with `finished_at`, before it writes the try's result.
+    """
+
+    __tablename__ = "task_log"
+
+    ti_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[str | None] = mapped_column(String(36))
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    content: Mapped[str] = mapped_column(Text, default="")
+    dropped_lines: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    finished_at: Mapped[dt.datetime | None]

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from scheduler.cli import backfill, dags, services, standalone, status, tasks_cmd
+from scheduler.cli import api_cmd, backfill, dags, services, standalone, status, tasks_cmd
 from scheduler.cli.context import Cli, CliError
 from scheduler.migrate import SchemaNotReady
 from scheduler.settings import ConfigError, Settings
@@ -30,11 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     standalone.add_parsers(sub)
     backfill.add_parsers(sub)
     status.add_parsers(sub)
+    api_cmd.add_parsers(sub)
     return parser
 
 
 def _default_level(command: str) -> str:
-    return "INFO" if command in {"scheduler", "worker", "standalone", "backfill"} else "WARNING"
+    daemons = {"scheduler", "worker", "standalone", "backfill", "api"}
+    return "INFO" if command in daemons else "WARNING"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

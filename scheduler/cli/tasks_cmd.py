@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from scheduler.cli.context import Cli, CliError, iso
 from scheduler.cli.explain_cmd import add_explain_parser
+from scheduler.cli.logs_cmd import add_logs_parser
 from scheduler.db import transaction, utcnow
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.operations import (  # noqa: F401 - downstream_closure is re-exported
@@ -39,6 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
     p.set_defaults(func=clear)
     add_explain_parser(cmds)
+    add_logs_parser(cmds)
 
 
 def ti_rows(session: Session, run: DagRun) -> list[dict[str, Any]]:

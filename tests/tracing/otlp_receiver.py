@@ -69,17 +69,27 @@ class OtlpReceiver:
         found: list[ReceivedSpan] = []
         for resource_spans in request.resource_spans:
             service = next(
-                (_value(a.value) for a in resource_spans.resource.attributes
-                 if a.key == "service.name"), "",
+                (
+                    _value(a.value)
+                    for a in resource_spans.resource.attributes
+                    if a.key == "service.name"
+                ),
+                "",
             )
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    found.append(ReceivedSpan(
-                        trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
-                        parent_id=span.parent_span_id.hex(), name=span.name, service=service,
-                        attributes={a.key: _value(a.value) for a in span.attributes},
-                        start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
-                    ))
+                    found.append(
+                        ReceivedSpan(
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_id=span.parent_span_id.hex(),
+                            name=span.name,
+                            service=service,
+                            attributes={a.key: _value(a.value) for a in span.attributes},
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
+                        )
+                    )
         with self._lock:
             self.spans.extend(found)
 

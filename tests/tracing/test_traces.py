@@ -62,8 +62,11 @@ def run_row(sluice: Sluice, run_id: str) -> dict:
     try:
         with engine.connect() as conn:
             row = conn.execute(
-                text("SELECT context_carrier, span_status, started_by_job_id FROM dag_run "
-                     "WHERE run_id = :r"), {"r": run_id},
+                text(
+                    "SELECT context_carrier, span_status, started_by_job_id FROM dag_run "
+                    "WHERE run_id = :r"
+                ),
+                {"r": run_id},
             ).one()
     finally:
         engine.dispose()
@@ -75,8 +78,11 @@ def scheduler_job_ids(sluice: Sluice) -> list[int]:
     engine = create_engine(sluice.database_url)
     try:
         with engine.connect() as conn:
-            return list(conn.execute(text(
-                "SELECT id FROM job WHERE job_type = 'scheduler' ORDER BY id")).scalars())
+            return list(
+                conn.execute(
+                    text("SELECT id FROM job WHERE job_type = 'scheduler' ORDER BY id")
+                ).scalars()
+            )
     finally:
         engine.dispose()
 
@@ -111,8 +117,7 @@ def check_one_tree(receiver: OtlpReceiver, trace_id: str, tasks: list[str]) -> l
         task_span = next(s for s in spans if s.name.startswith(f"task {t}"))
         assert task_span.attributes["task_id"] == t
         assert task_span.attributes["dag_id"] == "traced"
-        assert {"run_id", "try_number", "attempt_id", "queue", "state"} <= set(
-            task_span.attributes)
+        assert {"run_id", "try_number", "attempt_id", "queue", "state"} <= set(task_span.attributes)
     workers = [s for s in spans if s.service == "sluice-worker"]
     assert workers and all(w.trace_id == trace_id for w in workers)
     return spans
@@ -141,8 +146,9 @@ def start_owner(traced: Sluice, sleep: float) -> tuple[object, str]:
     a = traced.scheduler()
     traced.worker()
     run_id = traced.trigger("traced")
-    wait_until(lambda: traced.task_states("traced", run_id)["slow"]["state"] == "running",
-               timeout=30)
+    wait_until(
+        lambda: traced.task_states("traced", run_id)["slow"]["state"] == "running", timeout=30
+    )
     assert run_row(traced, run_id)["owner"] == scheduler_job_ids(traced)[0]
     return a, run_id
 

@@ -1,0 +1,61 @@
+"""The FastAPI application: `/api/v1`, `/openapi.json`, and the web UI at `/`.
+
+Invariants:
+- `Settings` and the API's own variables are read once, here, when the app is
+  created; one engine serves every request, each with its own session.
+- The interactive docs pages are off: they load their scripts from a CDN,
+  which closed networks cannot reach. The spec is at `/openapi.json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from scheduler.api import health, routes_dags, routes_runs, routes_tasks
+from scheduler.api.config import ApiConfig
+from scheduler.api.errors import install_error_handlers
+from scheduler.api.state import ApiState
+from scheduler.api.ui import install_ui
+from scheduler.db import make_engine, make_session_factory
+from scheduler.settings import Settings
+
+API_VERSION = "1"
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    config: ApiConfig | None = None,
+    env: Mapping[str, str] | None = None,
+) -> FastAPI:
+    """The API and UI for `settings` (default: from the environment, or from `env`)."""
+    settings = settings if settings is not None else Settings.from_env(env)
+    config = config if config is not None else ApiConfig.from_env(env)
+    engine = make_engine(settings.database_url, application_name="sluice-api")
+    state = ApiState(
+        settings=settings, config=config, engine=engine, factory=make_session_factory(engine)
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.close()
+
+    app = FastAPI(
+        title="Sluice",
+        version=API_VERSION,
+        description="DAG runs, task instances and their logs. Writes need a bearer token.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    app.state.sluice = state
+    install_error_handlers(app)
+    for module in (health, routes_dags, routes_runs, routes_tasks):
+        app.include_router(module.router)
+    install_ui(app)
+    return app

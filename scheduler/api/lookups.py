@@ -1,0 +1,59 @@
+"""Finding what a URL names, or answering 404 with a one-line detail.
+
+An id that no row can hold (too long, a NUL, not UTF-8) is simply not found:
+it never reaches the database.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from scheduler.api.errors import not_found
+from scheduler.api.schemas import ID_MAX, storable
+from scheduler.models import Dag, DagRun, TaskInstance
+
+
+def _usable(value: str) -> bool:
+    if len(value) > ID_MAX:
+        return False
+    try:
+        storable(value)
+    except ValueError:
+        return False
+    return True
+
+
+def find_dag(session: Session, dag_id: str) -> Dag:
+    dag = session.get(Dag, dag_id) if _usable(dag_id) else None
+    if dag is None or not dag.is_active:
+        raise not_found(f"unknown DAG {dag_id!r}")
+    return dag
+
+
+def find_run(session: Session, dag_id: str, run_id: str) -> tuple[Dag, DagRun]:
+    dag = find_dag(session, dag_id)
+    run = None
+    if _usable(run_id):
+        run = session.scalar(
+            select(DagRun).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id)
+        )
+    if run is None:
+        raise not_found(f"DAG {dag_id!r} has no run {run_id!r}")
+    return dag, run
+
+
+def find_ti(
+    session: Session, dag_id: str, run_id: str, task_id: str
+) -> tuple[Dag, DagRun, TaskInstance]:
+    dag, run = find_run(session, dag_id, run_id)
+    ti = None
+    if _usable(task_id):
+        ti = session.scalar(
+            select(TaskInstance).where(
+                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id
+            )
+        )
+    if ti is None:
+        raise not_found(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r}")
+    return dag, run, ti

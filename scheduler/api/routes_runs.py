@@ -1,0 +1,103 @@
+"""`/api/v1/dags/{dag_id}/runs`: listing, triggering and reading DAG runs.
+
+Triggering goes through `scheduler.dagrun.create_dagrun`, as `sluice dags
+trigger` does, and wakes the schedulers the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import func, select
+
+from scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from scheduler.api.errors import ApiError, unprocessable
+from scheduler.api.lookups import find_dag, find_run
+from scheduler.api.responses import errors
+from scheduler.api.schemas import RunCreate, RunList, RunOut
+from scheduler.api.views import run_out
+from scheduler.cli.context import CliError, parse_date
+from scheduler.dagrun import RunExists, create_dagrun
+from scheduler.db import utcnow
+from scheduler.models import DagRun
+from scheduler.operations import wake_schedulers
+from scheduler.states import DagRunState, RunType
+
+router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs", tags=["runs"])
+
+MAX_OFFSET = 1_000_000_000
+
+
+def parse_logical_date(text: str) -> dt.datetime:
+    """An ISO 8601 date or datetime (naive: UTC), or a 422 saying what is wrong."""
+    try:
+        return parse_date(text, "logical_date")
+    except CliError as exc:
+        raise unprocessable(str(exc)) from None
+    except (OverflowError, ValueError):
+        raise unprocessable(f"logical_date {text!r} is out of range") from None
+
+
+@router.get("", response_model=RunList, dependencies=[CanRead], responses=errors(404))
+def list_runs(
+    dag_id: str,
+    session: DbSession,
+    state: State,
+    run_state: Annotated[DagRunState | None, Query(alias="state")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 25,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+) -> RunList:
+    """The DAG's runs, newest logical date first, optionally only those in `state`."""
+    dag = find_dag(session, dag_id)
+    where = [DagRun.dag_id == dag.dag_id]
+    if run_state is not None:
+        where.append(DagRun.state == run_state)
+    total = session.scalar(select(func.count()).select_from(DagRun).where(*where)) or 0
+    runs = session.scalars(
+        select(DagRun)
+        .where(*where)
+        .order_by(DagRun.logical_date.desc(), DagRun.id.desc())
+        .limit(limit)
+        .offset(offset)
+    ).all()
+    return RunList(
+        runs=[run_out(r, state.config) for r in runs], total=total, limit=limit, offset=offset
+    )
+
+
+@router.post(
+    "",
+    response_model=RunOut,
+    status_code=201,
+    dependencies=[CanWrite],
+    responses=errors(404, 409),
+)
+def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) -> RunOut:
+    """Create a manual run (queued) and wake the schedulers."""
+    dag = find_dag(session, dag_id)
+    now = utcnow()
+    logical = parse_logical_date(body.logical_date) if body.logical_date is not None else now
+    try:
+        run = create_dagrun(
+            session,
+            dag,
+            run_type=RunType.MANUAL,
+            logical_date=logical,
+            now=now,
+            run_id=body.run_id,
+            conf=body.conf or {},
+        )
+        session.commit()
+    except RunExists as exc:
+        session.rollback()
+        raise ApiError(409, str(exc)) from None
+    wake_schedulers(state.settings)
+    return run_out(run, state.config)
+
+
+@router.get("/{run_id}", response_model=RunOut, dependencies=[CanRead], responses=errors(404))
+def get_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
+    _, run = find_run(session, dag_id, run_id)
+    return run_out(run, state.config)

@@ -1,0 +1,143 @@
+"""`/api/v1/dags/{dag_id}/runs/{run_id}/tasks`: task instances, clearing, and logs.
+
+Clearing goes through `scheduler.operations.clear_task_instances`, as `sluice
+tasks clear` does, and wakes the schedulers the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from scheduler.api.errors import not_found
+from scheduler.api.lookups import find_run, find_ti
+from scheduler.api.responses import errors
+from scheduler.api.schemas import (
+    ClearOut,
+    ClearRequest,
+    TaskInstanceDetail,
+    TaskInstanceOut,
+    TaskLogOut,
+    TryOut,
+)
+from scheduler.api.views import task_order, ti_fields, ti_out, trace_id_of
+from scheduler.db import utcnow
+from scheduler.models import DagRun, TaskInstance
+from scheduler.operations import clear_task_instances, wake_schedulers
+from scheduler.queries.task_logs import task_log_of, tries_of
+from scheduler.states import TI
+
+router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
+
+MAX_TRY = 1_000_000
+
+
+@router.get("", response_model=list[TaskInstanceOut], dependencies=[CanRead], responses=errors(404))
+def list_task_instances(dag_id: str, run_id: str, session: DbSession) -> list[TaskInstanceOut]:
+    """The run's task instances, in the DAG's topological order."""
+    dag, run = find_run(session, dag_id, run_id)
+    tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
+    rank = {task_id: i for i, task_id in enumerate(task_order(dag.serialized))}
+    ordered = sorted(tis, key=lambda ti: (rank.get(ti.task_id, len(rank)), ti.task_id))
+    return [ti_out(ti) for ti in ordered]
+
+
+@router.get(
+    "/{task_id}", response_model=TaskInstanceDetail, dependencies=[CanRead], responses=errors(404)
+)
+def get_task_instance(
+    dag_id: str, run_id: str, task_id: str, session: DbSession, state: State
+) -> TaskInstanceDetail:
+    """One task instance with its tries (those that stored a log, and the current one)."""
+    dag, run, ti = find_ti(session, dag_id, run_id, task_id)
+    logged = {t.try_number: t for t in tries_of(session, ti.id)}
+    # After a clear (none) or before a retry is queued (scheduled), try_number still names
+    # the previous try, whose outcome the TI row no longer holds.
+    holds_its_try = ti.state not in (TI.NONE, TI.SCHEDULED)
+    tries: list[TryOut] = []
+    for number in sorted({*logged, *range(1, ti.try_number + 1)}):
+        info = logged.get(number)
+        current = number == ti.try_number and holds_its_try
+        tries.append(
+            TryOut(
+                try_number=number,
+                attempt_id=info.attempt_id if info else (ti.attempt_id if current else None),
+                hostname=info.hostname if info else (ti.hostname if current else None),
+                started_at=info.started_at if info else (ti.start_date if current else None),
+                finished_at=info.finished_at if info else (ti.end_date if current else None),
+                state=ti.state if current else None,
+                has_log=info is not None,
+            )
+        )
+    spec = dag.serialized.get("tasks", {}).get(ti.task_id, {})
+    return TaskInstanceDetail(
+        **ti_fields(ti),
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        upstream=sorted(spec.get("upstream", [])),
+        downstream=sorted(spec.get("downstream", [])),
+        tries=tries,
+        trace_url=state.config.trace_link(trace_id_of(run.context_carrier)),
+    )
+
+
+@router.post(
+    "/{task_id}/clear", response_model=ClearOut, dependencies=[CanWrite], responses=errors(404)
+)
+def clear_task(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    session: DbSession,
+    state: State,
+    body: ClearRequest | None = None,
+) -> ClearOut:
+    """Reset the task instance (and with `downstream`, its downstream) so it runs again."""
+    dag, run, ti = find_ti(session, dag_id, run_id, task_id)
+    downstream = body.downstream if body is not None else False
+    cleared = clear_task_instances(
+        session, run, dag, [ti.task_id], downstream=downstream, now=utcnow()
+    )
+    session.commit()
+    wake_schedulers(state.settings)
+    run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
+    assert run_state is not None
+    return ClearOut(cleared=cleared, run_state=run_state)
+
+
+@router.get(
+    "/{task_id}/logs", response_model=TaskLogOut, dependencies=[CanRead], responses=errors(404)
+)
+def task_logs(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    session: DbSession,
+    try_number: Annotated[
+        int | None, Query(ge=1, le=MAX_TRY, description="default: the current try")
+    ] = None,
+) -> TaskLogOut:
+    """What one try printed and logged (empty while nothing was stored)."""
+    _, run, ti = find_ti(session, dag_id, run_id, task_id)
+    number = try_number if try_number is not None else ti.try_number
+    stored = task_log_of(session, ti.id, number) if number >= 1 else None
+    if stored is None and not 1 <= number <= ti.try_number:
+        if number == 0:
+            raise not_found(f"task {task_id!r} of run {run_id!r} has not run yet")
+        raise not_found(f"task {task_id!r} of run {run_id!r} has no try {number}")
+    return TaskLogOut(
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        task_id=ti.task_id,
+        try_number=number,
+        attempt_id=stored.attempt_id if stored else None,
+        hostname=stored.hostname if stored else None,
+        started_at=stored.started_at if stored else None,
+        updated_at=stored.updated_at if stored else None,
+        finished_at=stored.finished_at if stored else None,
+        dropped_lines=stored.dropped_lines if stored else 0,
+        content=stored.content if stored else "",
+    )

@@ -1,0 +1,248 @@
+"""The JSON shapes of `/api/v1`: request bodies (strict, no extra fields) and responses.
+
+Times are ISO 8601 in UTC. States are the enums of `scheduler.states`. Request
+strings are checked to be storable (no NUL, valid UTF-8, at most 250 chars for
+ids) so that no input reaches the database it would refuse.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
+
+from scheduler.states import DagRunState, RunType, TaskInstanceState
+
+ID_MAX = 250
+
+
+def storable(value: str) -> str:
+    """`value` if the database can store it as text, else a ValueError for a 422."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 text") from None
+    return value
+
+
+def _run_id(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    if value != value.strip():
+        raise ValueError("must not start or end with spaces")
+    if "/" in value:
+        raise ValueError("must not contain '/' (it could not be named in a URL)")
+    return storable(value)
+
+
+RunIdIn = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(_run_id)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+class DagPatch(Strict):
+    is_paused: StrictBool = Field(description="pause (true) or unpause (false) the schedule")
+
+
+class RunCreate(Strict):
+    run_id: RunIdIn | None = Field(
+        default=None, description="defaults to manual__<logical date>", examples=["nightly-fix-1"]
+    )
+    logical_date: Annotated[str, AfterValidator(storable)] | None = Field(
+        default=None,
+        description="ISO 8601; a date without a zone is UTC; defaults to now",
+        examples=["2026-01-31T00:00:00Z"],
+    )
+    conf: dict[str, Any] | None = Field(
+        default=None, description="a JSON object handed to the tasks as context['conf']"
+    )
+
+
+class ClearRequest(Strict):
+    downstream: StrictBool = Field(default=False, description="also clear its downstream tasks")
+
+
+# -- responses -----------------------------------------------------------------------------
+
+
+class RunBrief(BaseModel):
+    run_id: str
+    state: DagRunState
+    logical_date: dt.datetime
+
+
+class DagSummary(BaseModel):
+    dag_id: str
+    fileloc: str
+    schedule: str | None
+    is_paused: bool
+    next_dagrun: dt.datetime | None
+    task_count: int
+    import_error: str | None = Field(description="the last parse of its file failed with this")
+    recent_runs: list[RunBrief] = Field(description="the newest runs first")
+
+
+class ImportErrorOut(BaseModel):
+    fileloc: str
+    error: str
+
+
+class DagList(BaseModel):
+    dags: list[DagSummary]
+    import_errors: list[ImportErrorOut] = Field(description="DAG files that failed to import")
+
+
+class TaskSpecOut(BaseModel):
+    task_id: str
+    kind: str | None
+    upstream: list[str]
+    downstream: list[str]
+    trigger_rule: str | None
+    retries: int
+    queue: str
+
+
+class DagDetail(DagSummary):
+    tasks: list[TaskSpecOut] = Field(description="in topological order")
+
+
+class RunOut(BaseModel):
+    dag_id: str
+    run_id: str
+    logical_date: dt.datetime
+    run_type: RunType
+    state: DagRunState
+    conf: dict[str, Any]
+    queued_at: dt.datetime | None
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    trace_id: str | None
+    trace_url: str | None = Field(description="a link to its trace when SLUICE_TRACE_URL is set")
+
+
+class RunList(BaseModel):
+    runs: list[RunOut] = Field(description="the newest logical dates first")
+    total: int
+    limit: int
+    offset: int
+
+
+class TaskInstanceOut(BaseModel):
+    task_id: str
+    state: TaskInstanceState
+    try_number: int
+    max_tries: int
+    queue: str
+    pool: str
+    hostname: str | None
+    attempt_id: str | None
+    scheduled_at: dt.datetime | None
+    queued_at: dt.datetime | None
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    next_retry_at: dt.datetime | None
+    error: str | None
+
+
+class TryOut(BaseModel):
+    try_number: int
+    attempt_id: str | None
+    hostname: str | None
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    state: TaskInstanceState | None = Field(description="only known for the current try")
+    has_log: bool
+
+
+class TaskInstanceDetail(TaskInstanceOut):
+    dag_id: str
+    run_id: str
+    upstream: list[str]
+    downstream: list[str]
+    tries: list[TryOut] = Field(description="oldest first")
+    trace_url: str | None
+
+
+class TaskLogOut(BaseModel):
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+    attempt_id: str | None
+    hostname: str | None
+    started_at: dt.datetime | None
+    updated_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    dropped_lines: int = Field(description="older lines dropped to keep the per-try cap")
+    content: str = Field(description="the captured lines, newline-separated")
+
+
+class ClearOut(BaseModel):
+    cleared: int
+    run_state: DagRunState
+
+
+class GridCell(BaseModel):
+    state: TaskInstanceState
+    try_number: int
+
+
+class GridRun(BaseModel):
+    run_id: str
+    state: DagRunState
+    run_type: RunType
+    logical_date: dt.datetime
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    cells: dict[str, GridCell] = Field(description="by task id")
+
+
+class Grid(BaseModel):
+    dag_id: str
+    task_ids: list[str] = Field(description="the rows, in topological order")
+    runs: list[GridRun] = Field(description="the columns, oldest first")
+    active: bool = Field(description="some run is queued or running")
+
+
+class DatabaseHealth(BaseModel):
+    ok: bool
+    detail: str
+
+
+class SchedulerHealth(BaseModel):
+    job_id: int
+    hostname: str
+    pid: int
+    latest_heartbeat: dt.datetime
+    alive: bool
+
+
+class WorkerHealth(BaseModel):
+    name: str
+    queues: list[str]
+
+
+class WorkersHealth(BaseModel):
+    ok: bool | None = Field(description="null: the broker could not be asked")
+    seen: list[WorkerHealth]
+    detail: str
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded", "unavailable"]
+    database: DatabaseHealth
+    schedulers: list[SchedulerHealth]
+    schedulers_alive: int
+    workers: WorkersHealth
+
+
+class ErrorOut(BaseModel):
+    detail: str

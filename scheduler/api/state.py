@@ -1,0 +1,35 @@
+"""What the app holds for its lifetime: settings, one engine and its session factory.
+
+Invariant: built once per app by `create_app`; every request gets its own
+session from `factory` and closes it (rolling back anything uncommitted).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from scheduler.api.config import ApiConfig
+from scheduler.settings import Settings
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    config: ApiConfig
+    engine: Engine
+    factory: sessionmaker[Session]
+    celery: Any = field(default=None)
+    """The Celery app used to ask workers who they are (built on first use)."""
+    inspector: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="sluice-api-health")
+    )
+    """Where workers are asked, so that a stuck broker call never holds a request."""
+
+    def close(self) -> None:
+        self.inspector.shutdown(wait=False, cancel_futures=True)
+        self.engine.dispose()

@@ -1,0 +1,170 @@
+/* Shared by the pages: calling /api/v1 with the saved token, building DOM nodes
+   (always with textContent, never HTML from data), state labels and times. */
+"use strict";
+
+const Sluice = (() => {
+  const TOKEN_KEY = "sluice.apiToken";
+
+  /* [abbreviation shown in a cell, words read out and shown in the legend] */
+  const STATES = {
+    none: ["–", "no status"],
+    scheduled: ["sched", "scheduled"],
+    queued: ["queue", "queued"],
+    running: ["run", "running"],
+    success: ["ok", "success"],
+    failed: ["fail", "failed"],
+    up_for_retry: ["retry", "up for retry"],
+    upstream_failed: ["upfail", "upstream failed"],
+    skipped: ["skip", "skipped"],
+    removed: ["rem", "removed"],
+  };
+  const TERMINAL = new Set(["success", "failed", "upstream_failed", "skipped", "removed"]);
+
+  function token() {
+    try { return window.localStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; }
+  }
+
+  function setToken(value) {
+    try {
+      if (value) window.localStorage.setItem(TOKEN_KEY, value);
+      else window.localStorage.removeItem(TOKEN_KEY);
+    } catch (e) { /* storage disabled: the token lasts for this page only */ }
+  }
+
+  class ApiError extends Error {
+    constructor(status, detail) {
+      super(detail);
+      this.status = status;
+    }
+  }
+
+  async function api(method, path, body) {
+    const headers = { Accept: "application/json" };
+    const saved = token();
+    if (saved) headers.Authorization = "Bearer " + saved;
+    const init = { method, headers };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch("/api/v1" + path, init);
+    } catch (e) {
+      throw new ApiError(0, "the API server cannot be reached");
+    }
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = null; }
+    if (!response.ok) {
+      let detail = data && typeof data.detail === "string" ? data.detail : response.statusText;
+      if (response.status === 401) detail += " (enter the API token at the top of the page)";
+      throw new ApiError(response.status, detail || "request failed (" + response.status + ")");
+    }
+    return data;
+  }
+
+  function el(tag, props, children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "text") node.textContent = value;
+      else if (key === "class") node.className = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key === "on") for (const [ev, fn] of Object.entries(value)) node.addEventListener(ev, fn);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of [].concat(children || [])) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function stateWords(state) { return (STATES[state] || [state, state])[1]; }
+  function stateAbbr(state) { return (STATES[state] || [state, state])[0]; }
+
+  /* A coloured chip that also says its state in text. */
+  function chip(state, describe) {
+    return el("span", {
+      class: "chip state-" + state,
+      title: (describe ? describe + ": " : "") + stateWords(state),
+      "aria-label": (describe ? describe + ": " : "") + stateWords(state),
+      dataset: { state },
+      text: stateAbbr(state),
+    });
+  }
+
+  function legend(list) {
+    list.replaceChildren(...Object.keys(STATES).map((state) =>
+      el("li", {}, [el("span", { class: "chip state-" + state, "aria-hidden": "true", text: stateAbbr(state) }), stateWords(state)])));
+  }
+
+  function fmtTime(iso) {
+    if (!iso) return "—";
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return iso;
+    return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  }
+
+  function fmtDuration(startIso, endIso) {
+    if (!startIso) return "—";
+    const end = endIso ? new Date(endIso) : new Date();
+    let secs = Math.max(0, (end - new Date(startIso)) / 1000);
+    if (secs < 60) return secs.toFixed(secs < 10 ? 2 : 1) + " s" + (endIso ? "" : " so far");
+    const mins = Math.floor(secs / 60);
+    secs = Math.round(secs % 60);
+    return mins + " min " + secs + " s" + (endIso ? "" : " so far");
+  }
+
+  function setStatus(node, text, kind) {
+    node.textContent = text || "";
+    node.classList.toggle("error", kind === "error");
+    node.classList.toggle("ok", kind === "ok");
+  }
+
+  /* The paused switch of one DAG; calls PATCH and reports through `report`. */
+  function pauseSwitch(dagId, isPaused, report, onChange) {
+    const label = el("span", { class: "switch-text" });
+    const button = el("button", { type: "button", role: "switch", class: "switch", dataset: { dag: dagId } },
+      [el("span", { class: "track", "aria-hidden": "true" }), label]);
+    function show(paused) {
+      button.setAttribute("aria-checked", paused ? "true" : "false");
+      button.setAttribute("aria-label", "Paused: " + dagId);
+      label.textContent = paused ? "paused" : "active";
+    }
+    show(isPaused);
+    button.addEventListener("click", async () => {
+      const next = button.getAttribute("aria-checked") !== "true";
+      button.disabled = true;
+      try {
+        const dag = await api("PATCH", "/dags/" + encodeURIComponent(dagId), { is_paused: next });
+        show(dag.is_paused);
+        report(dagId + (dag.is_paused ? " paused" : " unpaused"), "ok");
+        if (onChange) onChange(dag);
+      } catch (e) {
+        report(e.message, "error");
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return button;
+  }
+
+  function initTokenForm(onSaved) {
+    const form = document.getElementById("token-form");
+    const input = document.getElementById("token");
+    const stateNode = document.getElementById("token-state");
+    const show = () => { stateNode.textContent = token() ? "token saved" : "no token: read only"; };
+    input.value = token();
+    show();
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      setToken(input.value.trim());
+      show();
+      if (onSaved) onSaved();
+    });
+  }
+
+  return { api, ApiError, el, chip, legend, stateWords, stateAbbr, fmtTime, fmtDuration, setStatus,
+           pauseSwitch, initTokenForm, TERMINAL };
+})();

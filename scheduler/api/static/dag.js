@@ -1,0 +1,279 @@
+/* `/dags/{dag_id}`: the grid of runs by tasks, the trigger form and the task panel.
+
+   The grid refreshes every ACTIVE_MS while a run is queued or running, else every IDLE_MS;
+   an open panel refreshes with it until its try has finished. */
+"use strict";
+
+(() => {
+  const S = Sluice;
+  const ACTIVE_MS = 1500;
+  const IDLE_MS = 10000;
+  const GRID_RUNS = 25;
+  const dagId = decodeURIComponent(window.location.pathname.split("/")[2] || "");
+  const dagPath = "/dags/" + encodeURIComponent(dagId);
+  const $ = (id) => document.getElementById(id);
+  const status = $("status");
+  let timer = null;
+  let selected = null; /* {runId, taskId, tryNumber (null: current), finished} */
+
+  function report(text, kind) { S.setStatus(status, text, kind); }
+
+  // -- the DAG ---------------------------------------------------------------------------
+  async function loadDag() {
+    try {
+      const dag = await S.api("GET", dagPath);
+      document.title = dag.dag_id + " · Sluice";
+      $("title").textContent = dag.dag_id;
+      $("crumb").textContent = dag.dag_id;
+      $("pause-slot").replaceChildren(S.pauseSwitch(dag.dag_id, dag.is_paused, report));
+      $("dag-meta").textContent = [
+        "schedule: " + (dag.schedule || "manual only"),
+        dag.tasks.length + " task" + (dag.tasks.length === 1 ? "" : "s"),
+        "next run: " + S.fmtTime(dag.next_dagrun),
+        "file: " + dag.fileloc,
+      ].join(" · ");
+    } catch (e) {
+      $("title").textContent = dagId;
+      $("crumb").textContent = dagId;
+      report(e.message, "error");
+    }
+  }
+
+  // -- the grid --------------------------------------------------------------------------
+  function runHeader(run) {
+    return S.el("th", { scope: "col", dataset: { run: run.run_id, state: run.state } }, [
+      S.el("div", { class: "run-label", title: run.run_id + " (" + S.fmtTime(run.logical_date) + ")",
+                    text: run.run_id }),
+      S.chip(run.state, "run " + run.run_id),
+    ]);
+  }
+
+  function cell(run, taskId) {
+    const ti = run.cells[taskId];
+    const state = ti ? ti.state : "none";
+    const words = S.stateWords(state) + (ti && ti.try_number > 1 ? ", try " + ti.try_number : "");
+    const isSelected = selected && selected.runId === run.run_id && selected.taskId === taskId;
+    return S.el("td", {}, S.el("button", {
+      type: "button",
+      class: "cell state-" + state + (isSelected ? " selected" : ""),
+      dataset: { task: taskId, run: run.run_id, state },
+      title: taskId + " in " + run.run_id + ": " + words,
+      "aria-label": taskId + " in run " + run.run_id + ": " + words,
+      "aria-pressed": isSelected ? "true" : "false",
+      text: S.stateAbbr(state),
+      on: { click: () => openPanel(run.run_id, taskId, null) },
+    }));
+  }
+
+  function renderGrid(grid) {
+    const active = document.activeElement;
+    const refocus = active && active.classList && active.classList.contains("cell")
+      ? [active.dataset.task, active.dataset.run] : null;
+    const thead = document.querySelector("#grid thead");
+    const tbody = document.querySelector("#grid tbody");
+    thead.replaceChildren(S.el("tr", {}, [
+      S.el("th", { scope: "col", class: "visually-hidden", text: "Task" }),
+      ...grid.runs.map(runHeader),
+    ]));
+    tbody.replaceChildren(...grid.task_ids.map((taskId) => S.el("tr", { dataset: { task: taskId } }, [
+      S.el("th", { scope: "row", text: taskId }),
+      ...grid.runs.map((run) => cell(run, taskId)),
+    ])));
+    $("no-runs").hidden = grid.runs.length > 0;
+    if (refocus) {
+      const again = tbody.querySelector('button[data-task="' + CSS.escape(refocus[0]) + '"][data-run="' + CSS.escape(refocus[1]) + '"]');
+      if (again) again.focus();
+    }
+  }
+
+  /* One polling loop: a newer call supersedes an older one still waiting for its answer,
+     so answers are never rendered out of order and only the newest call sets the timer. */
+  let gridCall = 0;
+  async function refresh() {
+    clearTimeout(timer);
+    const call = ++gridCall;
+    let active = false;
+    try {
+      const grid = await S.api("GET", dagPath + "/grid?limit=" + GRID_RUNS);
+      if (call !== gridCall) return;
+      renderGrid(grid);
+      active = grid.active;
+      if (status.classList.contains("error")) report("");
+      if (selected && !selected.finished) await loadPanel(false);
+    } catch (e) {
+      if (call !== gridCall) return;
+      report(e.message, "error");
+    }
+    if (call !== gridCall) return;
+    $("refresh-state").textContent = active ? "(refreshing while runs are active)" : "";
+    timer = setTimeout(refresh, active ? ACTIVE_MS : IDLE_MS);
+  }
+
+  // -- trigger ---------------------------------------------------------------------------
+  $("trigger-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const out = $("trigger-result");
+    const body = {};
+    const runId = $("run-id").value.trim();
+    const logicalDate = $("logical-date").value.trim();
+    const confText = $("conf").value.trim();
+    if (runId) body.run_id = runId;
+    if (logicalDate) body.logical_date = logicalDate;
+    if (confText) {
+      let conf;
+      try { conf = JSON.parse(confText); } catch (e) {
+        S.setStatus(out, "Conf is not valid JSON: " + e.message, "error");
+        $("conf").focus();
+        return;
+      }
+      if (conf === null || typeof conf !== "object" || Array.isArray(conf)) {
+        S.setStatus(out, "Conf must be a JSON object, e.g. {\"key\": 1}", "error");
+        $("conf").focus();
+        return;
+      }
+      body.conf = conf;
+    }
+    const button = event.submitter || event.target.querySelector("button[type=submit]");
+    button.disabled = true;
+    try {
+      const run = await S.api("POST", dagPath + "/runs", body);
+      S.setStatus(out, "Triggered run " + run.run_id + " (" + run.state + ")", "ok");
+      $("run-id").value = "";
+      $("logical-date").value = "";
+      await refresh();
+    } catch (e) {
+      S.setStatus(out, e.message, "error");
+    } finally {
+      button.disabled = false;
+    }
+  });
+
+  // -- the task-instance panel -----------------------------------------------------------
+  function openPanel(runId, taskId, tryNumber) {
+    selected = { runId, taskId, tryNumber, finished: false };
+    document.querySelectorAll("#grid .cell.selected").forEach((node) => {
+      node.classList.remove("selected");
+      node.setAttribute("aria-pressed", "false");
+    });
+    const node = document.querySelector('#grid .cell[data-task="' + CSS.escape(taskId) + '"][data-run="' + CSS.escape(runId) + '"]');
+    if (node) { node.classList.add("selected"); node.setAttribute("aria-pressed", "true"); }
+    $("panel").hidden = false;
+    $("clear-result").textContent = "";
+    resetClear();
+    loadPanel(true);
+  }
+
+  function fact(term, value, mono) {
+    return [S.el("dt", { text: term }), S.el("dd", { class: mono ? "mono" : null, text: value === null || value === undefined || value === "" ? "—" : String(value) })];
+  }
+
+  let panelCall = 0;
+  async function loadPanel(first) {
+    if (!selected) return;
+    const want = selected;
+    const call = ++panelCall;
+    const tiPath = dagPath + "/runs/" + encodeURIComponent(want.runId) + "/tasks/" + encodeURIComponent(want.taskId);
+    let ti;
+    try {
+      ti = await S.api("GET", tiPath);
+    } catch (e) {
+      if (first && call === panelCall) S.setStatus($("panel-state"), e.message, "error");
+      return;
+    }
+    if (selected !== want || call !== panelCall) return;
+    $("panel-title").textContent = ti.task_id + " · " + ti.run_id;
+    $("panel-state").replaceChildren(S.chip(ti.state, "state"), " ", S.stateWords(ti.state),
+      ti.try_number ? " — try " + ti.try_number + " of " + ti.max_tries : "");
+    $("panel-facts").replaceChildren(
+      ...fact("Queue", ti.queue), ...fact("Pool", ti.pool), ...fact("Hostname", ti.hostname),
+      ...fact("Attempt id", ti.attempt_id, true),
+      ...fact("Scheduled", S.fmtTime(ti.scheduled_at)), ...fact("Queued", S.fmtTime(ti.queued_at)),
+      ...fact("Started", S.fmtTime(ti.start_date)), ...fact("Ended", S.fmtTime(ti.end_date)),
+      ...fact("Duration", S.fmtDuration(ti.start_date, ti.end_date)),
+      ...(ti.next_retry_at ? fact("Next retry", S.fmtTime(ti.next_retry_at)) : []),
+      ...fact("Upstream", ti.upstream.join(", ")), ...fact("Downstream", ti.downstream.join(", ")),
+    );
+    $("panel-error").hidden = !ti.error;
+    $("panel-error").textContent = ti.error ? "Error: " + ti.error : "";
+    $("panel-trace").hidden = !ti.trace_url;
+    if (ti.trace_url) $("trace-link").href = ti.trace_url;
+
+    const current = want.tryNumber || ti.try_number || null;
+    $("tries").replaceChildren(...(ti.tries.length ? ti.tries.map((t) => S.el("li", {}, S.el("button", {
+      type: "button",
+      "aria-pressed": t.try_number === current ? "true" : "false",
+      dataset: { try: t.try_number },
+      text: "Try " + t.try_number + (t.state ? " (" + S.stateWords(t.state) + ")" : "") + " · " +
+            (t.hostname || "no host yet") + " · " + S.fmtTime(t.started_at) + " → " + S.fmtTime(t.finished_at) +
+            (t.attempt_id ? " · attempt " + t.attempt_id : ""),
+      on: { click: () => { selected.tryNumber = t.try_number; selected.finished = false; loadPanel(false); } },
+    }))) : [S.el("li", { class: "muted", text: "Not run yet." })]));
+    const logDone = await loadLog(tiPath, current, () => call === panelCall);
+    if (selected === want && call === panelCall) want.finished = S.TERMINAL.has(ti.state) && logDone;
+  }
+
+  /* Show one try's log; true if it will not change any more. */
+  async function loadLog(tiPath, tryNumber, current) {
+    const pre = $("log");
+    if (!tryNumber) {
+      $("log-meta").textContent = "";
+      pre.textContent = "No try yet.";
+      return true;
+    }
+    try {
+      const log = await S.api("GET", tiPath + "/logs?try_number=" + tryNumber);
+      if (!current()) return false;
+      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      const dropped = log.dropped_lines ? "… " + log.dropped_lines + " earlier lines were dropped (size cap)\n" : "";
+      pre.textContent = dropped + (log.content || (log.started_at ? "(no output)" : "(nothing stored yet)"));
+      $("log-meta").textContent = "Try " + log.try_number + (log.hostname ? " on " + log.hostname : "") +
+        (log.finished_at ? ", finished " + S.fmtTime(log.finished_at) : log.started_at ? ", still running" : "");
+      if (atBottom) pre.scrollTop = pre.scrollHeight;
+      return Boolean(log.finished_at) || !log.started_at;
+    } catch (e) {
+      if (current()) pre.textContent = e.message;
+      return true;
+    }
+  }
+
+  let clearArmed = null;
+  function resetClear() {
+    clearTimeout(clearArmed);
+    clearArmed = null;
+    $("clear").textContent = "Clear";
+  }
+
+  $("clear").addEventListener("click", async () => {
+    if (!selected) return;
+    if (!clearArmed) {
+      $("clear").textContent = "Click again to clear " + selected.taskId;
+      clearArmed = setTimeout(resetClear, 5000);
+      return;
+    }
+    resetClear();
+    const path = dagPath + "/runs/" + encodeURIComponent(selected.runId) + "/tasks/" + encodeURIComponent(selected.taskId) + "/clear";
+    try {
+      const out = await S.api("POST", path, { downstream: $("clear-downstream").checked });
+      S.setStatus($("clear-result"), "Cleared " + out.cleared + " task instance(s); the run is " + out.run_state + ".", "ok");
+      selected.tryNumber = null;
+      selected.finished = false;
+      await refresh();
+    } catch (e) {
+      S.setStatus($("clear-result"), e.message, "error");
+    }
+  });
+
+  $("panel-close").addEventListener("click", () => {
+    selected = null;
+    $("panel").hidden = true;
+    document.querySelectorAll("#grid .cell.selected").forEach((node) => {
+      node.classList.remove("selected");
+      node.setAttribute("aria-pressed", "false");
+    });
+  });
+
+  S.legend($("legend"));
+  S.initTokenForm(() => { loadDag(); refresh(); });
+  loadDag();
+  refresh();
+})();

@@ -1,0 +1,67 @@
+"""`sluice tasks logs DAG_ID RUN_ID TASK_ID [--try N]`: print what a try captured.
+
+The log goes to stdout as it was stored; a header line (host, attempt, times,
+dropped lines) goes to stderr, so that the output can be piped as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sqlalchemy import select
+
+from scheduler.cli.context import Cli, CliError, iso
+from scheduler.models import TaskInstance
+from scheduler.queries.task_logs import task_log_of
+
+
+def add_logs_parser(tasks_sub: argparse._SubParsersAction) -> None:
+    """Add `logs` to the subcommands of `sluice tasks`."""
+    p = tasks_sub.add_parser("logs", help="print the captured output of a task's try")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("task_id")
+    p.add_argument(
+        "--try", dest="try_number", type=int, default=None, help="try number (default: the latest)"
+    )
+    p.set_defaults(func=show_logs)
+
+
+def show_logs(cli: Cli, args: argparse.Namespace) -> int:
+    if args.try_number is not None and args.try_number < 1:
+        raise CliError(f"--try must be 1 or more, got {args.try_number}")
+    with cli.factory() as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        ti = session.scalar(
+            select(TaskInstance).where(
+                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == args.task_id
+            )
+        )
+        if ti is None:
+            raise CliError(
+                f"run {args.run_id!r} of DAG {args.dag_id!r} has no task {args.task_id!r}"
+            )
+        number = args.try_number if args.try_number is not None else ti.try_number
+        if number == 0:
+            raise CliError(f"task {args.task_id!r} of run {args.run_id!r} has not run yet")
+        stored = task_log_of(session, ti.id, number)
+        if stored is None:
+            if number > ti.try_number:
+                raise CliError(
+                    f"task {args.task_id!r} of run {args.run_id!r} has no try {number} "
+                    f"(its latest is {ti.try_number})"
+                )
+            print(f"no log stored for try {number}", file=sys.stderr)
+            return 0
+    end = f"finished {iso(stored.finished_at)}" if stored.finished_at else "still running"
+    print(
+        f"# {args.dag_id} {args.run_id} {args.task_id} try {number} on {stored.hostname or '?'}"
+        f" (attempt {stored.attempt_id}), started {iso(stored.started_at)}, {end}",
+        file=sys.stderr,
+    )
+    if stored.dropped_lines:
+        print(f"# {stored.dropped_lines} earlier line(s) dropped (size cap)", file=sys.stderr)
+    if stored.content:
+        print(stored.content)
+    return 0

@@ -1,0 +1,132 @@
+"""Fixtures of the API tests: a seeded PostgreSQL database and a TestClient on it.
+
+The DAGs are made the way users make them: DAG files in a folder, synced into
+a database by `scheduler.dagbag.sync_dag_folder`, as the CLI and schedulers do
+(once per session; each test gets a copy of the rows in its own database).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from scheduler.api import create_app
+from scheduler.api.config import ApiConfig
+from scheduler.dagbag import sync_dag_folder
+from scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from scheduler.migrate import upgrade
+from scheduler.models import Dag, DagFile
+from scheduler.settings import Settings
+
+TOKEN = "test-token-7"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+DEMO_DAG = """
+import datetime
+import logging
+
+from tasks import DAG, task
+
+START = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+
+with DAG("demo", schedule="@daily", catchup=False, start_date=START) as dag:
+    @task
+    def extract(context):
+        print("extracting for", context["run_id"])
+        return 3
+
+    @task(retries=1)
+    def transform(context):
+        logging.getLogger("demo.transform").warning("transforming %s", context["upstream"])
+        return 4
+
+    @task
+    def load():
+        print("loaded")
+
+    @task
+    def audit():
+        return None
+
+    extract >> transform >> load
+    extract >> audit
+"""
+
+MANUAL_DAG = """
+from tasks import DAG, task
+
+with DAG("manual_only", schedule=None) as dag:
+    @task
+    def only():
+        return 1
+"""
+
+BROKEN_DAG = "from tasks import DAG\nraise ImportError('this dag file is broken')\n"
+
+
+def write_dags(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "demo_dag.py").write_text(DEMO_DAG)
+    (folder / "manual_dag.py").write_text(MANUAL_DAG)
+    (folder / "broken_dag.py").write_text(BROKEN_DAG)
+
+
+@pytest.fixture(scope="session")
+def parsed_dags(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """The `dag` and `dag_file` rows that syncing the test DAG files gives, made once.
+
+    Parsing costs a subprocess; each test copies these rows into its own database.
+    """
+    root = tmp_path_factory.mktemp("parsed")
+    write_dags(root / "dags")
+    engine = make_engine(f"sqlite:///{root / 'parse.db'}")
+    try:
+        upgrade(engine)
+        factory = make_session_factory(engine)
+        sync_dag_folder(factory, root / "dags", parse_timeout=20, now=utcnow())
+        with factory() as session:
+            return {
+                "dag": [_columns(row) for row in session.scalars(select(Dag))],
+                "dag_file": [_columns(row) for row in session.scalars(select(DagFile))],
+            }
+    finally:
+        engine.dispose()
+
+
+def _columns(row: Any) -> dict[str, Any]:
+    return {c.key: getattr(row, c.key) for c in row.__table__.columns}
+
+
+@pytest.fixture
+def settings(pg_url: str, redis_url: str, parsed_dags: dict[str, list[dict[str, Any]]]) -> Settings:
+    """Settings on this test's database, which holds the parsed test DAGs."""
+    engine = make_engine(pg_url)
+    try:
+        with transaction(make_session_factory(engine)) as session:
+            session.add_all(Dag(**row) for row in parsed_dags["dag"])
+            session.add_all(DagFile(**row) for row in parsed_dags["dag_file"])
+    finally:
+        engine.dispose()
+    return Settings(
+        database_url=pg_url,
+        broker_url=redis_url,
+        namespace=f"t{uuid.uuid4().hex[:8]}",
+        heartbeat_timeout=5,
+    )
+
+
+def client_for(settings: Settings, config: ApiConfig) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, config=config), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    """The API with a token set: reads open, writes with AUTH."""
+    yield from client_for(settings, ApiConfig(token=TOKEN))

@@ -1,0 +1,192 @@
+"""The web UI in headless Chromium (Debian's `chromium`, driven by Playwright), against a
+real `sluice scheduler` and `sluice worker` and the API served by uvicorn.
+
+Skipped with the reason when Chromium or Playwright is missing, unless CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.api import create_app
+from scheduler.api.config import ApiConfig
+from scheduler.settings import Settings
+from tests.api.conftest import TOKEN
+from tests.procs import Sluice, wait_until
+
+CHROMIUM = os.environ.get("SLUICE_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TRACE_URL = "http://traces.invalid/trace/{trace_id}"
+
+UI_DAG = """
+from tasks import DAG, task
+
+with DAG("web_demo", schedule=None) as dag:
+    @task
+    def hello(context):
+        print("hello from the browser test, who =", context["conf"].get("who"))
+        return 1
+
+    @task
+    def bye():
+        return 2
+
+    hello >> bye
+"""
+
+
+def _browser_or_skip() -> Any:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        reason = f"playwright is not installed: {exc}"
+    else:
+        if shutil.which(CHROMIUM) or Path(CHROMIUM).exists():
+            return sync_playwright
+        reason = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+class ServedApi:
+    """The API app on uvicorn, in a thread of the test process, on a free loopback port."""
+
+    def __init__(self, settings: Settings, config: ApiConfig) -> None:
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        app = create_app(settings, config=config)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> ServedApi:
+        self.thread.start()
+        wait_until(lambda: self.server.started, timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    sync_playwright = _browser_or_skip()
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def test_trigger_from_the_ui_and_read_the_log(browser: Any, sluice: Sluice, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    # Given a scheduler, a worker and the API serving the UI
+    (sluice.dags_folder / "web_demo_dag.py").write_text(UI_DAG)
+    sluice.ok("dags", "list")  # parse the DAG file now
+    sluice.scheduler()
+    sluice.worker(concurrency=2)
+    settings = Settings(
+        database_url=sluice.database_url,
+        broker_url=sluice.broker_url,
+        namespace=sluice.namespace,
+        heartbeat_timeout=5,
+    )
+    with ServedApi(settings, ApiConfig(token=TOKEN, trace_url=TRACE_URL)) as api:
+        page = browser.new_page()
+        page.set_default_timeout(15_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            _walk_through(page, api.url, expect)
+        except Exception as exc:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            raise AssertionError(
+                f"UI test failed ({exc}); see {tmp_path}/failure.png\n{sluice.logs()}"
+            ) from exc
+        finally:
+            if os.environ.get("SLUICE_UI_SCREENSHOT"):
+                page.screenshot(path=os.environ["SLUICE_UI_SCREENSHOT"], full_page=True)
+        assert errors == []
+        # With a scheduler and a worker up, the health check sees both.
+        with urllib.request.urlopen(api.url + "/api/v1/health", timeout=10) as response:
+            health = json.loads(response.read())
+        assert health["status"] == "ok", health
+        assert health["schedulers_alive"] == 1 and health["workers"]["ok"] is True
+        assert health["workers"]["seen"][0]["queues"] == ["default"]
+
+
+def _walk_through(page: Any, base: str, expect: Any) -> None:
+    # The DAG list shows the DAG with its schedule and paused switch.
+    page.goto(base + "/")
+    row = page.locator('tr[data-dag="web_demo"]')
+    expect(row).to_contain_text("manual only")
+    expect(row.get_by_role("switch")).to_have_attribute("aria-checked", "false")
+
+    # Save the token, open the DAG, and trigger a run with a conf from the form.
+    page.fill("#token", TOKEN)
+    page.click("#token-form button")
+    expect(page.locator("#token-state")).to_have_text("token saved")
+    row.get_by_role("link", name="web_demo").click()
+    expect(page.locator("h1")).to_have_text("web_demo")
+    page.fill("#run-id", "ui-run-1")
+    page.fill("#conf", '{"who": "browser"}')
+    page.get_by_role("button", name="Trigger").click()
+    expect(page.locator("#trigger-result")).to_contain_text("Triggered run ui-run-1")
+
+    # The grid turns green by itself: every cell of the run, with text, not colour alone.
+    for task_id in ("hello", "bye"):
+        cell = page.locator(f'button.cell[data-task="{task_id}"][data-run="ui-run-1"]')
+        expect(cell).to_have_attribute("data-state", "success", timeout=60_000)
+        expect(cell).to_have_text("ok")
+        expect(cell).to_have_class(re.compile(r"\bstate-success\b"))
+    expect(page.locator('th[data-run="ui-run-1"]')).to_have_attribute("data-state", "success")
+
+    # Open the task: its try, host, attempt id, trace link and log line.
+    page.locator('button.cell[data-task="hello"][data-run="ui-run-1"]').click()
+    expect(page.locator("#panel-title")).to_have_text("hello · ui-run-1")
+    expect(page.locator("#log")).to_contain_text("hello from the browser test, who = browser")
+    expect(page.locator("#tries")).to_contain_text("Try 1 (success)")
+    expect(page.locator("#panel-facts")).to_contain_text("Attempt id")
+    href = page.locator("#trace-link").get_attribute("href")
+    assert re.fullmatch(r"http://traces\.invalid/trace/[0-9a-f]{32}", href or ""), href
+
+    # Clear it (two clicks): it runs again, try 2, and the grid is green again.
+    page.click("#clear")
+    page.click("#clear")
+    expect(page.locator("#clear-result")).to_contain_text("Cleared 1 task instance(s)")
+    expect(page.locator("#tries")).to_contain_text("Try 2 (success)", timeout=60_000)
+    expect(page.locator("#log-meta")).to_contain_text("Try 2")
+    expect(page.locator("#log")).to_contain_text("hello from the browser test")
+    hello = page.locator('button.cell[data-task="hello"][data-run="ui-run-1"]')
+    expect(hello).to_have_attribute("title", "hello in ui-run-1: success, try 2", timeout=30_000)
+    expect(page.locator('th[data-run="ui-run-1"]')).to_have_attribute("data-state", "success")
