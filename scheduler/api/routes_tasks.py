@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from scheduler.api.errors import not_found
@@ -25,6 +26,7 @@ from scheduler.api.schemas import (
 )
 from scheduler.api.views import task_order, ti_fields, ti_out, trace_id_of
 from scheduler.db import utcnow
+from scheduler.explain import ExplainError, explain_ti
 from scheduler.models import DagRun, TaskInstance
 from scheduler.operations import clear_task_instances, wake_schedulers
 from scheduler.queries.task_logs import task_log_of, tries_of
@@ -73,7 +75,10 @@ def get_task_instance(
             )
         )
     spec = dag.serialized.get("tasks", {}).get(ti.task_id, {})
+    why, reasons = _why(session, run.dag_id, run.run_id, ti.task_id, state)
     return TaskInstanceDetail(
+        why=why,
+        reasons=reasons,
         **ti_fields(ti),
         dag_id=run.dag_id,
         run_id=run.run_id,
@@ -141,3 +146,22 @@ def task_logs(
         dropped_lines=stored.dropped_lines if stored else 0,
         content=stored.content if stored else "",
     )
+
+
+def _why(
+    session: Session, dag_id: str, run_id: str, task_id: str, state: State
+) -> tuple[str | None, list[str]]:
+    """The plain-words explanation of `sluice tasks explain` (workers not asked: too slow)."""
+    try:
+        found = explain_ti(
+            session,
+            dag_id,
+            run_id,
+            task_id,
+            utcnow(),
+            workers_by_queue=None,
+            settings=state.settings,
+        )
+    except ExplainError:
+        return None, []
+    return found.summary, [reason.detail for reason in found.reasons]

@@ -169,6 +169,10 @@ class TaskInstanceDetail(TaskInstanceOut):
     downstream: list[str]
     tries: list[TryOut] = Field(description="oldest first")
     trace_url: str | None
+    why: str | None = Field(
+        default=None, description="why it is in its state, in plain words (tasks explain)"
+    )
+    reasons: list[str] = Field(default_factory=list, description="the details behind `why`")
 
 
 class TaskLogOut(BaseModel):

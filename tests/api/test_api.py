@@ -239,6 +239,8 @@ def test_clear_resets_the_task_and_requeues_the_run(client: TestClient, settings
     assert (states["transform"]["try_number"], states["transform"]["max_tries"]) == (1, 3)
     detail = client.get(f"{V1}/dags/demo/runs/c1/tasks/transform").json()
     assert [(t["try_number"], t["state"]) for t in detail["tries"]] == [(1, None)]
+    # the panel says why it waits: its run is queued again, not yet running
+    assert detail["why"] and "queued" in detail["why"].lower()
     no_body = client.post(f"{V1}/dags/demo/runs/c1/tasks/extract/clear", headers=AUTH)
     assert no_body.json()["cleared"] == 1
     assert client.post(f"{V1}/dags/demo/runs/c1/tasks/nope/clear", headers=AUTH).status_code == 404

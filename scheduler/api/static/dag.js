@@ -193,6 +193,8 @@
       ...(ti.next_retry_at ? fact("Next retry", S.fmtTime(ti.next_retry_at)) : []),
       ...fact("Upstream", ti.upstream.join(", ")), ...fact("Downstream", ti.downstream.join(", ")),
     );
+    $("panel-why").hidden = !ti.why;
+    $("panel-why").replaceChildren(...(ti.why ? [S.el("strong", { text: "Why: " }), ti.why] : []));
     $("panel-error").hidden = !ti.error;
     $("panel-error").textContent = ti.error ? "Error: " + ti.error : "";
     $("panel-trace").hidden = !ti.trace_url;
