@@ -9,6 +9,11 @@ Invariants:
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
+- A CeleryTask try is DEFERRED: its external Celery task is sent (through the Celery app
+  of the running Sluice task), its id is written on the TI with the same guard, and the TI
+  stays `running` for `scheduler.celery_poller` to finish. Sent before it is recorded: a
+  worker dying in between leaves an orphan external task and a try the heartbeat sweep
+  retries (at least once); a record that loses revokes the external task.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,6 +42,7 @@ from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
 from scheduler.states import TI
 from scheduler.transitions import move_ti
+from tasks.celery_task import CeleryTask
 from tasks.errors import Skip
 from tasks.runtime import branch_targets, check_result, run_task
 from tasks.serialize import retry_delay_for
@@ -56,6 +62,8 @@ class Outcome(StrEnum):
     FAILED = "failed"
     UP_FOR_RETRY = "up_for_retry"
     SKIPPED = "skipped"
+    DEFERRED = "deferred"
+    """A CeleryTask's external task was sent; the TI stays running (see the module doc)."""
 
 
 class DagSource(Protocol):
@@ -104,6 +112,8 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
     )
     with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
         new, values = _execute(ctx, msg, claimed)
+    if new is TI.RUNNING:
+        return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
     outcome = _record(ctx, msg, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
         ctx.waker.wake(claimed.run_pk)
@@ -201,6 +211,11 @@ def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI,
             raise LookupError(
                 f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
             )
+        if isinstance(task, CeleryTask):
+            upstream = claimed.context["upstream"]
+            external_id = task.send(_sending_app(ctx), upstream, msg.attempt_id)
+            log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
+            return TI.RUNNING, {"external_id": external_id}
         value = run_task(task, claimed.context)
         result = check_result(value, msg.task_id)
         if task.is_branch:
@@ -211,6 +226,55 @@ def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI,
     except Exception as exc:
         return _failure(msg, claimed, exc)
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+_fallback_apps: dict[Settings, Any] = {}
+
+
+def _sending_app(ctx: WorkerContext) -> Any:
+    """The Celery app that sends a CeleryTask's task: the app of the running Sluice task
+    (the user's app under `broker.attach`), else a Sluice app for `ctx.settings` (a local run).
+    """
+    from celery import current_task
+
+    running = current_task._get_current_object() if current_task else None
+    if running is not None:
+        return running.app
+    if ctx.settings not in _fallback_apps:
+        from broker.app import create_app
+
+        _fallback_apps[ctx.settings] = create_app(ctx.settings)
+    return _fallback_apps[ctx.settings]
+
+
+def _defer(
+    ctx: WorkerContext, msg: RunMessage, external_id: str, task_log: LogSnapshot | None
+) -> Outcome:
+    """Record the external task's id on the running try (a guarded write; the state stays
+    `running`). If the try moved meanwhile, revoke the external task: STALE."""
+
+    def write() -> bool:
+        with transaction(ctx.session_factory) as session:
+            if task_log is not None:
+                save_task_log(session, task_log, now=utcnow())
+            done = session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.id == msg.ti_id,
+                    TaskInstance.state == TI.RUNNING,
+                    TaskInstance.attempt_id == msg.attempt_id,
+                )
+                .values(external_id=external_id, last_heartbeat_at=utcnow())
+                .returning(TaskInstance.id)
+                .execution_options(synchronize_session=False)
+            )
+            return done.first() is not None
+
+    if not _retrying(write):
+        log.info("%s moved meanwhile: revoking Celery task %s", _what(msg), external_id)
+        _sending_app(ctx).control.revoke(external_id)
+        return Outcome.STALE
+    return Outcome.DEFERRED
 
 
 def _failure(msg: RunMessage, claimed: Claimed, exc: Exception) -> tuple[TI, dict[str, Any]]:

@@ -135,6 +135,8 @@ class TaskInstance(Base):
     span_status: Mapped[SpanStatus] = mapped_column(String(20), default=SpanStatus.NOT_STARTED)
     result: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
+    external_id: Mapped[str | None] = mapped_column(String(250))
+    """The Celery task id a CeleryTask try waits on (`tasks.celery_task.external_id_for`)."""
 
     __table_args__ = (
         UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),

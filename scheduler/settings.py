@@ -41,6 +41,8 @@ class Settings:
     dag_refresh_interval: float = 5.0
     runs_per_loop: int = 100
     embedded_broker: bool = False
+    result_backend: str | None = None
+    """Celery result backend where CeleryTask results are read (None: CeleryTask cannot run)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -59,6 +61,7 @@ class Settings:
             dag_refresh_interval=_float(
                 env, "SLUICE_DAG_REFRESH_INTERVAL", base.dag_refresh_interval
             ),
+            result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
         )
 
     def with_(self, **changes: object) -> Settings:

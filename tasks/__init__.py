@@ -6,12 +6,14 @@ parser subprocess) is deliberately not imported here: it runs as ``python -m tas
 
 from __future__ import annotations
 
+from tasks.celery_task import CeleryTask, Upstream
 from tasks.dag import DAG
 from tasks.errors import DagDefinitionError, ResultError, ShellCommandError, Skip, TaskTimeout
 from tasks.task import ShellTask, Task, task
 from tasks.trigger_rules import TriggerRule
 
 __all__ = [
+    "CeleryTask",
     "DAG",
     "DagDefinitionError",
     "ResultError",
@@ -21,5 +23,6 @@ __all__ = [
     "Task",
     "TaskTimeout",
     "TriggerRule",
+    "Upstream",
     "task",
 ]

@@ -12,6 +12,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from tasks.celery_task import CeleryTask, to_json
 from tasks.dag import DAG
 from tasks.task import Task
 
@@ -28,8 +29,12 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def serialize_task(task: Task) -> dict[str, Any]:
-    """The JSON form of one task (see ``serialize_dag``)."""
-    return {
+    """The JSON form of one task (see ``serialize_dag``).
+
+    A CeleryTask (kind "celery") adds ``celery``: its ``name``, ``args``, ``kwargs`` (upstream
+    markers as ``{"$upstream": task_id}``), ``timeout`` (seconds or null) and ``queue``.
+    """
+    spec = {
         "task_id": task.task_id,
         "kind": task.kind,
         "upstream": sorted(task.upstream_task_ids),
@@ -46,6 +51,15 @@ def serialize_task(task: Task) -> dict[str, Any]:
         "priority_weight": task.priority_weight,
         "is_branch": task.is_branch,
     }
+    if isinstance(task, CeleryTask):
+        spec["celery"] = {
+            "name": task.name,
+            "args": to_json(task.args),
+            "kwargs": to_json(task.kwargs),
+            "timeout": _seconds(task.timeout),
+            "queue": task.celery_queue,
+        }
+    return spec
 
 
 def serialize_dag(dag: DAG) -> dict[str, Any]:

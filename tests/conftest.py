@@ -22,7 +22,7 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_HOST = os.environ.get("SLUICE_TEST_REDIS_HOST", "127.0.0.1")
 IN_CI = os.environ.get("CI") == "true"
 
-_redis_dbs = itertools.cycle(range(1, 16))
+_redis_dbs = itertools.cycle(range(1, 14))  # 14 and 15 belong to the benchmarks
 
 
 def _unavailable(reason: str) -> None:

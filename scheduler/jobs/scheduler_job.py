@@ -16,6 +16,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from scheduler import spans
+from scheduler.celery_poller import poll_once
 from scheduler.dagbag import next_run_fields, sync_dag_folder
 from scheduler.dagrun import RunExists, create_dagrun
 from scheduler.db import transaction
@@ -45,6 +46,7 @@ class SchedulerJob(DagRunJob):
         self.heartbeat(now)
         self.refresh_dags(now)
         self.scheduling_pass(now, result)
+        poll_once(self.factory, self.settings, now)  # before the sweep: it refreshes heartbeats
         self.sweep(now, result)
         self.release_dead_jobs(now, result)
         self.end_owned_spans(now)

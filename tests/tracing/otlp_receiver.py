@@ -44,9 +44,10 @@ class OtlpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                receiver._add(request)
+                if self.path.rstrip("/").endswith("/v1/traces"):
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    receiver._add(request)
                 payload = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")

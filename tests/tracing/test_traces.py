@@ -53,6 +53,7 @@ def traced(sluice: Sluice, receiver: OtlpReceiver) -> Sluice:
         OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
         OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
         OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_METRICS_EXPORTER="none",  # traces only: metrics are tested in tests/operators
     )
     return sluice
 
@@ -158,8 +159,8 @@ def test_paused_owner_ends_its_span_after_another_finishes(
 ) -> None:
     traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "60"  # A is paused, not dead
     a, run_id = start_owner(traced, sleep=1.0)
+    a.send_signal(signal.SIGSTOP)  # type: ignore[attr-defined]  # before it can finish the run
     traced.scheduler()  # B
-    a.send_signal(signal.SIGSTOP)  # type: ignore[attr-defined]
     try:
         assert traced.wait_run("traced", run_id, timeout=60) == "success"
         wait_until(lambda: run_row(traced, run_id)["span_status"] == "should_end", timeout=20)

@@ -1,0 +1,217 @@
+"""In-process workloads: the scheduler's own code timed against a bench database.
+
+W4 times `SchedulerJob.tick()` with 10, 100 and 1,000 idle DAGs; W5 times one
+scheduling pass (`scheduling_pass`: examine the runs and queue what is ready) over a
+10,000-task run.
+Publishing only collects the messages: no broker, no worker.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bench.dagfiles import fanout_call, idle_call, write_dag_file
+from bench.metrics import median, percentile
+from bench.pg import BenchDb
+from bench.procs import BenchError
+from bench.profiling import Profiler
+from bench.sizes import DAG_W5, Sizes
+from broker.messages import RunMessage
+from broker.wakeup import LocalWaker
+from scheduler.dagrun import create_dagrun
+from scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from scheduler.jobs.base import TickResult
+from scheduler.jobs.scheduler_job import SchedulerJob
+from scheduler.migrate import upgrade
+from scheduler.models import Dag
+from scheduler.settings import Settings
+from scheduler.states import TI, RunType
+from scheduler.transitions import move_ti
+
+Result = dict[str, Any]
+WARM_TICKS = 3
+
+
+def wake(waker: Any, run_pk: int | None = None) -> None:
+    """Tell the in-process job about news, as a worker's wake-up would (either waker API:
+    `wake()` or `wake(run_id)`)."""
+    try:
+        waker.wake(run_pk)
+    except TypeError:
+        waker.wake()
+
+
+@contextmanager
+def scheduler_job(
+    db: BenchDb, folder: Path, namespace: str, sent: list[RunMessage]
+) -> Iterator[tuple[SchedulerJob, sessionmaker[Session]]]:
+    """A registered SchedulerJob on `db` and `folder` whose publish collects into `sent`."""
+    engine: Engine = make_engine(db.url, application_name="sluice-bench-inproc")
+    try:
+        upgrade(engine)
+        factory = make_session_factory(engine)
+        settings = Settings(
+            database_url=db.url,
+            dags_folder=folder,
+            namespace=namespace,
+            dag_refresh_interval=0.5,
+            parse_timeout=120.0,
+        )
+        job = SchedulerJob(settings, factory, sent.extend, LocalWaker())
+        job.register()
+        yield job, factory
+    finally:
+        engine.dispose()
+
+
+def active_dags(factory: sessionmaker[Session]) -> int:
+    with factory() as session:
+        return int(session.scalar(select(func.count()).where(Dag.is_active.is_(True))) or 0)
+
+
+def w4_idle_dags(
+    db: BenchDb, workdir: Path, namespace: str, sizes: Sizes, prof: Profiler
+) -> Result:
+    """Median tick time after each step up in the number of idle DAGs."""
+    folder = workdir / "w4_dags"
+    figures: dict[str, float] = {}
+    with scheduler_job(db, folder, namespace, []) as (job, factory):
+        have = 0
+        for n in sizes.w4_dags:
+            write_dag_file(folder / f"idle_{n:05d}.py", [idle_call(have, n)])
+            have = n
+            job.refresh_dags(utcnow(), force=True)
+            if active_dags(factory) != n:
+                raise BenchError(f"expected {n} idle DAGs, found {active_dags(factory)}")
+            label = f"W4-{n}"
+            is_last = n == sizes.w4_dags[-1]
+            with prof.record(label, os.getpid(), focus=("tick",)) if is_last else _nothing():
+                times = [_timed_tick(job) for _ in range(WARM_TICKS + sizes.w4_ticks)]
+            measured = times[WARM_TICKS:]
+            figures[f"loop_ms_{n}_dags"] = median(measured)
+            figures[f"loop_p95_ms_{n}_dags"] = percentile(measured, 95)
+    first, last = sizes.w4_dags[0], sizes.w4_dags[-1]
+    figures["ratio_largest_to_smallest"] = (
+        figures[f"loop_ms_{last}_dags"] / figures[f"loop_ms_{first}_dags"]
+    )
+    return {
+        "title": f"scheduler loop (tick) with {', '.join(map(str, sizes.w4_dags))} idle DAGs",
+        "figures": figures,
+    }
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _timed_tick(job: SchedulerJob) -> float:
+    t0 = time.perf_counter()
+    job.tick(utcnow())
+    return (time.perf_counter() - t0) * 1000.0
+
+
+TIMED_STEPS = ("start_or_create", "examine_runs", "queue", "queue_and_publish")
+"""Steps of a scheduling pass timed separately, whichever of them the job has."""
+
+
+def _one_pass(job: SchedulerJob, run_pk: int) -> dict[str, float]:
+    """One `scheduling_pass` after a wake-up for the run, its steps timed separately
+    by wrapping them on the instance."""
+    spent: dict[str, float] = {}
+    wrapped = [name for name in TIMED_STEPS if hasattr(job, name)]
+    for name in wrapped:
+        setattr(job, name, _timed(getattr(job, name), name, spent))
+    wake(job.waker, run_pk)
+    now = utcnow()
+    result = TickResult()
+    try:
+        t0 = time.perf_counter()
+        job.scheduling_pass(now, result)
+        total = time.perf_counter() - t0
+    finally:
+        for name in wrapped:
+            delattr(job, name)
+    return {
+        "seconds": total,
+        "examine_seconds": spent.get("examine_runs", math.nan),
+        "queue_seconds": spent.get("queue", spent.get("queue_and_publish", math.nan)),
+        "scheduled": float(result.tis_scheduled),
+        "queued": float(result.tis_queued),
+    }
+
+
+def _timed(fn: Callable[..., Any], name: str, spent: dict[str, float]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+
+    return timed
+
+
+def w5_scheduling_pass(
+    db: BenchDb, workdir: Path, namespace: str, sizes: Sizes, prof: Profiler
+) -> Result:
+    """Passes over one run of a `w5_tasks`-task fan-out: its start, the fan-out, steady state.
+
+    The figure is the fan-out pass (the root has succeeded: every middle task is decided
+    `scheduled` and as many as the pool allows are queued), the heaviest of the three.
+    """
+    folder = workdir / "w5_dags"
+    write_dag_file(folder / "bench_big.py", [fanout_call(DAG_W5, sizes.w5_tasks - 2)])
+    sent: list[RunMessage] = []
+    with scheduler_job(db, folder, namespace, sent) as (job, factory):
+        t0 = time.perf_counter()
+        job.refresh_dags(utcnow(), force=True)
+        parse_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with transaction(factory) as session:
+            dag = session.get(Dag, DAG_W5)
+            if dag is None:
+                raise BenchError(f"{DAG_W5} was not parsed")
+            now = utcnow()
+            run = create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=now, now=now)
+            run_pk = run.id
+        create_s = time.perf_counter() - t0
+        first = _one_pass(job, run_pk)
+        if len(sent) != 1:
+            raise BenchError(f"expected the root alone to be queued, got {len(sent)} messages")
+        _succeed(factory, sent[0])
+        with prof.record("W5-pass", os.getpid(), focus=("scheduling_pass", "examine_runs")):
+            fan_out = _one_pass(job, run_pk)
+        steady = _one_pass(job, run_pk)
+    figures = {
+        "pass_seconds": fan_out["seconds"],
+        "pass_examine_seconds": fan_out["examine_seconds"],
+        "pass_queue_seconds": fan_out["queue_seconds"],
+        "pass_scheduled": fan_out["scheduled"],
+        "pass_queued": fan_out["queued"],
+        "first_pass_seconds": first["seconds"],
+        "steady_pass_seconds": steady["seconds"],
+        "create_run_seconds": create_s,
+        "parse_seconds": parse_s,
+        "tasks": float(sizes.w5_tasks),
+    }
+    return {"title": f"one scheduling pass over a {sizes.w5_tasks}-task run", "figures": figures}
+
+
+def _succeed(factory: sessionmaker[Session], msg: RunMessage) -> None:
+    """Write what a worker would: queued → running → success for this attempt."""
+    with transaction(factory) as session:
+        for old, new in ((TI.QUEUED, TI.RUNNING), (TI.RUNNING, TI.SUCCESS)):
+            if not move_ti(
+                session, msg.ti_id, new, expect=[old], now=utcnow(), attempt_id=msg.attempt_id
+            ):
+                raise BenchError(f"could not move the root TI {old} → {new}")

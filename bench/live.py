@@ -1,0 +1,198 @@
+"""A live Sluice deployment for the bench: its database, `sluice scheduler` and `sluice worker`.
+
+Runs are triggered in-process (one transaction for a batch, then a wake-up, as
+`sluice dags trigger` does), and waited for by polling the run rows with
+read-only transactions that are rolled back, so that polling adds nothing to
+the database's commit counter (W6).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bench.pg import BenchDb
+from bench.procs import BenchError, Proc, clean_env, run_cli, sluice_argv, wait_until
+from broker.wakeup import RedisWaker
+from scheduler.dagbag import sync_dag_folder
+from scheduler.dagrun import create_dagrun
+from scheduler.db import make_session_factory, transaction, utcnow
+from scheduler.models import Dag, DagRun, Job
+from scheduler.settings import Settings
+from scheduler.states import DagRunState, JobState, RunType
+
+
+class LiveEnv:
+    """One PostgreSQL database, a DAGs folder, and the scheduler and worker processes."""
+
+    def __init__(
+        self,
+        db: BenchDb,
+        broker_url: str,
+        namespace: str,
+        dags_folder: Path,
+        log_dir: Path,
+        loop_interval: float,
+    ) -> None:
+        self.db = db
+        self.broker_url = broker_url
+        self.namespace = namespace
+        self.dags_folder = dags_folder
+        self.log_dir = log_dir
+        self.loop_interval = loop_interval
+        self.schedulers: list[Proc] = []
+        self.workers: list[Proc] = []
+        self._engine: Engine | None = None
+        self._factory: sessionmaker[Session] | None = None
+        self._waker: RedisWaker | None = None
+
+    # -- setup -----------------------------------------------------------------------------
+    @property
+    def env_vars(self) -> dict[str, str]:
+        return {
+            "SLUICE_DATABASE_URL": self.db.url,
+            "SLUICE_BROKER_URL": self.broker_url,
+            "SLUICE_DAGS_FOLDER": str(self.dags_folder),
+            "SLUICE_NAMESPACE": self.namespace,
+            "SLUICE_LOOP_INTERVAL": f"{self.loop_interval:g}",
+            "SLUICE_DAG_REFRESH_INTERVAL": "0.5",
+            "SLUICE_PARSE_TIMEOUT": "120",
+        }
+
+    @property
+    def env(self) -> dict[str, str]:
+        return clean_env(self.env_vars)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings.from_env(self.env_vars)
+
+    @property
+    def factory(self) -> sessionmaker[Session]:
+        if self._factory is None:
+            # No pre-ping: a ping is a round trip and a commit of its own in
+            # pg_stat_database, which would count the bench's polling into W6.
+            self._engine = create_engine(
+                self.db.url, pool_size=2, connect_args={"application_name": "sluice-bench"}
+            )
+            self._factory = make_session_factory(self._engine)
+        return self._factory
+
+    def migrate(self) -> None:
+        run_cli([*sluice_argv(), "db", "migrate"], self.env, timeout=120)
+
+    def sync_dags(self, expect: Sequence[str]) -> None:
+        """Parse the DAGs folder into the database now (the scheduler then finds it current)."""
+        result = sync_dag_folder(self.factory, self.dags_folder, parse_timeout=120.0, now=utcnow())
+        if result.errors:
+            raise BenchError(f"DAG files failed to import: {result.errors}")
+        with self.factory() as session:
+            have = set(session.scalars(select(Dag.dag_id).where(Dag.is_active.is_(True))))
+        missing = sorted(set(expect) - have)
+        if missing:
+            raise BenchError(f"DAGs missing after sync: {missing}")
+
+    def start_scheduler(self) -> Proc:
+        n = len(self.schedulers)
+        proc = Proc(
+            f"scheduler-{n}",
+            [*sluice_argv(), "scheduler"],
+            self.env,
+            self.log_dir / f"scheduler-{n}.log",
+        )
+        self.schedulers.append(proc)
+
+        def registered() -> bool:
+            with self.factory() as session:
+                count = session.scalar(
+                    select(func.count()).where(Job.pid == proc.pid, Job.state == JobState.RUNNING)
+                )
+            return bool(count)
+
+        wait_until(registered, 60, f"{proc.name} to register its job", proc)
+        return proc
+
+    def start_worker(self, concurrency: int = 4) -> Proc:
+        n = len(self.workers)
+        argv = [*sluice_argv(), "worker", "-c", str(concurrency)]
+        proc = Proc(f"worker-{n}", argv, self.env, self.log_dir / f"worker-{n}.log")
+        self.workers.append(proc)
+        proc.wait_for_log(" ready.", timeout=60)
+        return proc
+
+    def stop_scheduler(self, proc: Proc) -> None:
+        proc.stop()
+        self.schedulers.remove(proc)
+
+    def stop_all(self) -> None:
+        for proc in [*self.schedulers, *self.workers]:
+            proc.stop()
+        self.schedulers.clear()
+        self.workers.clear()
+        if self._waker is not None:
+            self._waker.close()
+        if self._engine is not None:
+            self._engine.dispose()
+
+    # -- runs ------------------------------------------------------------------------------
+    def trigger(self, dag_id: str, count: int = 1, prefix: str = "bench") -> list[int]:
+        """Create `count` manual runs of `dag_id` in one transaction, then wake the schedulers."""
+        now = utcnow()
+        with transaction(self.factory) as session:
+            dag = session.get(Dag, dag_id)
+            if dag is None:
+                raise BenchError(f"unknown DAG {dag_id}")
+            runs = [
+                create_dagrun(
+                    session,
+                    dag,
+                    run_type=RunType.MANUAL,
+                    logical_date=now + dt.timedelta(microseconds=i),
+                    now=now,
+                    run_id=f"{prefix}-{now.timestamp():.6f}-{i}",
+                )
+                for i in range(count)
+            ]
+            pks = [run.id for run in runs]
+        self.wake()
+        return pks
+
+    def wake(self) -> None:
+        if self._waker is None:
+            self._waker = RedisWaker(self.broker_url, self.namespace)
+        self._waker.wake()
+
+    def finished(self, run_pks: Sequence[int]) -> tuple[int, int]:
+        """(finished runs, failed runs) among `run_pks`; read-only, rolled back."""
+        with self.factory() as session:
+            rows = session.execute(
+                select(DagRun.state, func.count())
+                .where(DagRun.id.in_(list(run_pks)))
+                .group_by(DagRun.state)
+            ).all()
+        counts = {str(state): int(n) for state, n in rows}
+        done = counts.get(DagRunState.SUCCESS, 0) + counts.get(DagRunState.FAILED, 0)
+        return done, counts.get(DagRunState.FAILED, 0)
+
+    def wait_runs(self, run_pks: Sequence[int], timeout: float, every: float = 0.05) -> float:
+        """Wait until every run finished; seconds waited. BenchError on a failed run."""
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:
+            done, failed = self.finished(run_pks)
+            if failed:
+                raise BenchError(f"{failed} of {len(run_pks)} runs failed; see {self.log_dir}")
+            if done == len(run_pks):
+                return time.monotonic() - started
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"{len(run_pks) - done} of {len(run_pks)} runs unfinished after {timeout:g}s"
+                )
+            for proc in [*self.schedulers, *self.workers]:
+                proc.check_alive()
+            time.sleep(every)

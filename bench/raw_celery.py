@@ -1,0 +1,162 @@
+"""The floor: a bare Celery app with Sluice's worker settings, measured in the same run.
+
+Same broker (Redis, its own db), prefork pool with `-c 4`, late acks, prefetch 1,
+JSON only, no mingle or gossip; a Redis result backend carries results for the
+round trips. The worker runs as `celery -A bench.raw_celery worker`; the module
+attribute `app` is built on first access from BENCH_RAW_BROKER and BENCH_RAW_QUEUE.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+
+from bench.metrics import summary_ms
+from bench.procs import Proc, clean_env
+
+BROKER_ENV = "BENCH_RAW_BROKER"
+QUEUE_ENV = "BENCH_RAW_QUEUE"
+DEFAULT_BROKER = "redis://127.0.0.1:6379/15"
+
+
+def create_raw_app(broker_url: str, queue: str) -> Celery:
+    """A Celery app with the worker settings of `broker.app.create_app`, plus results."""
+    app = Celery("bench_raw", broker=broker_url, backend=broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        task_default_queue=queue,
+        task_create_missing_queues=True,
+        task_send_sent_event=False,
+        worker_send_task_events=False,
+        result_expires=600,
+        enable_utc=True,
+        timezone="UTC",
+    )
+
+    @app.task(name="bench.noop", shared=False)
+    def noop() -> None:
+        return None
+
+    @app.task(name="bench.stamp", shared=False)
+    def stamp() -> list[float]:
+        """A no-op that reports when it started and ended (wall clock)."""
+        started = time.time()
+        return [started, time.time()]
+
+    return app
+
+
+_lazy_app: Celery | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """`bench.raw_celery.app` for `celery -A`, built on first access (PEP 562)."""
+    global _lazy_app
+    if name == "app":
+        if _lazy_app is None:
+            _lazy_app = create_raw_app(
+                os.environ.get(BROKER_ENV, DEFAULT_BROKER), os.environ.get(QUEUE_ENV, "bench.raw")
+            )
+        return _lazy_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def start_raw_worker(broker_url: str, queue: str, log_dir: Path, concurrency: int = 4) -> Proc:
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "bench.raw_celery",
+        "worker",
+        "-Q",
+        queue,
+        "-c",
+        str(concurrency),
+        "-P",
+        "prefork",
+        "-l",
+        "INFO",
+        "-n",
+        f"benchraw@%h-{os.getpid()}",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+    env = clean_env({BROKER_ENV: broker_url, QUEUE_ENV: queue})
+    proc = Proc("raw-celery-worker", argv, env, log_dir / "raw-celery-worker.log")
+    proc.wait_for_log(" ready.", timeout=60)
+    return proc
+
+
+def measure_floor(app: Celery, queue: str, drain_n: int, rtt_n: int) -> dict[str, Any]:
+    """Drain rate of `drain_n` no-op tasks and `rtt_n` sequential round trips."""
+    stamp = app.tasks["bench.stamp"]
+    noop = app.tasks["bench.noop"]
+    ids: list[str] = []
+    for _ in range(8):  # warm every pool child and the connections
+        result = noop.apply_async(queue=queue)
+        result.get(timeout=30)
+        ids.append(result.id)
+
+    sent_at = time.time()
+    with app.producer_or_acquire() as producer:
+        pending = [stamp.apply_async(queue=queue, producer=producer) for _ in range(drain_n)]
+    stamps = [r.get(timeout=120) for r in pending]
+    collected_at = time.time()
+    ids += [r.id for r in pending]
+    first_start = min(s[0] for s in stamps)
+    last_end = max(s[1] for s in stamps)
+    drain_s = last_end - first_start
+
+    rtts: list[float] = []
+    for _ in range(rtt_n):
+        t0 = time.perf_counter()
+        result = noop.apply_async(queue=queue)
+        result.get(timeout=30)
+        rtts.append((time.perf_counter() - t0) * 1000.0)
+        ids.append(result.id)
+    _forget(app, ids)
+    rtt = summary_ms(rtts)
+    return {
+        "drain_tasks": drain_n,
+        "drain_seconds": drain_s,
+        "drain_tasks_per_s": drain_n / drain_s if drain_s > 0 else float("nan"),
+        "drain_wall_tasks_per_s": drain_n / (collected_at - sent_at),
+        "rtt_median_ms": rtt["median_ms"],
+        "rtt_p95_ms": rtt["p95_ms"],
+        "rtt_min_ms": rtt["min_ms"],
+        "rtt_n": rtt_n,
+    }
+
+
+def _forget(app: Celery, task_ids: list[str]) -> None:
+    """Delete the results this run stored (they would expire anyway)."""
+    client = redis.Redis.from_url(str(app.conf.result_backend))
+    try:
+        for i in range(0, len(task_ids), 500):
+            client.delete(*[f"celery-task-meta-{t}" for t in task_ids[i : i + 500]])
+    finally:
+        client.close()
+
+
+def cleanup_queue(broker_url: str, queue: str) -> None:
+    """Remove this run's queue and binding keys from the floor's Redis db."""
+    client = redis.Redis.from_url(broker_url)
+    try:
+        for key in client.scan_iter(match=f"*{queue}*"):
+            client.delete(key)
+    finally:
+        client.close()

@@ -1,0 +1,336 @@
+"""The results: targets of issue 5, the RESULTS.md table and results.json.
+
+RESULTS.md is regenerated on every run; everything from the heading
+"## What dominates" on is hand-written analysis and is kept as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+KEEP_FROM = "## What dominates"
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    metric: str
+    value: float | None
+    reference: float | None = None
+    reference_label: str = ""
+    ratio: float | None = None
+    target: str = ""
+    passed: bool | None = None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _fig(results: dict[str, Any], workload: str, name: str) -> float | None:
+    entry = results["workloads"].get(workload) or {}
+    return _num((entry.get("figures") or {}).get(name))
+
+
+def _check(ok: bool, *values: float | None) -> bool | None:
+    return None if any(v is None for v in values) else ok
+
+
+def rows_for(results: dict[str, Any]) -> list[Row]:
+    """One row per figure that has a target (and a few that only inform)."""
+    floor = results.get("floor") or {}
+    drain = _num(floor.get("drain_tasks_per_s"))
+    rtt, rtt95 = _num(floor.get("rtt_median_ms")), _num(floor.get("rtt_p95_ms"))
+    raw = "raw Celery"
+    rows: list[Row] = []
+    ran = results["workloads"]
+
+    if floor:
+        rows += [
+            Row("floor", "drain, tasks/s", drain, target="(issue: ~1,600)"),
+            Row("floor", "round trip median, ms", rtt, target="(issue: 1–1.5 ms)"),
+            Row("floor", "round trip p95, ms", rtt95),
+        ]
+    if "W1" in ran:
+        v = _fig(results, "W1", "tasks_per_s")
+        r = _ratio(v, drain)
+        rows.append(
+            Row(
+                "W1",
+                "fan-out, tasks/s",
+                v,
+                drain,
+                raw,
+                r,
+                "≥ 0.6× raw drain",
+                _check(r is not None and r >= 0.6, r),
+            )
+        )
+    if "W2" in ran:
+        v = _fig(results, "W2", "hop_median_ms")
+        r = _ratio(v, rtt)
+        rows.append(
+            Row(
+                "W2",
+                "hop median, ms",
+                v,
+                rtt,
+                raw,
+                r,
+                "≤ 5 ms and ≤ 4× raw RTT",
+                _check(v is not None and r is not None and v <= 5 and r <= 4, v, r),
+            )
+        )
+        v95 = _fig(results, "W2", "hop_p95_ms")
+        rows.append(
+            Row(
+                "W2",
+                "hop p95, ms",
+                v95,
+                rtt95,
+                raw,
+                _ratio(v95, rtt95),
+                "≤ 15 ms",
+                _check(v95 is not None and v95 <= 15, v95),
+            )
+        )
+    if "W3" in ran:
+        v = _fig(results, "W3", "tasks_per_s")
+        r = _ratio(v, drain)
+        rows.append(
+            Row(
+                "W3",
+                "many runs, tasks/s",
+                v,
+                drain,
+                raw,
+                r,
+                "≥ 0.5× raw drain",
+                _check(r is not None and r >= 0.5, r),
+            )
+        )
+    if "W4" in ran:
+        figures = ran["W4"].get("figures") or {}
+        sizes = sorted(int(k.split("_")[2]) for k in figures if k.startswith("loop_ms_"))
+        for n in sizes:
+            rows.append(
+                Row("W4", f"tick with {n} idle DAGs, ms", _fig(results, "W4", f"loop_ms_{n}_dags"))
+            )
+        r = _fig(results, "W4", "ratio_largest_to_smallest")
+        if sizes:
+            rows.append(
+                Row(
+                    "W4",
+                    f"tick {sizes[-1]} / tick {sizes[0]} DAGs",
+                    r,
+                    target="≤ 1.5×",
+                    passed=_check(r is not None and r <= 1.5, r),
+                )
+            )
+    if "W5" in ran:
+        v = _fig(results, "W5", "pass_seconds")
+        tasks = _fig(results, "W5", "tasks")
+        rows.append(
+            Row(
+                "W5",
+                f"one scheduling pass over {tasks or 0:.0f} TIs, s",
+                v,
+                target="≤ 1.5 s",
+                passed=_check(v is not None and v <= 1.5, v),
+            )
+        )
+        e2e = (ran["W5"].get("end_to_end") or {}).get("figures") or {}
+        if e2e:
+            v = _num(e2e.get("tasks_per_s"))
+            rows.append(
+                Row(
+                    "W5",
+                    "whole run with workers, tasks/s",
+                    v,
+                    drain,
+                    raw,
+                    _ratio(v, drain),
+                    "(no target)",
+                )
+            )
+            if e2e.get("timed_out"):
+                rows.append(
+                    Row(
+                        "W5",
+                        f"whole run: timed out, {_num(e2e.get('tasks')) or 0:.0f} tasks done in "
+                        f"{_num(e2e.get('seconds')) or 0:.0f} s",
+                        None,
+                    )
+                )
+            else:
+                rows.append(Row("W5", "whole run with workers, s", _num(e2e.get("run_seconds"))))
+    if "W6" in ran:
+        v = _fig(results, "W6", "commits_per_task")
+        rows.append(
+            Row(
+                "W6",
+                "commits per task",
+                v,
+                target="≤ 3",
+                passed=_check(v is not None and v <= 3, v),
+            )
+        )
+    if "W7" in ran:
+        one = _fig(results, "W7", "one_scheduler_tasks_per_s")
+        two = _fig(results, "W7", "two_schedulers_tasks_per_s")
+        r = _ratio(two, one)
+        rows.append(Row("W7", "1 scheduler, tasks/s", one))
+        rows.append(
+            Row(
+                "W7",
+                "2 schedulers, tasks/s",
+                two,
+                one,
+                "1 scheduler",
+                r,
+                "≥ 1.3×",
+                _check(r is not None and r >= 1.3, r),
+            )
+        )
+    if "W8" in ran:
+        pg_w1, pg_w2 = _fig(results, "W1", "tasks_per_s"), _fig(results, "W2", "hop_median_ms")
+        v = _fig(results, "W8", "w1_tasks_per_s")
+        r = _ratio(v, pg_w1)
+        rows.append(
+            Row(
+                "W8",
+                "standalone W1, tasks/s",
+                v,
+                pg_w1,
+                "Sluice on PostgreSQL",
+                r,
+                "≥ 0.5× PostgreSQL",
+                _check(r is not None and r >= 0.5, r),
+            )
+        )
+        v = _fig(results, "W8", "w2_hop_median_ms")
+        r = _ratio(v, pg_w2)
+        rows.append(
+            Row(
+                "W8",
+                "standalone W2 hop median, ms",
+                v,
+                pg_w2,
+                "Sluice on PostgreSQL",
+                r,
+                "≤ 2× PostgreSQL",
+                _check(r is not None and r <= 2, r),
+            )
+        )
+    return rows
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _verdict(passed: bool | None) -> str:
+    return {True: "pass", False: "**FAIL**", None: ""}[passed]
+
+
+def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
+    m = results["machine"]
+    lines = [
+        "# Sluice benchmark results",
+        "",
+        f"Generated by `python -m bench{' --quick' if results['mode'] == 'quick' else ''}` "
+        f"on {results['date']} ({results['mode']} mode, {results['elapsed_seconds']:.0f} s).",
+        f"Machine: {m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, "
+        f"PostgreSQL {m.get('postgres', '?')}, Redis {m.get('redis', '?')}, "
+        f"Celery {m.get('celery', '?')}; code at {m.get('git', '?')}; "
+        f"load average {m.get('load_start', '?')} at the start, "
+        f"{m.get('load_end', '?')} at the end (other work shares this machine: numbers are noisy).",
+        "",
+        "| workload | metric | Sluice | reference | ratio | target (issue 5) | result |",
+        "|---|---|---:|---|---:|---|---|",
+    ]
+    for row in rows:
+        ref = f"{_fmt(row.reference)} ({row.reference_label})" if row.reference is not None else ""
+        lines.append(
+            f"| {row.workload} | {row.metric} | {_fmt(row.value)} | {ref} | "
+            f"{_fmt(row.ratio, 2) + '×' if row.ratio is not None else ''} | {row.target} | "
+            f"{_verdict(row.passed)} |"
+        )
+    errors = {w: e["error"] for w, e in results["workloads"].items() if e.get("error")}
+    if errors:
+        lines += ["", "Errors:", ""] + [f"- {w}: `{e.splitlines()[0]}`" for w, e in errors.items()]
+    disturbed = [w for w, e in results["workloads"].items() if e.get("disturbed")]
+    disturbed += [
+        f"{w} end to end"
+        for w, e in results["workloads"].items()
+        if (e.get("end_to_end") or {}).get("disturbed")
+    ]
+    if disturbed:
+        lines += [
+            "",
+            f"Disturbed (another process flushed a bench Redis db): {', '.join(disturbed)}.",
+        ]
+    lines += ["", "Details per workload (every figure) are in `results.json`.", ""]
+    lines += _settings_lines(results)
+    body = "\n".join(lines) + "\n"
+    return body + ("\n" + kept if kept else "")
+
+
+def _settings_lines(results: dict[str, Any]) -> list[str]:
+    s = results["settings"]
+    return [
+        "How it was measured: one `sluice scheduler` and one `sluice worker -c 4` (prefork) as",
+        "subprocesses on a fresh PostgreSQL database, broker Redis db 14; the floor is a bare",
+        "Celery app on Redis db 15 with the same worker settings (prefork -c 4, acks_late,",
+        "prefetch 1, JSON) and a Redis result backend. Timings come from the database's own",
+        "timestamps (task start_date/end_date), the floor's from the task's own clock.",
+        f"Settings: SLUICE_LOOP_INTERVAL={s['loop_interval']}, "
+        f"SLUICE_DAG_REFRESH_INTERVAL=0.5, other settings at their defaults; DAGs have",
+        "max_active_runs/max_active_tasks high enough that only the default pool (128 slots)",
+        "and the 4 worker processes bound concurrency.",
+    ]
+
+
+def kept_section(path: Path) -> str:
+    """The hand-written tail of an existing RESULTS.md (from KEEP_FROM on), or ''."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    at = text.find(KEEP_FROM)
+    return text[at:] if at >= 0 else ""
+
+
+def _clean(value: Any) -> Any:
+    """NaN/inf become null: results.json stays strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_reports(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = rows_for(results)
+    results = {**results, "rows": [asdict(r) for r in rows]}
+    json_path = out / "results.json"
+    json_path.write_text(json.dumps(_clean(results), indent=2, allow_nan=False) + "\n")
+    md_path = out / "RESULTS.md"
+    md_path.write_text(render_markdown(results, rows, kept_section(md_path)))
+    return md_path, json_path

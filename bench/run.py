@@ -1,0 +1,405 @@
+"""`python -m bench`: the floor, the live workloads, the in-process ones, standalone; report.
+
+Order: the raw Celery floor (only its worker running), then one live Sluice
+deployment for W2, W1 (+W6), W3, W7 and W5 end to end, then the in-process W4
+and W5 pass, then W8 — so no two parts compete for the CPU. Every database
+and process the bench creates is removed at the end, also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import celery
+import redis
+from sqlalchemy.exc import OperationalError
+
+from bench import inproc, raw_celery, standalone, workloads
+from bench.dagfiles import chain_call, fanout_call, write_dag_file
+from bench.live import LiveEnv
+from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag, server_version
+from bench.procs import REPO_ROOT
+from bench.profiling import Profiler
+from bench.redisguard import RedisGuard
+from bench.report import write_reports
+from bench.sizes import (
+    DAG_W1,
+    DAG_W2,
+    DAG_W3,
+    DAG_W5,
+    DAG_W7,
+    DAG_WARMUP,
+    FULL,
+    QUICK,
+    WORKLOADS,
+    Sizes,
+)
+
+REDIS_HOST = os.environ.get("SLUICE_BENCH_REDIS_HOST", "127.0.0.1")
+SLUICE_REDIS_DB = 14
+FLOOR_REDIS_DB = 15
+LOOP_INTERVAL = 1.0
+
+FLUSHED = "a Redis db of the bench was flushed by another process during this workload"
+
+LIVE = {"W1", "W2", "W3", "W5", "W6", "W7"}
+NEEDS_FLOOR = {"W1", "W2", "W3", "W5"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="tiny sizes (under a minute)")
+    p.add_argument("--only", help="comma-separated workloads, e.g. W1,W2 (default: all)")
+    p.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parent),
+        help="where RESULTS.md and results.json go (default: bench/)",
+    )
+    p.add_argument("--profile", metavar="DIR", help="record py-spy profiles into DIR")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    p.add_argument(
+        "--w5-timeout",
+        type=float,
+        help=f"seconds to let the W5 run go end to end (default {FULL.w5_timeout:g})",
+    )
+    return p.parse_args(argv)
+
+
+def selected(only: str | None) -> list[str]:
+    if not only:
+        return list(WORKLOADS)
+    names = [w.strip().upper() for w in only.split(",") if w.strip()]
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"bench: unknown workload(s) {unknown}; choose from {WORKLOADS}")
+    return [w for w in WORKLOADS if w in names]
+
+
+class Bench:
+    """One benchmark run: its tag, work directory, results and cleanup."""
+
+    def __init__(self, sizes: Sizes, chosen: list[str], prof: Profiler) -> None:
+        self.sizes = sizes
+        self.chosen = chosen
+        self.prof = prof
+        self.tag = new_run_tag()
+        self.namespace = f"bench-{self.tag}"
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"sluice-bench-{self.tag}-"))
+        self.logs = self.workdir / "logs"
+        self.logs.mkdir()
+        self.admin = admin_engine()
+        self.broker_url = f"redis://{REDIS_HOST}:6379/{SLUICE_REDIS_DB}"
+        self.floor_url = f"redis://{REDIS_HOST}:6379/{FLOOR_REDIS_DB}"
+        self.guard = RedisGuard([self.broker_url, self.floor_url], self.tag)
+        self.results: dict[str, Any] = {
+            "mode": sizes.mode,
+            "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": machine(),
+            "settings": {"loop_interval": LOOP_INTERVAL, "sizes": vars(sizes)},
+            "floor": {},
+            "workloads": {},
+        }
+
+    def attempt(
+        self,
+        names: list[str],
+        step: Callable[[], dict[str, Any]],
+        *,
+        retry: bool = True,
+        uses_redis: bool = True,
+    ) -> None:
+        """Run `step` (results per workload); on error record it against every name.
+
+        If another process flushed the bench's Redis dbs meanwhile, the step runs once more
+        (when `retry`), and figures it still produced so are marked `disturbed`.
+        """
+        retry = retry and uses_redis
+        for again in (False, True):
+            t0 = time.monotonic()
+            self.guard.arm()
+            try:
+                produced = step()
+            except Exception as exc:
+                if retry and not again and not self.guard.intact():
+                    print(f"bench: Redis flushed by another process during {names}; again")
+                    continue
+                text = f"{type(exc).__name__}: {exc}"
+                print(f"bench: {'/'.join(names)} failed: {text}")
+                traceback.print_exc()
+                for name in names:
+                    self.results["workloads"].setdefault(name, {})["error"] = text
+                return
+            if uses_redis and not self.guard.intact():
+                if retry and not again:
+                    print(f"bench: Redis flushed by another process during {names}; again")
+                    continue
+                produced = {
+                    name: {**entry, "disturbed": FLUSHED} for name, entry in produced.items()
+                }
+            self.record(produced, time.monotonic() - t0)
+            return
+
+    def record(self, produced: dict[str, Any], seconds: float) -> None:
+        for name, entry in produced.items():
+            if name == "floor":
+                self.results["floor"] = entry
+            else:
+                self.results["workloads"][name] = {
+                    **self.results["workloads"].get(name, {}),
+                    **entry,
+                }
+            print(f"bench: {name} ({seconds:.1f}s): {_brief(entry)}", flush=True)
+
+    def run(self) -> None:
+        want = set(self.chosen)
+        if want & NEEDS_FLOOR:
+            self.attempt(["floor"], self.floor)
+        live = want & LIVE
+        if live:
+            self.live(live)
+        if "W4" in want:
+            self.attempt(
+                ["W4"],
+                lambda: {"W4": self.in_own_db("w4", inproc.w4_idle_dags)},
+                uses_redis=False,
+            )
+        if "W5" in want:
+            self.attempt(
+                ["W5"],
+                lambda: {"W5": self.in_own_db("w5", inproc.w5_scheduling_pass)},
+                uses_redis=False,
+            )
+            if self.sizes.w5_end_to_end and "W5" in self.results["workloads"]:
+                e2e = self.results.pop("_w5_e2e", None)
+                if e2e is not None:
+                    self.results["workloads"]["W5"]["end_to_end"] = e2e
+        if "W8" in want:
+            self.attempt(
+                ["W8"],
+                lambda: {
+                    "W8": standalone.w8_standalone(
+                        self.workdir, self.namespace, LOOP_INTERVAL, self.sizes
+                    )
+                },
+                uses_redis=False,
+            )
+
+    def floor(self) -> dict[str, Any]:
+        queue = f"bench-raw-{self.tag}"
+        worker = raw_celery.start_raw_worker(self.floor_url, queue, self.logs)
+        app = raw_celery.create_raw_app(self.floor_url, queue)
+        try:
+            return {
+                "floor": raw_celery.measure_floor(
+                    app, queue, self.sizes.floor_drain, self.sizes.floor_rtt
+                )
+            }
+        finally:
+            worker.stop()
+            app.close()
+            raw_celery.cleanup_queue(self.floor_url, queue)
+
+    def live(self, want: set[str]) -> None:
+        db = BenchDb.create(self.admin, self.tag)
+        folder = self.workdir / "dags"
+        env = LiveEnv(db, self.broker_url, self.namespace, folder, self.logs, LOOP_INTERVAL)
+        s = self.sizes
+        calls = [
+            fanout_call(DAG_WARMUP, 8),
+            fanout_call(DAG_W1, s.w1_width),
+            chain_call(DAG_W2, s.w2_length),
+            fanout_call(DAG_W3, s.w3_width),
+            chain_call(DAG_W7, s.w7_length),
+        ]
+        expect = [DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3, DAG_W7]
+        write_dag_file(folder / "bench_dags.py", calls)
+        e2e = "W5" in want and s.w5_end_to_end
+        if e2e:
+            write_dag_file(folder / "bench_big.py", [fanout_call(DAG_W5, s.w5_tasks - 2)])
+            expect.append(DAG_W5)
+        try:
+            ready = False
+
+            def start() -> dict[str, Any]:
+                nonlocal ready
+                env.migrate()
+                env.sync_dags(expect)
+                env.start_worker(4)
+                env.start_scheduler()
+                workloads.warm_up(env, s)
+                ready = True
+                return {}
+
+            self.attempt(sorted(want), start, retry=False)
+            if not ready:
+                return
+            if "W2" in want:
+                self.attempt(["W2"], lambda: {"W2": workloads.w2_chain(env, s, self.prof)})
+            if want & {"W1", "W6"}:
+                names = sorted(want & {"W1", "W6"})
+                self.attempt(
+                    names, lambda: workloads.w1_and_w6(env, s, self.prof, with_commits="W6" in want)
+                )
+            if "W3" in want:
+                self.attempt(["W3"], lambda: {"W3": workloads.w3_many_runs(env, s, self.prof)})
+            if "W7" in want:
+                self.attempt(["W7"], lambda: {"W7": workloads.w7_two_schedulers(env, s, self.prof)})
+            if e2e:
+                try:
+                    self.guard.arm()
+                    self.results["_w5_e2e"] = workloads.w5_end_to_end(env, s, self.prof)
+                    if not self.guard.intact():
+                        self.results["_w5_e2e"]["disturbed"] = FLUSHED
+                    print(f"bench: W5 end to end: {_brief(self.results['_w5_e2e'])}")
+                except Exception as exc:
+                    self.results["_w5_e2e"] = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            env.stop_all()
+            db.drop()
+            cleanup_redis(self.broker_url, self.namespace)
+
+    def in_own_db(self, suffix: str, measure: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+        db = BenchDb.create(self.admin, self.tag, suffix)
+        try:
+            return measure(db, self.workdir, self.namespace, self.sizes, self.prof)
+        finally:
+            db.drop()
+
+    def close(self, keep: bool) -> None:
+        self.admin.dispose()
+        self.guard.close()
+        if keep:
+            print(f"bench: work directory kept: {self.workdir}")
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _brief(entry: dict[str, Any]) -> str:
+    figures = entry.get("figures", entry)
+    parts = [f"{k}={v:.4g}" for k, v in figures.items() if isinstance(v, int | float)][:6]
+    return ", ".join(parts)
+
+
+def cleanup_redis(url: str, namespace: str) -> None:
+    """Delete the queue and binding keys of this run's namespace (nothing else)."""
+    client = redis.Redis.from_url(url)
+    try:
+        for key in client.scan_iter(match=f"*{namespace}*"):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "celery": celery.__version__,
+        "load_start": _load(),
+        "git": _git_state(),
+    }
+    return info
+
+
+def _git_state() -> str:
+    """`<short HEAD>` plus ` (+ uncommitted changes)` when the tree is dirty.
+
+    SLUICE_BENCH_CODE names the code instead (e.g. for a `git archive` export).
+    """
+    if os.environ.get("SLUICE_BENCH_CODE"):
+        return os.environ["SLUICE_BENCH_CODE"]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return f"{head or 'unknown'}{' (+ uncommitted changes)' if dirty else ''}"
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def services_ok(bench: Bench) -> str | None:
+    """None if PostgreSQL and Redis answer, else why not."""
+    try:
+        bench.results["machine"]["postgres"] = server_version(bench.admin)
+    except OperationalError as exc:
+        return f"PostgreSQL not reachable at {ADMIN_URL}: {exc.orig}"
+    try:
+        client = redis.Redis.from_url(bench.broker_url)
+        bench.results["machine"]["redis"] = client.info("server").get("redis_version", "?")
+        client.close()
+    except redis.RedisError as exc:
+        return f"Redis not reachable at {bench.broker_url}: {exc}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if args.w5_timeout is not None:
+        sizes = dataclasses.replace(sizes, w5_timeout=args.w5_timeout)
+    chosen = selected(args.only)
+    prof = Profiler(Path(args.profile).resolve() if args.profile else None)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    bench = Bench(sizes, chosen, prof)
+    started = time.monotonic()
+    interrupted = False
+    try:
+        problem = services_ok(bench)
+        if problem:
+            print(f"bench: {problem}")
+            return 2
+        print(f"bench: {sizes.mode} run {bench.tag}: {', '.join(chosen)}; logs in {bench.logs}")
+        bench.run()
+    except KeyboardInterrupt:
+        interrupted = True
+        print("bench: interrupted; cleaned up")
+    finally:
+        bench.close(args.keep)
+    bench.results["elapsed_seconds"] = time.monotonic() - started
+    bench.results["machine"]["load_end"] = _load()
+    if prof.summaries:
+        bench.results["profiles"] = prof.summaries
+    md, js = write_reports(bench.results, Path(args.out))
+    print(f"bench: wrote {md} and {js} in {bench.results['elapsed_seconds']:.0f}s")
+    errors = [w for w, e in bench.results["workloads"].items() if e.get("error")]
+    if errors:
+        print(f"bench: errors in {', '.join(errors)}")
+    return 130 if interrupted else (1 if errors else 0)

@@ -1,0 +1,59 @@
+"""How big each workload is: the issue's sizes, and tiny ones for `--quick`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
+
+DAG_W1 = "bench_w1_fanout"
+DAG_W2 = "bench_w2_chain"
+DAG_W3 = "bench_w3_diamond"
+DAG_W5 = "bench_w5_big"
+DAG_W7 = "bench_w7_chain"
+DAG_WARMUP = "bench_warmup"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    mode: str
+    floor_drain: int = 200
+    floor_rtt: int = 50
+    w1_width: int = 200
+    w2_length: int = 50
+    w3_runs: int = 20
+    w3_width: int = 8
+    w4_dags: tuple[int, ...] = (10, 100, 1000)
+    w4_ticks: int = 30
+    w5_tasks: int = 10_000
+    w5_end_to_end: bool = True
+    w5_timeout: float = 240.0
+    w6_settle: float = 11.0
+    """Seconds to wait for PostgreSQL to publish backends' pending stats (idle flush ≤ 10 s)."""
+    w7_runs: int = 40
+    w7_length: int = 5
+    w8_w1_width: int = 200
+    w8_w2_length: int = 50
+    run_timeout: float = 180.0
+
+
+FULL = Sizes(mode="full")
+
+QUICK = Sizes(
+    mode="quick",
+    floor_drain=20,
+    floor_rtt=10,
+    w1_width=10,
+    w2_length=5,
+    w3_runs=2,
+    w4_dags=(10, 20),
+    w4_ticks=5,
+    w5_tasks=100,
+    w5_end_to_end=False,
+    w6_settle=1.5,
+    w7_runs=4,
+    w7_length=3,
+    w8_w1_width=10,
+    w8_w2_length=5,
+    run_timeout=60.0,
+)

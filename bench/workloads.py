@@ -1,0 +1,182 @@
+"""The live workloads, against real `sluice scheduler` and `sluice worker -c 4` processes.
+
+W1 fan-out (+ W6 commits per task over the same run), W2 chain, W3 many runs,
+W5 end to end, W7 one scheduler against two. Every figure comes from the
+database's timestamps (`bench.metrics`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench.dagfiles import fanout_tasks
+from bench.live import LiveEnv
+from bench.metrics import (
+    chain_hops,
+    read_runs,
+    read_tis,
+    run_seconds,
+    summary_ms,
+    throughput,
+)
+from bench.procs import BenchError
+from bench.profiling import Profiler
+from bench.sizes import DAG_W1, DAG_W2, DAG_W3, DAG_W5, DAG_W7, DAG_WARMUP, Sizes
+
+Result = dict[str, Any]
+
+
+@contextlib.contextmanager
+def profiled(prof: Profiler, env: LiveEnv, name: str) -> Iterator[None]:
+    """Sample the first scheduler (focused on its tick) and the first worker with children."""
+    with contextlib.ExitStack() as stack:
+        if prof.enabled and env.schedulers and env.workers:
+            stack.enter_context(
+                prof.record(f"{name}-scheduler", env.schedulers[0].pid, focus=(None, "tick"))
+            )
+            stack.enter_context(
+                prof.record(
+                    f"{name}-worker",
+                    env.workers[0].pid,
+                    subprocesses=True,
+                    focus=("run_task_instance",),
+                )
+            )
+        yield
+
+
+def warm_up(env: LiveEnv, sizes: Sizes) -> None:
+    """One small fan-out, so every pool child has its connections and the DAG file loaded."""
+    env.wait_runs(env.trigger(DAG_WARMUP, 1, "warmup"), sizes.run_timeout)
+
+
+def w1_and_w6(
+    env: LiveEnv, sizes: Sizes, prof: Profiler, *, with_commits: bool
+) -> dict[str, Result]:
+    """W1 fan-out; W6 counts the database's commits over the same run, less an idle baseline."""
+    tasks = fanout_tasks(sizes.w1_width)
+    if with_commits:
+        time.sleep(sizes.w6_settle)
+    c0 = env.db.xact_commit()
+    t0 = time.monotonic()
+    with profiled(prof, env, "W1"):
+        pks = env.trigger(DAG_W1, 1, "w1")
+        env.wait_runs(pks, sizes.run_timeout)
+    tis = read_tis(env.factory, pks)
+    runs = read_runs(env.factory, pks)
+    out: dict[str, Result] = {
+        "W1": {
+            "title": f"fan-out: start → {sizes.w1_width} parallel → join, one run",
+            "figures": {
+                **throughput(tis),
+                "run_seconds": run_seconds(runs),
+            },
+        }
+    }
+    if not with_commits:
+        return out
+    time.sleep(sizes.w6_settle)
+    c1 = env.db.xact_commit()
+    window = time.monotonic() - t0
+    time.sleep(window)  # the same duration with everything idle
+    c2 = env.db.xact_commit()
+    busy, idle = c1 - c0, c2 - c1
+    out["W6"] = {
+        "title": f"database commits per task over W1 ({tasks} tasks), idle baseline subtracted",
+        "figures": {
+            "commits_per_task": (busy - idle) / tasks,
+            "commits_during_w1": float(busy),
+            "idle_commits_same_duration": float(idle),
+            "window_seconds": window,
+            "tasks": float(tasks),
+        },
+    }
+    return out
+
+
+def w2_chain(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
+    with profiled(prof, env, "W2"):
+        pks = env.trigger(DAG_W2, 1, "w2")
+        env.wait_runs(pks, sizes.run_timeout)
+    hops = chain_hops(read_tis(env.factory, pks))
+    hop = summary_ms(hops["hop"])
+    return {
+        "title": f"chain of {sizes.w2_length} no-op tasks: start(i) − end(i−1)",
+        "figures": {
+            "hop_median_ms": hop["median_ms"],
+            "hop_p95_ms": hop["p95_ms"],
+            "hop_min_ms": hop["min_ms"],
+            "hop_max_ms": hop["max_ms"],
+            "hops": hop["n"],
+            "end_to_scheduled_median_ms": summary_ms(hops["to_scheduled"])["median_ms"],
+            "scheduled_to_start_median_ms": summary_ms(hops["scheduled_to_start"])["median_ms"],
+        },
+    }
+
+
+def w3_many_runs(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
+    with profiled(prof, env, "W3"):
+        pks = env.trigger(DAG_W3, sizes.w3_runs, "w3")
+        env.wait_runs(pks, sizes.run_timeout)
+    tis = read_tis(env.factory, pks)
+    return {
+        "title": f"{sizes.w3_runs} runs at once of a {fanout_tasks(sizes.w3_width)}-task diamond",
+        "figures": {**throughput(tis), "runs_seconds": run_seconds(read_runs(env.factory, pks))},
+    }
+
+
+def w5_end_to_end(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
+    """One run of the big DAG with the real workers; partial figures if it times out."""
+    timed_out = False
+    with profiled(prof, env, "W5e2e"):
+        pks = env.trigger(DAG_W5, 1, "w5")
+        try:
+            env.wait_runs(pks, sizes.w5_timeout, every=0.5)
+        except BenchError:
+            if env.finished(pks)[1]:
+                raise
+            timed_out = True
+    tis = read_tis(env.factory, pks)
+    figures = throughput(tis)
+    runs = read_runs(env.factory, pks)
+    figures["run_seconds"] = math.nan if timed_out else run_seconds(runs)
+    figures["timed_out"] = float(timed_out)
+    return {"title": f"one run of a {sizes.w5_tasks}-task DAG, real workers", "figures": figures}
+
+
+def w7_phase(env: LiveEnv, sizes: Sizes, prof: Profiler, label: str) -> dict[str, float]:
+    with profiled(prof, env, label):
+        pks = env.trigger(DAG_W7, sizes.w7_runs, label)
+        env.wait_runs(pks, sizes.run_timeout)
+    return throughput(read_tis(env.factory, pks))
+
+
+def w7_two_schedulers(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
+    """Phases in A-B-B-A order (one, two, two, one scheduler) so that drift in the
+    machine's load cancels out; each side's figure is the mean of its two phases."""
+    one = [w7_phase(env, sizes, prof, "W7-one")]
+    second = env.start_scheduler()
+    try:
+        two = [w7_phase(env, sizes, prof, "W7-two"), w7_phase(env, sizes, prof, "W7-two-b")]
+    finally:
+        env.stop_scheduler(second)
+    one.append(w7_phase(env, sizes, prof, "W7-one-b"))
+    one_rate = sum(p["tasks_per_s"] for p in one) / len(one)
+    two_rate = sum(p["tasks_per_s"] for p in two) / len(two)
+    return {
+        "title": f"{sizes.w7_runs} runs of a {sizes.w7_length}-task chain: 2 schedulers vs 1",
+        "figures": {
+            "one_scheduler_tasks_per_s": one_rate,
+            "two_schedulers_tasks_per_s": two_rate,
+            "ratio": two_rate / one_rate,
+            "tasks_per_phase": one[0]["tasks"],
+            "one_scheduler_phases_tasks_per_s_min": min(p["tasks_per_s"] for p in one),
+            "one_scheduler_phases_tasks_per_s_max": max(p["tasks_per_s"] for p in one),
+            "two_schedulers_phases_tasks_per_s_min": min(p["tasks_per_s"] for p in two),
+            "two_schedulers_phases_tasks_per_s_max": max(p["tasks_per_s"] for p in two),
+        },
+    }

@@ -1,0 +1,157 @@
+"""``CeleryTask``: call an existing Celery task by name, and wait for it without a worker slot.
+
+Contract:
+
+* The Sluice worker that claims the try resolves ``args``/``kwargs`` against the upstream
+  results, sends ``name`` with them through a Celery app (``app.send_task``) under the
+  Celery task id ``external_id_for(attempt_id)``, records that id on the TaskInstance and
+  returns at once: the TI stays ``running`` while the external task runs. A poller on the
+  scheduler side (``scheduler.celery_poller``) reads its state from the Celery result
+  backend and writes the TI's outcome. So a CeleryTask needs a result backend that the
+  user's Celery workers write to and Sluice reads (``SLUICE_RESULT_BACKEND``).
+* An argument may refer to an upstream task's result, anywhere inside ``args``/``kwargs``
+  (lists and dicts are walked): the marker ``Upstream("extract")``, or a string that is
+  exactly ``"{{ upstream.extract }}"`` (whitespace inside the braces optional). Either is
+  replaced by the JSON value ``extract`` returned. The referenced task must be an upstream
+  of this one (link it with ``>>``); otherwise the try fails with a clear error.
+* Everything else in ``args``/``kwargs`` must be JSON (it is serialized with the DAG).
+* ``timeout`` counts from the start of the try (the TI's ``start_date``); past it the
+  external task is revoked and the try fails (or is retried, by ``retries``).
+* ``celery_queue`` is the Celery queue the external task is sent to; None (the default)
+  leaves routing to the sending app (its ``task_routes``, then its default queue). Set it
+  when Sluice's own workers send the task, whose default queue is a Sluice queue.
+
+This module imports no Celery: the app that sends is passed in (duck-typed).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from tasks.dag import DAG
+from tasks.errors import DagDefinitionError
+from tasks.task import Task, _as_timedelta
+
+_TEMPLATE = re.compile(r"^\{\{\s*upstream\.([A-Za-z0-9_.-]+)\s*\}\}$")
+_MARKER_KEY = "$upstream"
+_EXTERNAL_NS = uuid.UUID("6d1c3c5e-6a55-4d5b-9a6e-3b8f1f4c2a10")
+
+
+class Upstream:
+    """Stands for the result of upstream task ``task_id`` in a CeleryTask's arguments."""
+
+    __slots__ = ("task_id",)
+
+    def __init__(self, task_id: str) -> None:
+        if not isinstance(task_id, str) or not task_id:
+            raise DagDefinitionError(f"Upstream() needs a task id, got {task_id!r}")
+        self.task_id = task_id
+
+    def __repr__(self) -> str:
+        return f"Upstream({self.task_id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Upstream) and other.task_id == self.task_id
+
+    def __hash__(self) -> int:
+        return hash(("Upstream", self.task_id))
+
+
+def external_id_for(attempt_id: str) -> str:
+    """The Celery task id of the external task sent by try ``attempt_id`` (deterministic).
+
+    The poller trusts a TI's ``external_id`` only when it matches its current attempt, so
+    a new try never reads the result of an earlier one.
+    """
+    return str(uuid.uuid5(_EXTERNAL_NS, attempt_id))
+
+
+def _referenced(value: Any) -> str | None:
+    if isinstance(value, Upstream):
+        return value.task_id
+    if isinstance(value, str):
+        match = _TEMPLATE.match(value)
+        return match.group(1) if match else None
+    return None
+
+
+def resolve(value: Any, upstream: Mapping[str, Any], task_id: str = "?") -> Any:
+    """``value`` with every upstream reference replaced by that upstream's result."""
+    ref = _referenced(value)
+    if ref is not None:
+        if ref not in upstream:
+            known = ", ".join(sorted(upstream)) or "none"
+            raise LookupError(
+                f"celery task '{task_id}' refers to upstream '{ref}', which is not one of its "
+                f"upstream tasks ({known})"
+            )
+        return upstream[ref]
+    if isinstance(value, list | tuple):
+        return [resolve(v, upstream, task_id) for v in value]
+    if isinstance(value, dict):
+        return {k: resolve(v, upstream, task_id) for k, v in value.items()}
+    return value
+
+
+def to_json(value: Any) -> Any:
+    """The JSON form of arguments: ``Upstream(x)`` becomes ``{"$upstream": x}``."""
+    if isinstance(value, Upstream):
+        return {_MARKER_KEY: value.task_id}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return value
+
+
+class CeleryTask(Task):
+    """A task that runs the existing Celery task ``name``; see the module docstring."""
+
+    kind = "celery"
+
+    def __init__(
+        self,
+        task_id: str,
+        name: str,
+        args: list[Any] | tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        timeout: timedelta | float | None = None,
+        celery_queue: str | None = None,
+        *,
+        dag: DAG | None = None,
+        **options: Any,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise DagDefinitionError(f"celery task '{task_id}' needs the Celery task name")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise DagDefinitionError(f"celery task '{task_id}': kwargs must be a dict")
+        if args is not None and not isinstance(args, list | tuple):
+            raise DagDefinitionError(f"celery task '{task_id}': args must be a list")
+        try:
+            limit = _as_timedelta("timeout", timeout, optional=True, positive=True)
+        except DagDefinitionError as exc:
+            raise DagDefinitionError(f"celery task '{task_id}': {exc}") from None
+        super().__init__(task_id, dag=dag, **options)
+        self.name = name
+        self.args: list[Any] = list(args or [])
+        self.kwargs: dict[str, Any] = dict(kwargs or {})
+        self.timeout: timedelta | None = limit
+        self.celery_queue = celery_queue
+
+    def send(self, app: Any, upstream: Mapping[str, Any], attempt_id: str) -> str:
+        """Send the external task through Celery app ``app``; return its Celery task id."""
+        external_id = external_id_for(attempt_id)
+        options: dict[str, Any] = {"task_id": external_id}
+        if self.celery_queue:
+            options["queue"] = self.celery_queue
+        app.send_task(
+            self.name,
+            args=resolve(self.args, upstream, self.task_id),
+            kwargs=resolve(self.kwargs, upstream, self.task_id),
+            **options,
+        )
+        return external_id

@@ -1,0 +1,112 @@
+"""`broker.attach.attach` on a user's app: what it changes, what it keeps, what it refuses."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from celery import Celery
+
+from broker.app import settings_of
+from broker.attach import AttachError, attach
+from broker.queues import RUN_TASK_NAME
+from scheduler.settings import Settings
+from tasks import DAG, CeleryTask, Upstream, task
+from tasks.celery_task import external_id_for, resolve
+from tasks.serialize import serialize_dag
+from tests.celery_compat.their_app import make_app
+
+BROKER = "redis://127.0.0.1:6379/9"
+SETTINGS = Settings(broker_url=BROKER, namespace="sl")
+
+
+def test_attach_registers_sluice_and_keeps_the_users_settings() -> None:
+    app = make_app(BROKER, attach_sluice=False)
+    app.conf.update(
+        task_serializer="pickle",
+        accept_content=["pickle"],
+        task_routes={"their_module.*": {"queue": "their_queue"}},
+        task_acks_late=False,
+    )
+
+    assert attach(app, SETTINGS) is app
+    assert attach(app, SETTINGS) is app  # idempotent
+
+    assert RUN_TASK_NAME in app.tasks and "their_module.add" in app.tasks
+    assert app.tasks[RUN_TASK_NAME].acks_late is True
+    assert settings_of(app) == SETTINGS
+    assert list(app.conf.accept_content) == ["pickle", "json"]
+    assert app.conf.task_serializer == "pickle"
+    assert app.conf.task_routes == {"their_module.*": {"queue": "their_queue"}}
+    assert app.conf.task_default_queue == "their_queue"
+    assert app.conf.task_acks_late is False
+
+
+def test_attach_without_settings_takes_the_apps_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLUICE_BROKER_URL", raising=False)
+    app = make_app(BROKER)
+    assert settings_of(app).broker_url == BROKER
+    assert list(app.conf.accept_content) == ["json"]
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ({"task_always_eager": True}, "task_always_eager"),
+        ({"task_serializer": "auth", "accept_content": ["auth"]}, "signed messages"),
+        ({"broker_url": "redis://127.0.0.1:6379/8"}, "not Sluice's broker_url"),
+        ({"task_create_missing_queues": False}, "task_create_missing_queues=False"),
+    ],
+)
+def test_attach_refuses_what_sluice_cannot_work_with(conf: dict[str, object], message: str) -> None:
+    app = make_app(BROKER, attach_sluice=False)
+    app.conf.update(**conf)
+    with pytest.raises(AttachError, match=message) as caught:
+        attach(app, SETTINGS)
+    assert "\n" not in str(caught.value)
+    assert RUN_TASK_NAME not in app.tasks
+    assert app.conf.get("sluice_settings") is None
+
+
+def test_attach_accepts_explicit_sluice_queues_without_missing_queue_creation() -> None:
+    from kombu import Queue
+
+    app = Celery("x", broker=BROKER, set_as_current=False)
+    app.conf.update(task_create_missing_queues=False, task_queues=[Queue("sl.default")])
+    attach(app, SETTINGS)
+    assert RUN_TASK_NAME in app.tasks
+
+
+def test_celery_task_serializes_and_resolves_upstream_references() -> None:
+    with DAG("mixed", schedule=None) as dag:
+
+        @task
+        def extract() -> int:
+            return 20
+
+        add = CeleryTask(
+            "add",
+            name="their_module.add",
+            args=[Upstream("extract"), 22],
+            kwargs={"also": "{{ upstream.extract }}", "n": [Upstream("extract")]},
+            timeout=timedelta(seconds=30),
+            retries=2,
+        )
+        extract >> add
+
+    spec = serialize_dag(dag)["tasks"]["add"]
+    assert spec["kind"] == "celery"
+    assert spec["retries"] == 2
+    assert spec["celery"] == {
+        "name": "their_module.add",
+        "args": [{"$upstream": "extract"}, 22],
+        "kwargs": {"also": "{{ upstream.extract }}", "n": [{"$upstream": "extract"}]},
+        "timeout": 30.0,
+        "queue": None,
+    }
+    upstream = {"extract": 20}
+    assert resolve(add.args, upstream) == [20, 22]
+    assert resolve(add.kwargs, upstream) == {"also": 20, "n": [20]}
+    with pytest.raises(LookupError, match="'missing'"):
+        resolve([Upstream("missing")], upstream, "add")
+    assert external_id_for("a") == external_id_for("a") != external_id_for("b")

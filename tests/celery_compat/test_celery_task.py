@@ -1,0 +1,180 @@
+"""CeleryTask end to end, beside a user's Celery app.
+
+One worker process of the user's app (`celery -A tests.celery_compat.their_worker worker
+-Q their_queue,<ns>.default`, the app calling `broker.attach.attach`) serves both the
+user's own tasks and Sluice's; a real `sluice scheduler` subprocess drives the runs. The
+poller is not wired into `SchedulerJob.tick` yet, so the test calls
+`scheduler.celery_poller.poll_once` in a loop while it waits, as the scheduler does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from scheduler.celery_poller import poll_once
+from scheduler.db import make_engine, make_session_factory, utcnow
+from scheduler.settings import Settings
+from tasks.celery_task import external_id_for
+from tests.celery_compat.their_app import THEIR_QUEUE, make_app
+from tests.procs import Sluice
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def their_worker(sluice: Sluice) -> subprocess.Popen[bytes]:
+    """The user's worker, serving their queue and Sluice's default queue."""
+    log = open(sluice.log_dir / f"their-worker-{len(sluice.procs)}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.celery_compat.their_worker", "worker"]
+        + ["-Q", f"{THEIR_QUEUE},{sluice.namespace}.default", "-c", "4", "-l", "INFO"]
+        + ["--without-mingle", "--without-gossip", "--without-heartbeat"],
+        env={**sluice.env, "THEIR_BROKER_URL": sluice.broker_url},
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    sluice.procs.append(proc)
+    return proc
+
+
+@pytest.fixture
+def poller(sluice: Sluice) -> Settings:
+    """The settings a wired scheduler would poll with: results in the test's Redis db."""
+    return Settings(
+        database_url=sluice.database_url,
+        broker_url=sluice.broker_url,
+        namespace=sluice.namespace,
+        result_backend=sluice.broker_url,
+    )
+
+
+def drive(sluice: Sluice, settings: Settings, dag_id: str, run_id: str, timeout: float) -> str:
+    """Poll the external tasks (as the wired scheduler will) until the run finishes."""
+    engine = make_engine(settings.database_url)
+    factory = make_session_factory(engine)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            poll_once(factory, settings, utcnow())
+            if sluice.db_run_state(dag_id, run_id) in ("success", "failed"):
+                return sluice.run_state(dag_id, run_id)
+            time.sleep(0.2)
+    finally:
+        engine.dispose()
+    raise AssertionError(
+        f"run {run_id} did not finish: {sluice.task_states(dag_id, run_id)}\n{sluice.logs()}"
+    )
+
+
+def write_dag(sluice: Sluice, name: str, body: str) -> None:
+    header = (
+        "from datetime import timedelta\n"
+        "from tasks import DAG, CeleryTask, TriggerRule, Upstream, task\n"
+    )
+    (sluice.dags_folder / f"{name}.py").write_text(header + textwrap.dedent(body))
+
+
+def test_dag_mixes_python_tasks_and_their_task_on_one_worker(
+    sluice: Sluice, poller: Settings
+) -> None:
+    # Given a DAG: python -> their_module.add(upstream result, 22) -> python
+    write_dag(
+        sluice,
+        "mixed",
+        """
+        with DAG("mixed", schedule=None) as dag:
+            @task
+            def extract():
+                return 20
+
+            add = CeleryTask("add", name="their_module.add", args=[Upstream("extract"), 22],
+                             timeout=timedelta(seconds=30))
+
+            @task
+            def report(context):
+                return context["upstream"]["add"] + 1
+
+            extract >> add >> report
+        """,
+    )
+    sluice.extra_env["SLUICE_RESULT_BACKEND"] = sluice.broker_url  # the scheduler polls it
+    sluice.scheduler()
+    their_worker(sluice)
+    their_app = make_app(sluice.broker_url)
+
+    # When the run goes while the user keeps calling their task with delay()
+    run_id = sluice.trigger("mixed", "--run-id", "r1")
+    assert their_app.tasks["their_module.add"].delay(2, 3).get(timeout=20) == 5
+    state = drive(sluice, poller, "mixed", run_id, timeout=40)
+    assert their_app.tasks["their_module.add"].delay(4, 5).get(timeout=20) == 9
+
+    # Then every task succeeded, the external result flowed downstream
+    assert state == "success"
+    states = sluice.task_states("mixed", run_id)
+    assert {t: s["state"] for t, s in states.items()} == dict.fromkeys(
+        ["extract", "add", "report"], "success"
+    )
+    engine = make_engine(sluice.database_url)
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                text("SELECT task_id, result FROM task_instance WHERE run_id = :r"), {"r": run_id}
+            ).all()
+        )
+        add_ti = conn.execute(
+            text("SELECT attempt_id, external_id FROM task_instance WHERE task_id = 'add'")
+        ).one()
+    engine.dispose()
+    assert rows == {"extract": "20", "add": "42", "report": "43"}
+    assert add_ti.external_id == external_id_for(add_ti.attempt_id)
+    # and the worker's log names Sluice's tasks dag_id.task_id (Celery's shadow name)
+    worker_log = "\n".join(p.read_text() for p in sluice.log_dir.glob("their-worker-*.log"))
+    assert "Task mixed.extract[" in worker_log
+    assert f"Task their_module.add[{add_ti.external_id}]" in worker_log
+
+
+def test_failure_retry_and_timeout(sluice: Sluice, poller: Settings, tmp_path: Path) -> None:
+    marker = tmp_path / "flaky-called"
+    write_dag(
+        sluice,
+        "outcomes",
+        f"""
+        with DAG("outcomes", schedule=None) as dag:
+            flaky = CeleryTask("flaky", name="their_module.flaky", args=[{str(marker)!r}],
+                               retries=1, retry_delay=timedelta(milliseconds=100))
+            boom = CeleryTask("boom", name="their_module.boom", retries=0)
+            slow = CeleryTask("slow", name="their_module.sleep", args=[4],
+                              timeout=timedelta(seconds=1))
+
+            @task(trigger_rule=TriggerRule.ALL_DONE)
+            def done():
+                return "done"
+
+            [flaky, boom, slow] >> done
+        """,
+    )
+    sluice.extra_env["SLUICE_RESULT_BACKEND"] = sluice.broker_url  # the scheduler polls it
+    sluice.scheduler()
+    their_worker(sluice)
+
+    run_id = sluice.trigger("outcomes")
+    state = drive(sluice, poller, "outcomes", run_id, timeout=40)
+
+    assert state == "success"  # the leaf `done` (all_done) succeeded
+    states = sluice.task_states("outcomes", run_id)
+    assert states["flaky"]["state"] == "success" and states["flaky"]["try_number"] == 2
+    assert states["boom"]["state"] == "failed" and states["boom"]["try_number"] == 1
+    assert "their_module.boom" in states["boom"]["error"]
+    assert "ValueError: boom" in states["boom"]["error"]
+    assert states["slow"]["state"] == "failed"
+    assert "timed out after 1s" in states["slow"]["error"]
+    assert "revoked" in states["slow"]["error"]
+    assert states["done"]["state"] == "success"

@@ -1,0 +1,9 @@
+"""`celery -A tests.celery_compat.their_worker worker …`: the user's app, broker from env."""
+
+from __future__ import annotations
+
+import os
+
+from tests.celery_compat.their_app import make_app
+
+app = make_app(os.environ["THEIR_BROKER_URL"])
