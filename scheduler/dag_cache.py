@@ -7,6 +7,7 @@ hash changed. Cached rows are detached copies: read them, never write them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from sqlalchemy import select
@@ -18,12 +19,24 @@ from scheduler.models import Dag
 class SerializedDagCache:
     def __init__(self) -> None:
         self._rows: dict[str, Dag] = {}
+        self._checked: dict[str, float] = {}
 
-    def get_many(self, session: Session, dag_ids: Iterable[str]) -> dict[str, Dag]:
-        """The Dag rows of `dag_ids` (missing ones left out), fresh as of their hash."""
+    def get_many(
+        self, session: Session, dag_ids: Iterable[str], max_age: float = 0.0
+    ) -> dict[str, Dag]:
+        """The Dag rows of `dag_ids` (missing ones left out), fresh as of their hash.
+
+        With `max_age`, a DAG whose hash was checked that recently is not asked for
+        again (a new version appears only after a folder sync, which has its own period).
+        """
         wanted = sorted(set(dag_ids))
         if not wanted:
             return {}
+        clock = time.monotonic()
+        if max_age > 0 and all(
+            d in self._rows and clock - self._checked.get(d, -1e9) < max_age for d in wanted
+        ):
+            return {d: self._rows[d] for d in wanted}
         rows = session.execute(select(Dag.dag_id, Dag.version_hash).where(Dag.dag_id.in_(wanted)))
         hashes: dict[str, str] = {dag_id: version for dag_id, version in rows}
         stale = [
@@ -33,6 +46,8 @@ class SerializedDagCache:
             for row in session.scalars(select(Dag).where(Dag.dag_id.in_(stale))):
                 session.expunge(row)
                 self._rows[row.dag_id] = row
+        for dag_id in hashes:
+            self._checked[dag_id] = clock
         return {d: self._rows[d] for d in hashes if d in self._rows}
 
     def get(self, session: Session, dag_id: str, version_hash: str | None) -> Dag | None:

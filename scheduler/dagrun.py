@@ -192,5 +192,9 @@ def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> R
         if move_run(session, run.id, final, expect=[DagRunState.RUNNING], now=now, values=values):
             outcome.finished = final
             return outcome
-    session.execute(update(DagRun).where(DagRun.id == run.id).values(**values))
+    last = run.last_scheduling_decision
+    if moved or last is None or (now - last).total_seconds() >= 1.0:
+        # the stamp orders the claim (oldest first, so no run starves); rewriting it
+        # when nothing moved is needed at most once a second
+        session.execute(update(DagRun).where(DagRun.id == run.id).values(**values))
     return outcome

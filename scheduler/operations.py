@@ -14,9 +14,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from scheduler.dagrun import create_dagrun
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.settings import Settings
-from scheduler.states import TI, DagRunState, SpanStatus
+from scheduler.states import TI, DagRunState, RunType, SpanStatus
 from scheduler.tracing_ids import new_carrier, trace_id_of
 from scheduler.transitions import move_run, move_spans, move_tis
 
@@ -97,6 +98,27 @@ def clear_task_instances(
     # an ended run span is continued ("… continued") by the next scheduler driving the run
     move_spans(session, DagRun, [run.id], SpanStatus.NEEDS_CONTINUANCE, expect=[SpanStatus.ENDED])
     return cleared
+
+
+def trigger_run(
+    session: Session,
+    dag: Dag,
+    *,
+    now: dt.datetime,
+    logical_date: dt.datetime | None = None,
+    run_id: str | None = None,
+    conf: dict[str, Any] | None = None,
+) -> DagRun:
+    """Create a manual run (queued, with its TIs); raises RunExists on a clash."""
+    return create_dagrun(
+        session,
+        dag,
+        run_type=RunType.MANUAL,
+        logical_date=logical_date or now,
+        now=now,
+        run_id=run_id,
+        conf=conf or {},
+    )
 
 
 def wake_schedulers(settings: Settings) -> None:

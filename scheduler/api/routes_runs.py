@@ -1,6 +1,6 @@
 """`/api/v1/dags/{dag_id}/runs`: listing, triggering and reading DAG runs.
 
-Triggering goes through `scheduler.dagrun.create_dagrun`, as `sluice dags
+Triggering goes through `scheduler.operations.trigger_run`, as `sluice dags
 trigger` does, and wakes the schedulers the same way.
 """
 
@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy import func, select
 
+from scheduler import operations
 from scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from scheduler.api.errors import ApiError, unprocessable
 from scheduler.api.lookups import find_dag, find_run
@@ -19,11 +20,11 @@ from scheduler.api.responses import errors
 from scheduler.api.schemas import RunCreate, RunList, RunOut
 from scheduler.api.views import run_out
 from scheduler.cli.context import CliError, parse_date
-from scheduler.dagrun import RunExists, create_dagrun
+from scheduler.dagrun import RunExists
 from scheduler.db import utcnow
 from scheduler.models import DagRun
 from scheduler.operations import wake_schedulers
-from scheduler.states import DagRunState, RunType
+from scheduler.states import DagRunState
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs", tags=["runs"])
 
@@ -80,14 +81,8 @@ def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) 
     now = utcnow()
     logical = parse_logical_date(body.logical_date) if body.logical_date is not None else now
     try:
-        run = create_dagrun(
-            session,
-            dag,
-            run_type=RunType.MANUAL,
-            logical_date=logical,
-            now=now,
-            run_id=body.run_id,
-            conf=body.conf or {},
+        run = operations.trigger_run(
+            session, dag, now=now, logical_date=logical, run_id=body.run_id, conf=body.conf
         )
         session.commit()
     except RunExists as exc:

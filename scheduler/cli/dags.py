@@ -12,10 +12,10 @@ from sqlalchemy import select
 
 from scheduler import operations
 from scheduler.cli.context import Cli, CliError, iso, parse_conf, parse_date
-from scheduler.dagrun import RunExists, create_dagrun
+from scheduler.dagrun import RunExists
 from scheduler.db import transaction, utcnow
 from scheduler.models import Dag, DagFile
-from scheduler.states import RunType
+from scheduler.operations import trigger_run
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -91,14 +91,8 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
     with transaction(cli.factory) as session:
         dag = cli.get_dag(session, args.dag_id)
         try:
-            run = create_dagrun(
-                session,
-                dag,
-                run_type=RunType.MANUAL,
-                logical_date=logical,
-                now=now,
-                run_id=args.run_id,
-                conf=conf,
+            run = trigger_run(
+                session, dag, now=now, logical_date=logical, run_id=args.run_id, conf=conf
             )
         except RunExists as exc:
             raise CliError(str(exc)) from None

@@ -89,6 +89,8 @@ class DagRunJob:
         self._left_behind = False
         self._pending_news: set[int] = set()
         self._started_now: set[int] = set()
+        self._look_at_everything = True
+        self._runs_finished_last_pass = False
         self.stopping = False
 
     # -- the loop ----------------------------------------------------------------------------
@@ -231,7 +233,9 @@ class DagRunJob:
         runs = claim_runs_to_examine(session, which, limit)
         if only is not None:
             self._pending_news |= only - {run.id for run in runs}
-        dags = self.dag_cache.get_many(session, [run.dag_id for run in runs])
+        dags = self.dag_cache.get_many(
+            session, [run.dag_id for run in runs], max_age=self.settings.dag_refresh_interval
+        )
         tracing = self.tracing.enabled
         for run in runs:
             dag = self.dag_for(run, dags)
@@ -290,6 +294,7 @@ class DagRunJob:
         full_due = self._last_full_pass is None or (
             (now - self._last_full_pass).total_seconds() >= self.settings.loop_interval
         )
+        self._look_at_everything = news is None
         if news is None or full_due:
             self._last_full_pass = now
             self._pending_news.clear()
@@ -303,6 +308,7 @@ class DagRunJob:
                 only |= self._started_now
             self.examine_runs(session, now, result, only)
             messages = self.queue(session, now, result)
+        self._runs_finished_last_pass = result.runs_finished > 0
         self.after_commit(messages, now)
 
     def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:

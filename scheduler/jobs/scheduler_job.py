@@ -39,6 +39,8 @@ class SchedulerJob(DagRunJob):
     job_type = "scheduler"
 
     _last_dag_sync: dt.datetime | None = None
+    _last_poll: dt.datetime | None = None
+    _last_start_check: dt.datetime | None = None
     _next_create_check: dt.datetime | None = None
 
     def tick(self, now: dt.datetime) -> TickResult:
@@ -46,7 +48,7 @@ class SchedulerJob(DagRunJob):
         self.heartbeat(now)
         self.refresh_dags(now)
         self.scheduling_pass(now, result)
-        poll_once(self.factory, self.settings, now)  # before the sweep: it refreshes heartbeats
+        self.poll_external_tasks(now)  # before the sweep: it refreshes their heartbeats
         self.sweep(now, result)
         self.release_dead_jobs(now, result)
         self.end_owned_spans(now)
@@ -68,9 +70,29 @@ class SchedulerJob(DagRunJob):
             now=now,
         )
 
+    def poll_external_tasks(self, now: dt.datetime) -> None:
+        """CeleryTask results, looked at twice a second at most."""
+        last = self._last_poll
+        if last is not None and (now - last).total_seconds() < 0.5:
+            return
+        self._last_poll = now
+        poll_once(self.factory, self.settings, now)
+
     def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
         result.runs_created = self.create_due_runs(session, now)
-        result.runs_started = self.start_queued_runs(session, now)
+        # Queued runs appear when someone triggers or clears (a wake-up naming no run),
+        # when this job creates runs, or when a finished run frees room: otherwise once a
+        # second is enough, and the common pass (a task finished) skips the query.
+        last = self._last_start_check
+        if (
+            result.runs_created
+            or self._look_at_everything
+            or self._runs_finished_last_pass
+            or last is None
+            or (now - last).total_seconds() >= 1.0
+        ):
+            self._last_start_check = now
+            result.runs_started = self.start_queued_runs(session, now)
 
     def create_due_runs(self, session: Session, now: dt.datetime) -> int:
         """Create the scheduled runs that are due; DAG rows locked SKIP LOCKED.

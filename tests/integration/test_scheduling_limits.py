@@ -41,6 +41,7 @@ class Harness:
             for i in range(n):
                 now = utcnow() + dt.timedelta(microseconds=i)
                 create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=now, now=now)
+        self.job.waker.wake()  # as `sluice dags trigger` does
 
     def states(self) -> dict[str, str]:
         with self.factory() as session:
