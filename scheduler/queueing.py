@@ -54,18 +54,27 @@ def queue_scheduled(
     `with_trace`, each message carries its TI's span carrier for the headers.
     """
     slots = lock_pools(session)
-    candidates = lock_scheduled_tis(session, limit, runs)
-    if not candidates:
-        return [], False
     used = used_slots_by_pool(session)
     active = active_tis_by_dag(session)
-    dag_ids = {row.dag_id for row in candidates}
     max_tasks: dict[str, int] = {
         dag_id: n
         for dag_id, n in session.execute(
-            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(dag_ids))
+            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(list(active)))
         )
     }
+    # Fairness: a DAG at its max_active_tasks or a full pool is left out of the batch,
+    # so its scheduled TIs cannot fill the batch and starve other DAGs and pools.
+    full_dags = [d for d, n in active.items() if n >= max_tasks.get(d, 0)]
+    full_pools = [p for p, n in used.items() if n >= slots.get(p, 0)]
+    candidates = lock_scheduled_tis(session, limit, runs, full_dags, full_pools)
+    if not candidates:
+        return [], False
+    missing = {row.dag_id for row in candidates} - set(max_tasks)
+    if missing:
+        rows = session.execute(
+            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(missing))
+        )
+        max_tasks.update({dag_id: n for dag_id, n in rows})
     assignments: list[tuple[int, str]] = []
     messages: list[RunMessage] = []
     for row in candidates:

@@ -42,8 +42,17 @@ def active_tis_by_dag(session: Session) -> dict[str, int]:
     return {dag_id: n for dag_id, n in session.execute(stmt).all()}
 
 
-def lock_scheduled_tis(session: Session, limit: int, runs: ColumnElement[bool]) -> list[Row[Any]]:
-    """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED."""
+def lock_scheduled_tis(
+    session: Session,
+    limit: int,
+    runs: ColumnElement[bool],
+    skip_dags: Sequence[str] = (),
+    skip_pools: Sequence[str] = (),
+) -> list[Row[Any]]:
+    """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED.
+
+    TIs of `skip_dags` (at their max_active_tasks) and `skip_pools` (full) are left out.
+    """
     stmt = (
         select(
             TaskInstance.id,
@@ -62,6 +71,10 @@ def lock_scheduled_tis(session: Session, limit: int, runs: ColumnElement[bool]) 
         .limit(limit)
         .with_for_update(of=TaskInstance, skip_locked=True)
     )
+    if skip_dags:
+        stmt = stmt.where(TaskInstance.dag_id.not_in(list(skip_dags)))
+    if skip_pools:
+        stmt = stmt.where(TaskInstance.pool.not_in(list(skip_pools)))
     rows: list[Row[Any]] = list(session.execute(stmt))
     return rows
 

@@ -138,3 +138,44 @@ def test_backfill_bad_input(sluice: Sluice, tmp_path: Path, args: list[str], nee
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and needle in done.stderr
     assert rows(sluice.database_url, "SELECT count(*) FROM dag_run") == [(0,)]
+
+
+def test_rerun_failed_reruns_only_failed_dates_and_tasks(sluice: Sluice, tmp_path: Path) -> None:
+    log, flag = tmp_path / "exec.log", tmp_path / "broken"
+    flag.write_text("x")
+    (sluice.dags_folder / "fragile.py").write_text(textwrap.dedent(f"""
+    import os
+    from datetime import datetime, timezone
+    from tasks import DAG, task
+
+    def record(context):
+        with open({str(log)!r}, "a") as f:
+            f.write(context["run_id"] + " " + context["task_id"] + "\\n")
+
+    with DAG("fragile", schedule="@daily",
+             start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+        @task
+        def steady(context):
+            record(context)
+
+        @task
+        def shaky(context):
+            record(context)
+            if os.path.exists({str(flag)!r}):
+                raise RuntimeError("broken today")
+
+        steady >> shaky
+    """))
+    dates = ["--start", "2026-06-01", "--end", "2026-06-02", "--local"]
+    first = sluice.cli("backfill", "fragile", *dates)
+    assert first.returncode == 1 and first.stdout.count("failed") == 2
+    flag.unlink()
+    # without --rerun-failed the dates are skipped; with it only the failed tasks run again
+    assert sluice.cli("backfill", "fragile", *dates).stdout.count("skipped") == 2
+    again = sluice.cli("backfill", "fragile", *dates, "--rerun-failed")
+    assert again.returncode == 0, again.stderr
+    runs = rows(sluice.database_url,
+                "SELECT state FROM dag_run WHERE run_type = 'backfill'")
+    assert sorted(runs) == [("success",), ("success",)]
+    lines = log.read_text().split("\n")
+    assert sum(" steady" in ln for ln in lines) == 2 and sum(" shaky" in ln for ln in lines) == 4

@@ -153,3 +153,28 @@ def test_scheduled_dag_gets_runs_from_its_schedule(harness: Harness) -> None:
     assert [d - start for d in dates] == [dt.timedelta(hours=i) for i in range(len(dates))]
     assert len(dates) in (3, 4)  # the interval that ends now may or may not be complete
     assert types == {"scheduled"}
+
+
+def test_a_dag_held_by_its_own_limit_does_not_starve_others(harness: Harness) -> None:
+    # Given a DAG with more high-priority scheduled TIs than one queueing batch holds,
+    # held back by its own max_active_tasks, and a second DAG with one low-priority task
+    write(harness.job.settings.dags_folder, "greedy", """
+    from tasks import DAG, task
+    with DAG("greedy", schedule=None, max_active_tasks=1) as dag:
+        for i in range(600):
+            task(task_id=f"t{i}", priority_weight=100)(lambda: None)
+    """)
+    write(harness.job.settings.dags_folder, "modest", """
+    from tasks import DAG, task
+    with DAG("modest", schedule=None) as dag:
+        task(task_id="only", priority_weight=1)(lambda: None)
+    """)
+    harness.job.tick(utcnow())
+    harness.trigger("greedy")
+    harness.job.tick(utcnow())  # greedy fills its single slot; the rest stay scheduled
+    harness.trigger("modest")
+    # When the scheduler queues again
+    harness.job.tick(utcnow())
+    # Then the other DAG's task is queued although 599 higher-priority TIs wait
+    assert [m.dag_id for m in harness.sent].count("greedy") == 1
+    assert [m.task_id for m in harness.sent if m.dag_id == "modest"] == ["only"]
