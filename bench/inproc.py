@@ -8,6 +8,7 @@ Publishing only collects the messages: no broker, no worker.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import time
@@ -114,9 +115,16 @@ def _nothing() -> Iterator[None]:
     yield
 
 
+_clock_offset = [0.0]
+
+
 def _timed_tick(job: SchedulerJob) -> float:
+    """One tick in which every periodic step is due (a full pass, due-run and queued-run
+    checks, the folder refresh, the sweeps): the clock jumps 2 s per tick."""
+    _clock_offset[0] += 2.0
+    now = utcnow() + dt.timedelta(seconds=_clock_offset[0])
     t0 = time.perf_counter()
-    job.tick(utcnow())
+    job.tick(now)
     return (time.perf_counter() - t0) * 1000.0
 
 
