@@ -31,7 +31,7 @@ with DAG(
     @task
     def report(context):
         up = context["upstream"]
-        print(f"run {context['run_id']}: total={up['check']!r}")
+        print(f"run {context['run_id']}: the branch chose {up['check']!r}")
         return "ok"
 
     @task
