@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
-from scheduler.models import Dag, DagRun, Job
-from scheduler.states import DagRunState, JobState, RunType
+from scheduler.models import Dag, DagRun
+from scheduler.states import DagRunState, RunType
 
 
 def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Dag]:
@@ -105,16 +105,3 @@ def claim_runs_to_examine(
         .with_for_update(of=DagRun, skip_locked=True)
     )
     return session.scalars(stmt).all()
-
-
-def dags_by_id(session: Session, dag_ids: Sequence[str]) -> dict[str, Dag]:
-    if not dag_ids:
-        return {}
-    rows = session.scalars(select(Dag).where(Dag.dag_id.in_(list(set(dag_ids)))))
-    return {dag.dag_id: dag for dag in rows}
-
-
-def live_job_ids(session: Session, cutoff: dt.datetime) -> list[int]:
-    """Jobs still running whose heartbeat is newer than `cutoff`."""
-    stmt = select(Job.id).where(Job.state == JobState.RUNNING, Job.latest_heartbeat >= cutoff)
-    return list(session.scalars(stmt))
