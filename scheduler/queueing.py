@@ -24,12 +24,11 @@ from sqlalchemy.orm import Session
 from broker.messages import RunMessage
 from scheduler.models import Dag, TaskInstance
 from scheduler.queries.tis import (
-    active_tis_by_dag,
+    active_usage,
     lock_dead_running,
     lock_expired_queued,
     lock_pools,
     lock_scheduled_tis,
-    used_slots_by_pool,
 )
 from scheduler.states import TI
 from scheduler.transitions import move_ti, queue_tis
@@ -54,8 +53,7 @@ def queue_scheduled(
     `with_trace`, each message carries its TI's span carrier for the headers.
     """
     slots = lock_pools(session)
-    used = used_slots_by_pool(session)
-    active = active_tis_by_dag(session)
+    used, active = active_usage(session)
     max_tasks: dict[str, int] = {
         dag_id: n
         for dag_id, n in session.execute(

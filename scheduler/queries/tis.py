@@ -33,13 +33,24 @@ def used_slots_by_pool(session: Session) -> dict[str, int]:
     return {pool: int(n) for pool, n in session.execute(stmt).all()}
 
 
-def active_tis_by_dag(session: Session) -> dict[str, int]:
+def active_usage(session: Session) -> tuple[dict[str, int], dict[str, int]]:
+    """Queued + running TIs in one query: (slots used per pool, TIs per DAG)."""
     stmt = (
-        select(TaskInstance.dag_id, func.count())
+        select(
+            TaskInstance.pool,
+            TaskInstance.dag_id,
+            func.coalesce(func.sum(TaskInstance.pool_slots), 0),
+            func.count(),
+        )
         .where(TaskInstance.state.in_(list(TI_ACTIVE)))
-        .group_by(TaskInstance.dag_id)
+        .group_by(TaskInstance.pool, TaskInstance.dag_id)
     )
-    return {dag_id: n for dag_id, n in session.execute(stmt).all()}
+    by_pool: dict[str, int] = {}
+    by_dag: dict[str, int] = {}
+    for pool, dag_id, slots, count in session.execute(stmt):
+        by_pool[pool] = by_pool.get(pool, 0) + int(slots)
+        by_dag[dag_id] = by_dag.get(dag_id, 0) + int(count)
+    return by_pool, by_dag
 
 
 def lock_scheduled_tis(
