@@ -96,13 +96,9 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
             )
         except RunExists as exc:
             raise CliError(str(exc)) from None
-    wake_schedulers(cli)
+    operations.wake_schedulers(cli.settings)
     print(run.run_id)
     return 0
-
-
-def wake_schedulers(cli: Cli) -> None:
-    operations.wake_schedulers(cli.settings)
 
 
 def state(cli: Cli, args: argparse.Namespace) -> int:

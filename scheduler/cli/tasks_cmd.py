@@ -17,10 +17,9 @@ from scheduler.cli.explain_cmd import add_explain_parser
 from scheduler.cli.logs_cmd import add_logs_parser
 from scheduler.db import transaction, utcnow
 from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.operations import (  # noqa: F401 - downstream_closure is re-exported
+from scheduler.operations import (
     UnknownTask,
     clear_task_instances,
-    downstream_closure,
     wake_schedulers,
 )
 

@@ -22,6 +22,7 @@ from scheduler.dagrun import create_dagrun
 from scheduler.db import transaction, utcnow
 from scheduler.jobs.base import DagRunJob, Publish, TickResult
 from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.operations import clear_task_instances
 from scheduler.settings import Settings
 from scheduler.states import (
     RUN_TERMINAL,
@@ -33,7 +34,6 @@ from scheduler.states import (
     RunType,
 )
 from scheduler.tracing import Tracing
-from scheduler.transitions import move_run, move_tis
 
 log = logging.getLogger("sluice.backfill")
 
@@ -130,29 +130,19 @@ class BackfillJob(DagRunJob):
         )
 
     def _reset_failed(self, session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> None:
-        tasks = dag.serialized["tasks"]
-        for ti in session.scalars(
-            select(TaskInstance).where(
+        """Clear the failed and upstream_failed TIs as `sluice tasks clear` does; claim the run."""
+        failed = session.scalars(
+            select(TaskInstance.task_id).where(
                 TaskInstance.dag_run_id == run.id,
                 TaskInstance.state.in_([TI.FAILED, TI.UPSTREAM_FAILED]),
             )
-        ):
-            retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
-            move_tis(
-                session,
-                [ti.id],
-                TI.NONE,
-                expect=[TI.FAILED, TI.UPSTREAM_FAILED],
-                now=now,
-                values={"max_tries": ti.try_number + retries + 1},
-            )
-        move_run(
-            session,
-            run.id,
-            DagRunState.QUEUED,
-            expect=[DagRunState.FAILED],
-            now=now,
-            values={"claimed_by_job_id": self.job_id},
+        ).all()
+        clear_task_instances(session, run, dag, failed, downstream=False, now=now)
+        session.execute(
+            update(DagRun)
+            .where(DagRun.id == run.id)
+            .values(claimed_by_job_id=self.job_id)
+            .execution_options(synchronize_session=False)
         )
 
     # -- the loop ----------------------------------------------------------------------------
