@@ -41,16 +41,13 @@ from scheduler.models import DagRun, TaskInstance
 from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
 from scheduler.states import TI
-from scheduler.transitions import move_ti
+from scheduler.transitions import move_ti, short_error
 from tasks.celery_task import CeleryTask
 from tasks.errors import Skip
 from tasks.runtime import branch_targets, check_result, run_task
 from tasks.serialize import retry_delay_for
 
 log = logging.getLogger("sluice.worker")
-
-ERROR_MAX_CHARS = 2000
-"""Longest error line stored on a TaskInstance."""
 
 RESULT_WRITE_ATTEMPTS = 3
 """Tries of the final write when the database connection fails (it is a CAS: safe to redo)."""
@@ -305,9 +302,7 @@ def error_line(exc: BaseException) -> str:
     """`Type: message` on one line, truncated to ERROR_MAX_CHARS."""
     text = " ".join(str(exc).split())
     line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    if len(line) > ERROR_MAX_CHARS:
-        line = line[: ERROR_MAX_CHARS - 3] + "..."
-    return line
+    return short_error(line)
 
 
 def _record(

@@ -41,15 +41,13 @@ from scheduler.db import transaction
 from scheduler.models import Dag, TaskInstance
 from scheduler.settings import Settings
 from scheduler.states import TI
-from scheduler.transitions import move_ti
+from scheduler.transitions import fail_try, move_ti
 from tasks.celery_task import external_id_for
 from tasks.errors import ResultError
 from tasks.runtime import check_result
-from tasks.serialize import retry_delay_for
 
 log = logging.getLogger("sluice.celery_poller")
 
-ERROR_MAX_CHARS = 2000
 FINISHED_FAILED = frozenset({"FAILURE", "REVOKED"})
 
 
@@ -220,22 +218,9 @@ def _fail(
     session: Session, ti: TaskInstance, spec: dict[str, Any] | None, now: dt.datetime, error: str
 ) -> int:
     """running -> up_for_retry (tries left) or failed, guarded on the TI's attempt."""
-    if len(error) > ERROR_MAX_CHARS:
-        error = error[: ERROR_MAX_CHARS - 3] + "..."
-    retry = spec is not None and ti.try_number < ti.max_tries
-    values: dict[str, Any] = {"error": error, "next_retry_at": None}
-    if retry:
-        assert spec is not None
-        values["next_retry_at"] = now + retry_delay_for(spec, ti.try_number)
-    won = move_ti(
-        session,
-        ti.id,
-        TI.UP_FOR_RETRY if retry else TI.FAILED,
-        expect=[TI.RUNNING],
-        now=now,
-        attempt_id=ti.attempt_id,
-        values=values,
-    )
+    new = fail_try(session, ti, spec, now, error)
+    retry = new is TI.UP_FOR_RETRY
+    won = new is not None
     if won:
         log.warning(
             "TI %s.%s.%s, try %s: %s%s",

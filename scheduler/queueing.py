@@ -31,8 +31,7 @@ from scheduler.queries.tis import (
     lock_scheduled_tis,
 )
 from scheduler.states import TI
-from scheduler.transitions import move_ti, queue_tis
-from tasks.serialize import retry_delay_for
+from scheduler.transitions import fail_try, queue_tis
 
 log = logging.getLogger("sluice.queueing")
 
@@ -144,27 +143,7 @@ def fail_dead_running(
     error = f"the worker stopped heartbeating for over {heartbeat_timeout:g}s"
     for ti in dead:
         task_spec = specs.get(ti.dag_id, {}).get("tasks", {}).get(ti.task_id)
-        if ti.try_number < ti.max_tries and task_spec is not None:
-            delay = retry_delay_for(task_spec, ti.try_number)
-            move_ti(
-                session,
-                ti.id,
-                TI.UP_FOR_RETRY,
-                expect=[TI.RUNNING],
-                now=now,
-                attempt_id=ti.attempt_id,
-                values={"next_retry_at": now + delay, "error": error},
-            )
-        else:
-            move_ti(
-                session,
-                ti.id,
-                TI.FAILED,
-                expect=[TI.RUNNING],
-                now=now,
-                attempt_id=ti.attempt_id,
-                values={"error": error},
-            )
+        fail_try(session, ti, task_spec, now, error)
         log.warning("TI %s.%s.%s: %s", ti.dag_id, ti.run_id, ti.task_id, error)
     return len(dead)
 

@@ -188,3 +188,37 @@ def move_spans(
         .execution_options(synchronize_session=False)
     )
     return list(session.scalars(stmt))
+
+
+ERROR_MAX_CHARS = 2000
+"""Longest error line stored on a TaskInstance."""
+
+
+def short_error(error: str) -> str:
+    """`error` cut to ERROR_MAX_CHARS."""
+    return error if len(error) <= ERROR_MAX_CHARS else error[: ERROR_MAX_CHARS - 3] + "..."
+
+
+def fail_try(
+    session: Session,
+    ti: TaskInstance,
+    task_spec: Mapping[str, Any] | None,
+    now: dt.datetime,
+    error: str,
+) -> TaskInstanceState | None:
+    """running -> up_for_retry (tries left and a known task) or failed, on `ti`'s attempt.
+
+    The retry waits `retry_delay_for` the task. Returns the state written, None if
+    the compare-and-set lost (the try moved meanwhile).
+    """
+    from tasks.serialize import retry_delay_for
+
+    values: dict[str, Any] = {"error": short_error(error), "next_retry_at": None}
+    new = TI.FAILED
+    if task_spec is not None and ti.try_number < ti.max_tries:
+        new = TI.UP_FOR_RETRY
+        values["next_retry_at"] = now + retry_delay_for(dict(task_spec), ti.try_number)
+    won = move_ti(
+        session, ti.id, new, expect=[TI.RUNNING], now=now, attempt_id=ti.attempt_id, values=values
+    )
+    return new if won else None
