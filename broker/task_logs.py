@@ -222,16 +222,7 @@ class TaskLogCapture:
             if self._stored_version < 0 and not content and not dropped:
                 return None
             self._finished = True
-            return LogSnapshot(
-                ti_id=self.ti_id,
-                try_number=self.try_number,
-                attempt_id=self.attempt_id,
-                hostname=self.hostname,
-                content=content,
-                dropped_lines=dropped,
-                started_at=self.started_at,
-                finished_at=utcnow(),
-            )
+            return self._snapshot(content, dropped, finished=True)
 
     # -- storing -------------------------------------------------------------------------
     def _flush_loop(self) -> None:
@@ -246,16 +237,7 @@ class TaskLogCapture:
             content, dropped, version = self.buffer.snapshot()
             if not finished and version == self._stored_version:
                 return True
-            snapshot = LogSnapshot(
-                ti_id=self.ti_id,
-                try_number=self.try_number,
-                attempt_id=self.attempt_id,
-                hostname=self.hostname,
-                content=content,
-                dropped_lines=dropped,
-                started_at=self.started_at,
-                finished_at=utcnow() if finished else None,
-            )
+            snapshot = self._snapshot(content, dropped, finished=finished)
             for attempt in (1, 2):
                 try:
                     with transaction(self.factory) as session:
@@ -270,6 +252,18 @@ class TaskLogCapture:
             self._stored_version = version
             self._finished = finished
             return True
+
+    def _snapshot(self, content: str, dropped: int, *, finished: bool) -> LogSnapshot:
+        return LogSnapshot(
+            ti_id=self.ti_id,
+            try_number=self.try_number,
+            attempt_id=self.attempt_id,
+            hostname=self.hostname,
+            content=content,
+            dropped_lines=dropped,
+            started_at=self.started_at,
+            finished_at=utcnow() if finished else None,
+        )
 
     def _key(self) -> tuple[int, int]:
         return self.ti_id, self.try_number
