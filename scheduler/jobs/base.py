@@ -27,6 +27,7 @@ from scheduler import spans
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.dagrun import update_state
 from scheduler.db import transaction, utcnow
+from scheduler.jobs.periodic import Every
 from scheduler.metrics import SchedulerMetrics
 from scheduler.models import Dag, DagRun, Job
 from scheduler.queries.runs import claim_runs_to_examine
@@ -82,10 +83,10 @@ class DagRunJob:
         self.waker = waker
         self.clock = clock
         self.job_id: int | None = None
-        self._last_heartbeat: dt.datetime | None = None
-        self._last_sweep: dt.datetime | None = None
-        self._last_queue_pass: dt.datetime | None = None
-        self._last_full_pass: dt.datetime | None = None
+        self._heartbeats = Every(settings.heartbeat_interval)
+        self._sweeps = Every(min(settings.queued_timeout, settings.heartbeat_timeout) / 4)
+        self._queue_passes = Every(settings.loop_interval)
+        self._full_passes = Every(settings.loop_interval)
         self._left_behind = False
         self._pending_news: set[int] = set()
         self._started_now: set[int] = set()
@@ -181,19 +182,16 @@ class DagRunJob:
             session.add(job)
             session.flush()
             self.job_id = job.id
-        self._last_heartbeat = now
+        self._heartbeats.mark(now)
         log.info("%s job %s started", self.job_type, self.job_id)
         return job.id
 
     def heartbeat(self, now: dt.datetime, *, force: bool = False) -> None:
-        due = self._last_heartbeat is None or (
-            (now - self._last_heartbeat).total_seconds() >= self.settings.heartbeat_interval
-        )
-        if not (due or force):
+        if not (force or self._heartbeats.due(now)):
             return
         with transaction(self.factory) as session:
             session.execute(update(Job).where(Job.id == self.job_id).values(latest_heartbeat=now))
-        self._last_heartbeat = now
+        self._heartbeats.mark(now)  # only once written: a failed beat is tried next tick
 
     def finish(self, state: JobState = JobState.SUCCESS) -> None:
         if self.job_id is None:
@@ -260,15 +258,9 @@ class DagRunJob:
         Skipped when nothing can have become queueable: no TI was scheduled in this
         tick and the last pass left nothing behind (a full pool, a limit reached).
         """
-        due = (
-            result.tis_scheduled
-            or self._left_behind
-            or self._last_queue_pass is None
-            or (now - self._last_queue_pass).total_seconds() >= self.settings.loop_interval
-        )
-        if not due:
+        if not (result.tis_scheduled or self._left_behind or self._queue_passes.due(now)):
             return []
-        self._last_queue_pass = now
+        self._queue_passes.mark(now)
         messages, left = queue_scheduled(
             session,
             job_id=self.job_id,
@@ -291,12 +283,9 @@ class DagRunJob:
         """
         news = self.waker.take_news()
         only: set[int] | None = None
-        full_due = self._last_full_pass is None or (
-            (now - self._last_full_pass).total_seconds() >= self.settings.loop_interval
-        )
         self._look_at_everything = news is None
-        if news is None or full_due:
-            self._last_full_pass = now
+        if news is None or self._full_passes.due(now):
+            self._full_passes.mark(now)
             self._pending_news.clear()
         else:
             only = news | self._pending_news
@@ -332,11 +321,8 @@ class DagRunJob:
 
         Each sweep locks what it acts on SKIP LOCKED, so one job acts on each dead thing.
         """
-        last = self._last_sweep
-        interval = min(self.settings.queued_timeout, self.settings.heartbeat_timeout) / 4
-        if last is not None and (now - last).total_seconds() < interval:
+        if not self._sweeps.take(now):
             return
-        self._last_sweep = now
         with transaction(self.factory) as session:
             result.dead_tis = fail_dead_running(
                 session, now=now, heartbeat_timeout=self.settings.heartbeat_timeout

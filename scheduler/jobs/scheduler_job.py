@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -21,6 +22,7 @@ from scheduler.dagbag import next_run_fields, sync_dag_folder
 from scheduler.dagrun import RunExists, create_dagrun
 from scheduler.db import transaction
 from scheduler.jobs.base import DagRunJob, TickResult
+from scheduler.jobs.periodic import Every
 from scheduler.models import Dag
 from scheduler.queries.jobs import release_dead_jobs
 from scheduler.queries.runs import (
@@ -38,10 +40,13 @@ log = logging.getLogger("sluice.scheduler")
 class SchedulerJob(DagRunJob):
     job_type = "scheduler"
 
-    _last_dag_sync: dt.datetime | None = None
-    _last_poll: dt.datetime | None = None
-    _last_start_check: dt.datetime | None = None
-    _next_create_check: dt.datetime | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dag_syncs = Every(self.settings.dag_refresh_interval)
+        self._polls = Every(0.5)
+        self._start_checks = Every(1.0)
+        self._create_checks = Every(1.0)
+        self._releases = Every(self.settings.heartbeat_timeout / 4)
 
     def tick(self, now: dt.datetime) -> TickResult:
         result = TickResult()
@@ -55,14 +60,8 @@ class SchedulerJob(DagRunJob):
         return result
 
     def refresh_dags(self, now: dt.datetime, *, force: bool = False) -> None:
-        last = self._last_dag_sync
-        if (
-            not force
-            and last is not None
-            and ((now - last).total_seconds() < self.settings.dag_refresh_interval)
-        ):
+        if not self._dag_syncs.take(now, force=force):
             return
-        self._last_dag_sync = now
         sync_dag_folder(
             self.factory,
             self.settings.dags_folder,
@@ -72,10 +71,8 @@ class SchedulerJob(DagRunJob):
 
     def poll_external_tasks(self, now: dt.datetime) -> None:
         """CeleryTask results, looked at twice a second at most."""
-        last = self._last_poll
-        if last is not None and (now - last).total_seconds() < 0.5:
+        if not self._polls.take(now):
             return
-        self._last_poll = now
         poll_once(self.factory, self.settings, now)
 
     def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
@@ -83,15 +80,12 @@ class SchedulerJob(DagRunJob):
         # Queued runs appear when someone triggers or clears (a wake-up naming no run),
         # when this job creates runs, or when a finished run frees room: otherwise once a
         # second is enough, and the common pass (a task finished) skips the query.
-        last = self._last_start_check
-        if (
-            result.runs_created
-            or self._look_at_everything
-            or self._runs_finished_last_pass
-            or last is None
-            or (now - last).total_seconds() >= 1.0
+        if self._start_checks.take(
+            now,
+            force=bool(
+                result.runs_created or self._look_at_everything or self._runs_finished_last_pass
+            ),
         ):
-            self._last_start_check = now
             result.runs_started = self.start_queued_runs(session, now)
 
     def create_due_runs(self, session: Session, now: dt.datetime) -> int:
@@ -99,9 +93,8 @@ class SchedulerJob(DagRunJob):
 
         Looked for at most once a second (a run is created up to a second late).
         """
-        if self._next_create_check is not None and now < self._next_create_check:
+        if not self._create_checks.take(now):
             return 0
-        self._next_create_check = now + dt.timedelta(seconds=1)
         created = 0
         for dag in lock_due_dags(session, now, limit=50):
             created += self._create_runs_of(session, dag, now)
@@ -156,10 +149,8 @@ class SchedulerJob(DagRunJob):
 
     def release_dead_jobs(self, now: dt.datetime, result: TickResult) -> None:
         """Jobs whose heartbeat stopped are marked failed and their runs released (SKIP LOCKED)."""
-        last = getattr(self, "_last_release", None)
-        if last is not None and (now - last).total_seconds() < self.settings.heartbeat_timeout / 4:
+        if not self._releases.take(now):
             return
-        self._last_release = now
         cutoff = now - dt.timedelta(seconds=self.settings.heartbeat_timeout)
         with transaction(self.factory) as session:
             released = release_dead_jobs(session, cutoff, now)
