@@ -8,11 +8,8 @@ the messages published. A worker's claim is made with `move_ti`, as a worker doe
 from __future__ import annotations
 
 import datetime as dt
-import gzip
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,6 +23,7 @@ from scheduler.metrics import SchedulerMetrics, metrics_exporters
 from scheduler.states import TI
 from scheduler.transitions import move_ti
 from tests.operators.helpers import World
+from tests.otlp_receiver import OtlpReceiver
 
 WIDE = """
 with DAG("wide", schedule=None) as dag:
@@ -156,49 +154,10 @@ def test_a_port_in_use_is_one_clear_error(world: World) -> None:
         first.shutdown()
 
 
-class MetricsReceiver:
-    """A tiny OTLP/HTTP receiver: the names of the metrics POSTed to /v1/metrics."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-            ExportMetricsServiceRequest,
-        )
-
-        self.names: set[str] = set()
-        self.paths: set[str] = set()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                request = ExportMetricsServiceRequest()
-                request.ParseFromString(body)
-                receiver.paths.add(self.path)
-                for rm in request.resource_metrics:
-                    for sm in rm.scope_metrics:
-                        receiver.names.update(m.name for m in sm.metrics)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_otlp_exporter_when_the_standard_variables_name_an_endpoint(world: World) -> None:
     world.dags(WIDE)
     world.trigger("wide", "r1")
-    receiver = MetricsReceiver()
+    receiver = OtlpReceiver()
     try:
         metrics = SchedulerMetrics(
             world.settings,
@@ -217,4 +176,4 @@ def test_otlp_exporter_when_the_standard_variables_name_an_endpoint(world: World
         "sluice.scheduler.loop.runs_examined",
         "sluice.task_instances",
         "sluice.pool.slots.free",
-    } <= receiver.names
+    } <= receiver.metric_names

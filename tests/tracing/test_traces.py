@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.procs import Sluice, wait_until
-from tests.tracing.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 DAG_FILE = """
 import time

@@ -1,4 +1,4 @@
-"""A small OTLP/HTTP trace receiver for tests: decodes ExportTraceServiceRequest bodies."""
+"""A small OTLP/HTTP receiver for tests: spans from /v1/traces, metric names from /v1/metrics."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -32,10 +35,16 @@ def _value(any_value: Any) -> Any:
 
 
 class OtlpReceiver:
-    """Collects every span POSTed to /v1/traces; `endpoint` is what OTEL_* variables need."""
+    """Collects what is POSTed; `endpoint` is what the OTEL_* variables need.
+
+    Spans of /v1/traces go to `spans`, names of metrics of /v1/metrics to
+    `metric_names`, and every path posted to into `paths`.
+    """
 
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
+        self.metric_names: set[str] = set()
+        self.paths: set[str] = set()
         self._lock = threading.Lock()
         receiver = self
 
@@ -44,10 +53,15 @@ class OtlpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
+                receiver.paths.add(self.path)
                 if self.path.rstrip("/").endswith("/v1/traces"):
                     request = ExportTraceServiceRequest()
                     request.ParseFromString(body)
                     receiver._add(request)
+                elif self.path.rstrip("/").endswith("/v1/metrics"):
+                    metrics = ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    receiver._add_metrics(metrics)
                 payload = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -93,6 +107,12 @@ class OtlpReceiver:
                     )
         with self._lock:
             self.spans.extend(found)
+
+    def _add_metrics(self, request: ExportMetricsServiceRequest) -> None:
+        with self._lock:
+            for rm in request.resource_metrics:
+                for sm in rm.scope_metrics:
+                    self.metric_names.update(m.name for m in sm.metrics)
 
     def trace(self, trace_id: str) -> list[ReceivedSpan]:
         with self._lock:
