@@ -11,6 +11,7 @@ threads pool resolves task names through the default app. Publish with
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -23,12 +24,14 @@ from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker.app import create_app
+from broker.publisher import publish
 from broker.queues import DEFAULT_QUEUE, celery_queue
 from broker.runner import WorkerContext
 from broker.wakeup import Waker, local_waker
 from broker.worker_task import install_context
 from scheduler.db import make_engine, make_session_factory
 from scheduler.settings import Settings
+from scheduler.tracing import tracing_configured
 from tasks.loader import DagCache
 
 log = logging.getLogger("sluice.worker")
@@ -70,6 +73,8 @@ class EmbeddedBroker:
             settings=settings,
             hostname=socket.gethostname(),
             pid=os.getpid(),
+            publish=functools.partial(publish, self.app),
+            trace_tis=tracing_configured(),
         )
         self._worker: Any = None
         self._thread: threading.Thread | None = None

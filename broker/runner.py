@@ -22,12 +22,12 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, bindparam, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -37,11 +37,12 @@ from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import transaction, utcnow
-from scheduler.models import DagRun, TaskInstance
+from scheduler.downstream import FollowUp, lock_run, schedule_downstream
+from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
 from scheduler.states import TI
-from scheduler.transitions import move_ti, short_error
+from scheduler.transitions import move_ti, move_ti_returning, short_error
 from tasks.celery_task import CeleryTask
 from tasks.errors import Skip
 from tasks.runtime import branch_targets, check_result, run_task
@@ -73,9 +74,18 @@ class DagSource(Protocol):
     def get_dag(self, fileloc: str, dag_id: str) -> Any: ...
 
 
+Publish = Callable[[Sequence[RunMessage]], None]
+
+
 @dataclass
 class WorkerContext:
-    """What one worker process needs to run TaskInstances; built once per process."""
+    """What one worker process needs to run TaskInstances; built once per process.
+
+    With `publish`, a successful or skipped try's direct downstream is decided and
+    queued in its result transaction (`scheduler.downstream`) and published through
+    it after the commit; `trace_tis` activates the queued TIs' spans as the
+    scheduler does. Without it (a local backfill), every result wakes the schedulers.
+    """
 
     session_factory: sessionmaker[Session]
     dags: DagSource
@@ -83,6 +93,8 @@ class WorkerContext:
     settings: Settings
     hostname: str
     pid: int
+    publish: Publish | None = None
+    trace_tis: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,9 @@ class Claimed:
     run_pk: int
     fileloc: str | None
     spec: dict[str, Any] | None
+    dag: Dag | None
+    """The cached DAG row the task was run from (None when run from a local spec)."""
+    pool: str
     try_number: int
     max_tries: int
     context: dict[str, Any]
@@ -111,10 +126,24 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         new, values = _execute(ctx, msg, claimed)
     if new is TI.RUNNING:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
-    outcome = _record(ctx, msg, new, values, captured.final_snapshot())
+    outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
-        ctx.waker.wake(claimed.run_pk)
+        _follow_up(ctx, claimed, follow)
     return outcome
+
+
+def _follow_up(ctx: WorkerContext, claimed: Claimed, follow: FollowUp | None) -> None:
+    """After the result's commit: publish what it queued, wake the schedulers if needed.
+
+    A failed publish leaves the TIs queued; the schedulers' queued sweep re-publishes.
+    """
+    if follow is not None and follow.messages and ctx.publish is not None:
+        try:
+            ctx.publish(follow.messages)
+        except Exception as exc:
+            log.warning("publishing %d downstream tasks failed: %s", len(follow.messages), exc)
+    if follow is None or follow.wake:
+        ctx.waker.wake(claimed.run_pk)
 
 
 def _what(msg: RunMessage) -> str:
@@ -132,7 +161,7 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
     def attempt() -> bool:
         found.clear()
         with transaction(ctx.session_factory) as session:
-            won = move_ti(
+            row = move_ti_returning(
                 session,
                 msg.ti_id,
                 TI.RUNNING,
@@ -140,11 +169,14 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
                 attempt_id=msg.attempt_id,
                 now=utcnow(),
                 values={"hostname": ctx.hostname, "pid": ctx.pid},
+                returning=_CLAIMED,
             )
             found.append(
-                _read_context(session, msg, getattr(ctx.dags, "get_spec", None)) if won else None
+                None
+                if row is None
+                else _read_context(session, msg, row, getattr(ctx.dags, "get_spec", None))
             )
-        return won
+        return row is not None
 
     _retrying(attempt)
     return found[0] if found else None
@@ -154,45 +186,73 @@ _DAGS = SerializedDagCache()
 """This process's serialized DAGs, re-read only when their version hash changes."""
 
 
+_TI = TaskInstance.__table__
+_RUN = DagRun.__table__
+
+
+def _of_run(column: Any) -> Any:
+    return select(column).where(_RUN.c.id == _TI.c.dag_run_id).scalar_subquery()
+
+
+_CLAIMED = (
+    _TI.c.dag_id,
+    _TI.c.run_id,
+    _TI.c.task_id,
+    _TI.c.try_number,
+    _TI.c.max_tries,
+    _TI.c.pool,
+    _TI.c.dag_run_id.label("run_pk"),
+    _of_run(_RUN.c.logical_date).label("logical_date"),
+    _of_run(_RUN.c.conf).label("conf"),
+    _of_run(_RUN.c.dag_hash).label("dag_hash"),
+)
+_UPSTREAM_RESULTS = select(_TI.c.task_id, _TI.c.result).where(
+    _TI.c.dag_run_id == bindparam("run_pk"),
+    _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
+)
+"""What the claim's UPDATE returns, and the upstream results' query: built once
+(building a statement costs as much as running it)."""
+
+
 def _read_context(
-    session: Session, msg: RunMessage, spec_of: Callable[[str], dict[str, Any]] | None = None
+    session: Session,
+    msg: RunMessage,
+    row: Row[Any],
+    spec_of: Callable[[str], dict[str, Any]] | None = None,
 ) -> Claimed:
-    ti, run = session.execute(
-        select(TaskInstance, DagRun)
-        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.id == msg.ti_id)
-    ).one()
-    dag = _DAGS.get(session, ti.dag_id, run.dag_hash)
+    """The run's context from the claim's returned `row` (+ the upstream results)."""
+    dag = _DAGS.get(session, row.dag_id, row.dag_hash)
     serialized = dag.serialized if dag is not None and dag.serialized else {}
+    stored = dag is not None and dag.serialized and spec_of is None
     if spec_of is not None:
-        serialized = spec_of(ti.dag_id)
-    spec = serialized.get("tasks", {}).get(ti.task_id)
+        serialized = spec_of(row.dag_id)
+    spec = serialized.get("tasks", {}).get(row.task_id)
     upstream_ids = sorted(spec.get("upstream", [])) if spec else []
     upstream: dict[str, Any] = dict.fromkeys(upstream_ids)
     if upstream_ids:
         results = session.execute(
-            select(TaskInstance.task_id, TaskInstance.result).where(
-                TaskInstance.dag_run_id == run.id, TaskInstance.task_id.in_(upstream_ids)
-            )
+            _UPSTREAM_RESULTS, {"run_pk": row.run_pk, "task_ids": upstream_ids}
         )
         for task_id, result in results:
             upstream[task_id] = None if result is None else json.loads(result)
     context = {
-        "dag_id": ti.dag_id,
-        "run_id": ti.run_id,
-        "task_id": ti.task_id,
-        "logical_date": run.logical_date.isoformat(),
-        "try_number": ti.try_number,
-        "conf": dict(run.conf or {}),
+        "dag_id": row.dag_id,
+        "run_id": row.run_id,
+        "task_id": row.task_id,
+        "logical_date": row.logical_date.isoformat(),
+        "try_number": row.try_number,
+        "conf": dict(row.conf or {}),
         "attempt_id": msg.attempt_id,
         "upstream": upstream,
     }
     return Claimed(
-        run_pk=run.id,
+        run_pk=row.run_pk,
         fileloc=dag.fileloc if dag is not None else None,
         spec=spec,
-        try_number=ti.try_number,
-        max_tries=ti.max_tries,
+        dag=dag if stored else None,
+        pool=row.pool,
+        try_number=row.try_number,
+        max_tries=row.max_tries,
         context=context,
     )
 
@@ -305,37 +365,73 @@ def error_line(exc: BaseException) -> str:
     return short_error(line)
 
 
+_SCHEDULES_DOWNSTREAM = frozenset({TI.SUCCESS, TI.SKIPPED})
+"""Results after which the worker decides the downstream itself; a failure's
+upstream_failed cascade is left to the scheduler."""
+
+
 def _record(
     ctx: WorkerContext,
     msg: RunMessage,
+    claimed: Claimed,
     new: TI,
     values: dict[str, Any],
     task_log: LogSnapshot | None = None,
-) -> Outcome:
-    """running -> `new` for this attempt, with the try's log, in one transaction.
+) -> tuple[Outcome, FollowUp | None]:
+    """running -> `new` for this attempt, with the try's log, in one transaction; in the
+    same transaction, the direct downstream is decided and queued (`scheduler.downstream`).
 
-    STALE if the CAS lost (the log of the try is stored all the same).
+    STALE if the CAS lost (the log of the try is stored all the same). The follow-up is
+    None when the downstream was not looked at (the schedulers must be woken).
     """
+    follow: list[FollowUp | None] = []
+    downstream = ctx.publish is not None and ctx.settings.schedule_after_task
+    downstream = downstream and new in _SCHEDULES_DOWNSTREAM
 
     def write() -> bool:
+        follow.clear()
         with transaction(ctx.session_factory) as session:
+            now = utcnow()
             if task_log is not None:
-                save_task_log(session, task_log, now=utcnow())
-            return move_ti(
+                save_task_log(session, task_log, now=now)
+            locked = None
+            if downstream:
+                locked = lock_run(
+                    session,
+                    run_pk=claimed.run_pk,
+                    task_id=msg.task_id,
+                    pool=claimed.pool,
+                    dag=claimed.dag,
+                )
+            won = move_ti(
                 session,
                 msg.ti_id,
                 new,
                 expect=[TI.RUNNING],
                 attempt_id=msg.attempt_id,
-                now=utcnow(),
+                now=now,
                 values=values,
             )
+            if won and downstream:
+                follow.append(
+                    FollowUp(wake=True)
+                    if locked is None
+                    else schedule_downstream(
+                        session,
+                        locked,
+                        finished=new,
+                        result=values.get("result"),
+                        now=now,
+                        with_trace=ctx.trace_tis,
+                    )
+                )
+            return won
 
     if not _retrying(write):
         log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
-        return Outcome.STALE
+        return Outcome.STALE, None
     log.info("%s -> %s", _what(msg), new)
-    return Outcome(new.value)
+    return Outcome(new.value), follow[0] if follow else None
 
 
 def _retrying(write: Callable[[], bool]) -> bool:

@@ -9,6 +9,7 @@ parent. Importing this module reads no configuration and opens no connection.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -20,12 +21,14 @@ from celery.signals import worker_process_init
 
 from broker.app import settings_of
 from broker.messages import RunMessage
+from broker.publisher import publish
 from broker.queues import RUN_TASK_NAME
 from broker.runner import WorkerContext, run_task_instance
 from broker.tracing import annotate
 from broker.wakeup import waker_for
 from scheduler.db import make_engine, make_session_factory
 from scheduler.settings import Settings
+from scheduler.tracing import tracing_configured
 from tasks.loader import DagCache
 
 log = logging.getLogger("sluice.worker")
@@ -60,12 +63,14 @@ def context_for(app: Celery) -> WorkerContext:
         if held is not None and held[0] == pid:
             context: WorkerContext = held[1]
             return context
-        context = _build_context(settings_of(app), pid)
+        context = _build_context(app, pid)
         setattr(app, _CONTEXT_ATTR, (pid, context))
         return context
 
 
-def _build_context(settings: Settings, pid: int) -> WorkerContext:
+def _build_context(app: Celery, pid: int) -> WorkerContext:
+    """A context whose downstream messages go out through `app` (the worker's own)."""
+    settings = settings_of(app)
     engine = make_engine(settings.database_url)
     log.info("worker process %s ready (database %s)", pid, engine.url.render_as_string())
     return WorkerContext(
@@ -75,6 +80,8 @@ def _build_context(settings: Settings, pid: int) -> WorkerContext:
         settings=settings,
         hostname=socket.gethostname(),
         pid=pid,
+        publish=functools.partial(publish, app),
+        trace_tis=tracing_configured(),
     )
 
 

@@ -114,19 +114,20 @@ def decide_run(
         if current is not TI.NONE:
             continue
         task = tasks[task_id]
-        new = _decide_one(task, tasks, by_task, state)
+        new = decide_one(task, tasks, by_task, state)
         if new is not None:
             state[task_id] = new
             decisions.add(new, ti.id)
     return decisions
 
 
-def _decide_one(
+def decide_one(
     task: Mapping[str, Any],
     tasks: Mapping[str, Any],
     by_task: Mapping[str, TiView],
     state: Mapping[str, TaskInstanceState],
 ) -> TaskInstanceState | None:
+    """The move for one `none` TI (None: wait); `state` must hold all its upstreams' TIs."""
     upstream = [u for u in task["upstream"] if u in state]
     for up in upstream:
         if tasks[up].get("is_branch") and state[up] is TI.SUCCESS:

@@ -25,6 +25,21 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be true or false, got {env.get(name)!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every tunable of Sluice. Durations are in seconds."""
@@ -43,6 +58,9 @@ class Settings:
     embedded_broker: bool = False
     result_backend: str | None = None
     """Celery result backend where CeleryTask results are read (None: CeleryTask cannot run)."""
+    schedule_after_task: bool = True
+    """Workers decide and queue a finished task's direct downstream themselves
+    (`scheduler.downstream`); off, every hop goes through a scheduler pass."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -62,6 +80,7 @@ class Settings:
                 env, "SLUICE_DAG_REFRESH_INTERVAL", base.dag_refresh_interval
             ),
             result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
+            schedule_after_task=_bool(env, "SLUICE_SCHEDULE_AFTER_TASK", base.schedule_after_task),
         )
 
     def with_(self, **changes: object) -> Settings:

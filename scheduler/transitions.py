@@ -10,10 +10,11 @@ caller owns the transaction.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import ColumnElement, Row, Update, bindparam, update
 from sqlalchemy.orm import Session
 
 from scheduler.models import DagRun, TaskInstance
@@ -60,26 +61,71 @@ def move_tis(
 
     With `attempt_id`, only the try holding that id moves (the worker's guard).
     """
-    expected = frozenset(expect)
+    expected = tuple(sorted(frozenset(expect)))
     for old in expected:
         check_ti_move(old, new)
+    written = {**_ti_stamps(new, now), **(values or {})}
+    stmt = _move_statement(new, expected, attempt_id is not None, tuple(sorted(written)), ())
+    params: dict[str, Any] = {f"v_{key}": value for key, value in written.items()}
+    if attempt_id is not None:
+        params["b_attempt"] = attempt_id
     id_list = list(ids)
     moved: list[int] = []
     for start in range(0, len(id_list), _CHUNK):
-        stmt = (
-            update(TaskInstance)
-            .where(
-                TaskInstance.id.in_(id_list[start : start + _CHUNK]),
-                TaskInstance.state.in_(list(expected)),
-            )
-            .values(state=new, **_ti_stamps(new, now), **(values or {}))
-            .returning(TaskInstance.id)
-            .execution_options(synchronize_session=False)
-        )
-        if attempt_id is not None:
-            stmt = stmt.where(TaskInstance.attempt_id == attempt_id)
-        moved.extend(session.scalars(stmt))
+        params["b_ids"] = id_list[start : start + _CHUNK]
+        moved.extend(session.execute(stmt, params).scalars())
     return moved
+
+
+def move_ti_returning(
+    session: Session,
+    ti_id: int,
+    new: TaskInstanceState,
+    *,
+    expect: Iterable[TaskInstanceState],
+    now: dt.datetime,
+    returning: tuple[ColumnElement[Any], ...],
+    attempt_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> Row[Any] | None:
+    """`move_ti` that also returns `returning` of the moved row (None if it lost), in the
+    same statement. `returning` must be a module-level constant: statements are cached by it.
+    """
+    expected = tuple(sorted(frozenset(expect)))
+    for old in expected:
+        check_ti_move(old, new)
+    written = {**_ti_stamps(new, now), **(values or {})}
+    keys = tuple(sorted(written))
+    stmt = _move_statement(new, expected, attempt_id is not None, keys, returning)
+    params: dict[str, Any] = {f"v_{key}": value for key, value in written.items()}
+    params["b_ids"] = [ti_id]
+    if attempt_id is not None:
+        params["b_attempt"] = attempt_id
+    return session.execute(stmt, params).first()
+
+
+@functools.lru_cache(maxsize=256)
+def _move_statement(
+    new: TaskInstanceState,
+    expected: tuple[TaskInstanceState, ...],
+    with_attempt: bool,
+    keys: tuple[str, ...],
+    returning: tuple[ColumnElement[Any], ...],
+) -> Update:
+    """The compare-and-set UPDATE for one kind of move, built once: only values vary."""
+    table = TaskInstance.__table__
+    stmt = (
+        update(table)  # type: ignore[arg-type]
+        .where(
+            table.c.id.in_(bindparam("b_ids", expanding=True)),
+            table.c.state.in_([state.value for state in expected]),
+        )
+        .values(state=new.value, **{k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys})
+        .returning(table.c.id, *returning)
+    )
+    if with_attempt:
+        stmt = stmt.where(table.c.attempt_id == bindparam("b_attempt"))
+    return stmt
 
 
 def move_ti(
@@ -136,33 +182,49 @@ def queue_tis(
     *,
     now: dt.datetime,
     job_id: int | None,
+    decided: bool = False,
 ) -> None:
     """Move `(ti_id, new attempt_id)` pairs from scheduled to queued, bumping try_number.
 
-    Invariant: the caller holds the rows locked (`FOR UPDATE` in the same
-    transaction, or SQLite's single writer), so the guarded executemany cannot
-    lose a race; the guard still keeps a stale caller from touching other states.
+    With `decided`, the TIs are in `none` and were just decided runnable by the caller
+    (a worker's `scheduler.downstream`): they pass through `scheduled` in this one write
+    (both stamps set). Invariant: the caller holds the rows locked (`FOR UPDATE` in the
+    same transaction, the run's lock for `decided`, or SQLite's single writer), so the
+    guarded executemany cannot lose a race; the guard still keeps a stale caller from
+    touching other states.
     """
     check_ti_move(TI.SCHEDULED, TI.QUEUED)
+    if decided:
+        check_ti_move(TI.NONE, TI.SCHEDULED)
     if not assignments:
         return
-    stmt = (
-        update(TaskInstance.__table__)  # type: ignore[arg-type]
+    params = [{"b_id": i, "b_attempt": a, "b_now": now, "b_job": job_id} for i, a in assignments]
+    session.execute(_queue_statement(decided), params)
+
+
+@functools.lru_cache(maxsize=2)
+def _queue_statement(decided: bool) -> Update:
+    table = TaskInstance.__table__
+    now = bindparam("b_now", type_=table.c.queued_at.type)
+    stamps: dict[str, Any] = {"queued_at": now}
+    if decided:
+        stamps["scheduled_at"] = now
+    return (
+        update(table)  # type: ignore[arg-type]
         .where(
-            TaskInstance.__table__.c.id == bindparam("b_id"),
-            TaskInstance.__table__.c.state == TI.SCHEDULED.value,
+            table.c.id == bindparam("b_id"),
+            table.c.state == (TI.NONE if decided else TI.SCHEDULED).value,
         )
         .values(
             state=TI.QUEUED.value,
             attempt_id=bindparam("b_attempt"),
-            try_number=TaskInstance.__table__.c.try_number + 1,
-            queued_at=now,
-            queued_by_job_id=job_id,
+            try_number=table.c.try_number + 1,
+            queued_by_job_id=bindparam("b_job", type_=table.c.queued_by_job_id.type),
             hostname=None,
             pid=None,
+            **stamps,
         )
     )
-    session.execute(stmt, [{"b_id": i, "b_attempt": a} for i, a in assignments])
 
 
 def move_spans(

@@ -88,6 +88,7 @@ class DagRunJob:
         self._queue_passes = Every(settings.loop_interval)
         self._full_passes = Every(settings.loop_interval)
         self._left_behind = False
+        self._woken = False
         self._pending_news: set[int] = set()
         self._started_now: set[int] = set()
         self._look_at_everything = True
@@ -255,10 +256,13 @@ class DagRunJob:
     def queue(self, session: Session, now: dt.datetime, result: TickResult) -> list[RunMessage]:
         """Queue scheduled TIs within the limits; the messages are sent after the commit.
 
-        Skipped when nothing can have become queueable: no TI was scheduled in this
-        tick and the last pass left nothing behind (a full pool, a limit reached).
+        Skipped when nothing can have become queueable: no wake-up came (a worker that
+        left TIs `scheduled` or freed a slot they want wakes the schedulers), no TI was
+        scheduled in this tick and the last pass left nothing behind (a full pool, a
+        limit reached).
         """
-        if not (result.tis_scheduled or self._left_behind or self._queue_passes.due(now)):
+        due = self._queue_passes.due(now)
+        if not (result.tis_scheduled or self._left_behind or self._woken or due):
             return []
         self._queue_passes.mark(now)
         messages, left = queue_scheduled(
@@ -284,6 +288,7 @@ class DagRunJob:
         news = self.waker.take_news()
         only: set[int] | None = None
         self._look_at_everything = news is None
+        self._woken = news is None or bool(news)
         if news is None or self._full_passes.due(now):
             self._full_passes.mark(now)
             self._pending_news.clear()

@@ -17,11 +17,25 @@ from sqlalchemy.orm import Session
 from scheduler.models import DagRun, Pool, TaskInstance
 from scheduler.states import TI, TI_ACTIVE, DagRunState
 
+_POOLS = Pool.__table__.c
+_TIS = TaskInstance.__table__.c
+_LOCK_POOLS = select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update()
+_ACTIVE_USAGE = (
+    select(
+        _TIS.pool,
+        _TIS.dag_id,
+        func.coalesce(func.sum(_TIS.pool_slots), 0),
+        func.count(),
+    )
+    .where(_TIS.state.in_(sorted(state.value for state in TI_ACTIVE)))
+    .group_by(_TIS.pool, _TIS.dag_id)
+)
+"""Run by every queueing transaction (scheduler pass or worker result): built once."""
+
 
 def lock_pools(session: Session) -> dict[str, int]:
     """All pools' slots, rows locked FOR UPDATE in name order."""
-    stmt = select(Pool.name, Pool.slots).order_by(Pool.name).with_for_update()
-    return {name: slots for name, slots in session.execute(stmt).all()}
+    return {name: slots for name, slots in session.execute(_LOCK_POOLS).all()}
 
 
 def used_slots_by_pool(session: Session) -> dict[str, int]:
@@ -35,19 +49,9 @@ def used_slots_by_pool(session: Session) -> dict[str, int]:
 
 def active_usage(session: Session) -> tuple[dict[str, int], dict[str, int]]:
     """Queued + running TIs in one query: (slots used per pool, TIs per DAG)."""
-    stmt = (
-        select(
-            TaskInstance.pool,
-            TaskInstance.dag_id,
-            func.coalesce(func.sum(TaskInstance.pool_slots), 0),
-            func.count(),
-        )
-        .where(TaskInstance.state.in_(list(TI_ACTIVE)))
-        .group_by(TaskInstance.pool, TaskInstance.dag_id)
-    )
     by_pool: dict[str, int] = {}
     by_dag: dict[str, int] = {}
-    for pool, dag_id, slots, count in session.execute(stmt):
+    for pool, dag_id, slots, count in session.execute(_ACTIVE_USAGE):
         by_pool[pool] = by_pool.get(pool, 0) + int(slots)
         by_dag[dag_id] = by_dag.get(dag_id, 0) + int(count)
     return by_pool, by_dag

@@ -143,7 +143,8 @@ def test_backfill_bad_input(sluice: Sluice, tmp_path: Path, args: list[str], nee
 def test_rerun_failed_reruns_only_failed_dates_and_tasks(sluice: Sluice, tmp_path: Path) -> None:
     log, flag = tmp_path / "exec.log", tmp_path / "broken"
     flag.write_text("x")
-    (sluice.dags_folder / "fragile.py").write_text(textwrap.dedent(f"""
+    (sluice.dags_folder / "fragile.py").write_text(
+        textwrap.dedent(f"""
     import os
     from datetime import datetime, timezone
     from tasks import DAG, task
@@ -165,7 +166,8 @@ def test_rerun_failed_reruns_only_failed_dates_and_tasks(sluice: Sluice, tmp_pat
                 raise RuntimeError("broken today")
 
         steady >> shaky
-    """))
+    """)
+    )
     dates = ["--start", "2026-06-01", "--end", "2026-06-02", "--local"]
     first = sluice.cli("backfill", "fragile", *dates)
     assert first.returncode == 1 and first.stdout.count("failed") == 2
@@ -174,8 +176,7 @@ def test_rerun_failed_reruns_only_failed_dates_and_tasks(sluice: Sluice, tmp_pat
     assert sluice.cli("backfill", "fragile", *dates).stdout.count("skipped") == 2
     again = sluice.cli("backfill", "fragile", *dates, "--rerun-failed")
     assert again.returncode == 0, again.stderr
-    runs = rows(sluice.database_url,
-                "SELECT state FROM dag_run WHERE run_type = 'backfill'")
+    runs = rows(sluice.database_url, "SELECT state FROM dag_run WHERE run_type = 'backfill'")
     assert sorted(runs) == [("success",), ("success",)]
     lines = log.read_text().split("\n")
     assert sum(" steady" in ln for ln in lines) == 2 and sum(" shaky" in ln for ln in lines) == 4

@@ -158,17 +158,25 @@ def test_scheduled_dag_gets_runs_from_its_schedule(harness: Harness) -> None:
 def test_a_dag_held_by_its_own_limit_does_not_starve_others(harness: Harness) -> None:
     # Given a DAG with more high-priority scheduled TIs than one queueing batch holds,
     # held back by its own max_active_tasks, and a second DAG with one low-priority task
-    write(harness.job.settings.dags_folder, "greedy", """
+    write(
+        harness.job.settings.dags_folder,
+        "greedy",
+        """
     from tasks import DAG, task
     with DAG("greedy", schedule=None, max_active_tasks=1) as dag:
         for i in range(600):
             task(task_id=f"t{i}", priority_weight=100)(lambda: None)
-    """)
-    write(harness.job.settings.dags_folder, "modest", """
+    """,
+    )
+    write(
+        harness.job.settings.dags_folder,
+        "modest",
+        """
     from tasks import DAG, task
     with DAG("modest", schedule=None) as dag:
         task(task_id="only", priority_weight=1)(lambda: None)
-    """)
+    """,
+    )
     harness.job.tick(utcnow())
     harness.trigger("greedy")
     harness.job.tick(utcnow())  # greedy fills its single slot; the rest stay scheduled

@@ -32,7 +32,7 @@ from scheduler.migrate import upgrade
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.settings import Settings
 from scheduler.states import TI, RunType
-from scheduler.transitions import move_ti
+from scheduler.transitions import move_ti, move_tis
 from tasks.loader import DagCache
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -509,8 +509,11 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> str:
 
 
 def test_celery_worker_runs_published_messages(engine, factory, dag_file, redis_ns) -> None:
-    # Given a queued TI, a subscribed waker and a worker on the namespaced queue
+    # Given the last unfinished TI of a run queued, a subscribed waker and a worker
     run_id, ids = make_run(factory)
+    with transaction(factory) as session:
+        others = [ti_id for task_id, ti_id in ids.items() if task_id != "ok"]
+        move_tis(session, others, TI.REMOVED, expect=[TI.NONE], now=utcnow())
     msg = queue_ti(factory, ids["ok"], run_id, "ok")
     settings = Settings(database_url="unused://", broker_url=REDIS_URL, namespace=redis_ns)
     waker = waker_for(settings)
@@ -523,7 +526,7 @@ def test_celery_worker_runs_published_messages(engine, factory, dag_file, redis_
         # When the message is published twice (a redelivery) in one batch
         publish(app, [msg, msg])
 
-        # Then the task runs once, succeeds, and the worker wakes the schedulers
+        # Then the task runs once, succeeds, and the worker wakes the schedulers to end the run
         wait_until(lambda: load_ti(factory, ids["ok"]).state == TI.SUCCESS, 20, "success")
         ti = load_ti(factory, ids["ok"])
         assert ti.result is not None and ti.pid != os.getpid()

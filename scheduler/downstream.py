@@ -1,0 +1,259 @@
+"""The worker's "mini scheduler": decide and queue a finished TI's direct downstream.
+
+Called in the worker's result transaction, right after its compare-and-set won, so a
+hop (end of task i → start of task i+1) needs no scheduler round trip: the worker
+decides the downstream tasks of what it just finished, queues the ready ones that fit
+their pool and DAG limits, and publishes after its commit (Airflow's
+`schedule_after_task_execution`, carried on to queueing).
+
+Invariants:
+- Decisions about a run are made only under its row lock. The run is taken
+  `FOR UPDATE SKIP LOCKED`: if a scheduler (or another worker) holds it, nothing is
+  decided here and the caller wakes the schedulers with the run's id, so the holder
+  or the next pass sees this result (it is committed before the wake-up).
+- Queueing takes the pool rows `FOR UPDATE` as the scheduler does, so slot and
+  max_active_tasks accounting stays exact with any number of workers and schedulers.
+  The pool rows are the last lock taken and their holder waits on no other lock, so
+  this cannot deadlock.
+- Priority order is the scheduler's job: a ready TI is queued here only if its pool
+  has room and no other TI of that pool is waiting in `scheduled`; otherwise it is
+  left `scheduled` and the schedulers are woken, as they are when this result freed
+  a slot that waiting TIs want.
+- Only runs no job has claimed (the scheduler's runs) are driven here: a backfill
+  drives its own runs, a run whose DAG changed needs `verify_integrity`, and a
+  cascade (a downstream skipped or upstream_failed) or a run whose TIs are all
+  finished needs the scheduler's full decision; each of these sets `wake`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Row, bindparam, exists, select
+from sqlalchemy.orm import Session
+
+from broker.messages import RunMessage
+from scheduler import spans
+from scheduler.deps import TiView, decide_one
+from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.queries.tis import active_usage, lock_pools
+from scheduler.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
+from scheduler.transitions import move_tis, queue_tis
+
+_TI = TaskInstance.__table__.c
+_RUN = DagRun.__table__.c
+
+# Statements of every result, built once (building one costs as much as running it).
+_WAITING = exists().where(
+    _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
+)
+_LOCK_AND_READ = (
+    select(
+        _TI.id,
+        _TI.task_id,
+        _TI.state,
+        _TI.result,
+        _TI.try_number,
+        _TI.queue,
+        _TI.pool,
+        _TI.pool_slots,
+        _TI.priority_weight,
+        _TI.context_carrier,
+        _WAITING.label("backlog"),
+        _RUN.run_id.label("run_id"),
+        _RUN.claimed_by_job_id,
+        _RUN.dag_hash,
+    )
+    .join_from(TaskInstance.__table__, DagRun.__table__, _RUN.id == _TI.dag_run_id)
+    .where(
+        _TI.dag_run_id == bindparam("run_pk"),
+        _TI.task_id.in_(bindparam("task_ids", expanding=True)),
+        _RUN.state == DagRunState.RUNNING.value,
+    )
+    .with_for_update(of=DagRun.__table__, skip_locked=True)
+)
+_UNFINISHED = (
+    select(_TI.id)
+    .where(
+        _TI.dag_run_id == bindparam("run_pk"),
+        _TI.state.in_(sorted(state.value for state in TI_UNFINISHED)),
+    )
+    .limit(1)
+)
+
+
+@dataclass
+class FollowUp:
+    """What the result transaction did for the run: messages to send after the commit,
+    and whether the schedulers must still look at the run (`wake`)."""
+
+    messages: list[RunMessage] = field(default_factory=list)
+    wake: bool = False
+
+
+@dataclass(frozen=True)
+class LockedRun:
+    """A run locked by `lock_run` in the result transaction, with the TIs the decision
+    needs (the finished TI, its direct downstream and their upstreams) as read then."""
+
+    run_pk: int
+    run_id: str
+    dag: Dag
+    task_id: str
+    rows: list[Row[Any]]
+    backlog: bool
+    """TIs wait in `scheduled` in the pools concerned (read before the pool lock: one that
+    starts waiting meanwhile is treated as arriving after this decision)."""
+
+
+def lock_run(
+    session: Session, *, run_pk: int, task_id: str, pool: str, dag: Dag | None
+) -> LockedRun | None:
+    """Lock run `run_pk` (SKIP LOCKED) and read what deciding `task_id`'s downstream
+    needs, in one statement; None if this worker may not decide the run now (locked
+    by another, claimed by a job, not running, or of another DAG version).
+
+    Called in the result transaction BEFORE the result is written, so the lock is held
+    when the result becomes visible to others: every decision sees every result.
+    `dag` is the (cached, read-only) DAG row the worker ran the task from; `pool` is the
+    finished TI's pool, whose freed slot waiting TIs may want.
+    """
+    if dag is None or not dag.serialized:
+        return None
+    tasks = dag.serialized["tasks"]
+    downstream = tasks.get(task_id, {}).get("downstream", [])
+    needed = {task_id, *downstream}
+    for down in downstream:
+        needed.update(tasks[down]["upstream"])
+    pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
+    params = {"run_pk": run_pk, "task_ids": sorted(needed), "pools": pools}
+    rows: list[Row[Any]] = list(session.execute(_LOCK_AND_READ, params))
+    if not any(row.task_id == task_id for row in rows):
+        return None  # locked by another, or not running (no rows at all)
+    first = rows[0]
+    if first.claimed_by_job_id is not None or first.dag_hash != dag.version_hash:
+        return None
+    return LockedRun(run_pk, first.run_id, dag, task_id, rows, bool(first.backlog))
+
+
+def schedule_downstream(
+    session: Session,
+    locked: LockedRun,
+    *,
+    finished: TaskInstanceState,
+    result: str | None,
+    now: dt.datetime,
+    with_trace: bool = False,
+) -> FollowUp:
+    """After the result of `locked.task_id` (`finished`, its stored `result`) was written
+    in this transaction: decide its direct downstream and queue what is ready."""
+    dag = locked.dag
+    tasks = dag.serialized["tasks"]
+    downstream = list(tasks[locked.task_id].get("downstream", []))
+    follow = FollowUp()
+    ready = _decide(session, locked, tasks, downstream, finished, result, now, follow)
+    if ready:
+        messages = _queue(
+            session, locked.run_id, dag, ready, locked.backlog, now, follow, with_trace
+        )
+        follow.messages = messages
+        if with_trace and messages:
+            spans.start_ti_spans(session, [m.ti_id for m in messages], now)
+        return follow
+    if locked.backlog or not _has_unfinished(session, locked.run_pk):
+        follow.wake = True  # waiting TIs want the freed slot, or the run can end
+    return follow
+
+
+def _decide(
+    session: Session,
+    locked: LockedRun,
+    tasks: Mapping[str, Any],
+    downstream: list[str],
+    finished: TaskInstanceState,
+    result: str | None,
+    now: dt.datetime,
+    follow: FollowUp,
+) -> list[Row[Any]]:
+    """Decide the `none` TIs among `downstream`: the rows of the ready ones (still in
+    `none`); skipped / upstream_failed ones are written and left to the scheduler."""
+    rows = locked.rows
+    by_task = {
+        r.task_id: TiView(id=r.id, task_id=r.task_id, state=TI(r.state), result=r.result)
+        for r in rows
+    }
+    mine = by_task[locked.task_id]
+    by_task[locked.task_id] = TiView(
+        id=mine.id, task_id=mine.task_id, state=finished, result=result
+    )
+    state: dict[str, TaskInstanceState] = {t: ti.state for t, ti in by_task.items()}
+    row_of = {r.task_id: r for r in rows}
+    ready: list[Row[Any]] = []
+    for down in downstream:
+        ti = by_task.get(down)
+        if ti is None or ti.state is not TI.NONE:
+            continue
+        new = decide_one(tasks[down], tasks, by_task, state)
+        if new is TI.SCHEDULED:
+            ready.append(row_of[down])
+        elif new is not None and move_tis(session, [ti.id], new, expect=[TI.NONE], now=now):
+            follow.wake = True  # a skip / upstream_failed cascade: the scheduler decides on
+    return ready
+
+
+def _queue(
+    session: Session,
+    run_id: str,
+    dag: Dag,
+    ready: list[Row[Any]],
+    backlog: bool,
+    now: dt.datetime,
+    follow: FollowUp,
+    with_trace: bool,
+) -> list[RunMessage]:
+    """Queue the ready TIs that fit (pool rows locked FOR UPDATE); the rest go to
+    `scheduled` for the schedulers, which are then woken."""
+    slots = lock_pools(session)
+    used, active = active_usage(session)
+    limit = dag.max_active_tasks
+    queued: list[tuple[Row[Any], str]] = []
+    later: list[int] = []
+    for row in sorted(ready, key=lambda r: (-r.priority_weight, r.id)):
+        free = slots.get(row.pool, 0) - used.get(row.pool, 0)
+        if backlog or row.pool_slots > free or active.get(dag.dag_id, 0) >= limit:
+            later.append(row.id)
+            continue
+        used[row.pool] = used.get(row.pool, 0) + row.pool_slots
+        active[dag.dag_id] = active.get(dag.dag_id, 0) + 1
+        queued.append((row, str(uuid.uuid4())))
+    queue_tis(session, [(r.id, a) for r, a in queued], now=now, job_id=None, decided=True)
+    if later:
+        move_tis(session, later, TI.SCHEDULED, expect=[TI.NONE], now=now)
+        follow.wake = True
+    return [_message(row, a, dag.dag_id, run_id, with_trace) for row, a in queued]
+
+
+def _message(
+    row: Row[Any], attempt_id: str, dag_id: str, run_id: str, with_trace: bool
+) -> RunMessage:
+    return RunMessage(
+        ti_id=row.id,
+        attempt_id=attempt_id,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=row.task_id,
+        try_number=row.try_number + 1,
+        queue=row.queue,
+        trace=row.context_carrier if with_trace else {},
+    )
+
+
+def _has_unfinished(session: Session, run_pk: int) -> bool:
+    found = session.execute(
+        select(_TI.id).where(_TI.dag_run_id == run_pk, _TI.state.in_(list(TI_UNFINISHED))).limit(1)
+    ).first()
+    return found is not None

@@ -1,0 +1,297 @@
+"""A worker decides and queues the direct downstream of what it finished (the "mini
+scheduler", `scheduler.downstream`), against real PostgreSQL.
+
+The scheduler's `tick(now)` and the worker's `run_task_instance` are called in this
+process; both `publish` callables record the messages they would send, so each test
+sees who queued what. The last test runs the whole path with a real `sluice worker`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+
+from broker.messages import RunMessage
+from broker.runner import Outcome, WorkerContext, run_task_instance
+from broker.wakeup import LocalWaker
+from scheduler.dagrun import create_dagrun
+from scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from scheduler.jobs.scheduler_job import SchedulerJob
+from scheduler.models import Dag, DagRun, Pool, TaskInstance
+from scheduler.settings import Settings
+from scheduler.states import RunType
+from tasks.loader import DagCache
+from tests.procs import Sluice, wait_until
+
+
+class Harness:
+    """One scheduler job and one worker context on the same database and waker."""
+
+    def __init__(self, url: str, folder: Path, **settings: object) -> None:
+        self.engine = make_engine(url)
+        self.factory = make_session_factory(self.engine)
+        self.settings = Settings(
+            database_url=url, dags_folder=folder, dag_refresh_interval=0.001
+        ).with_(**settings)
+        self.waker = LocalWaker()
+        self.by_scheduler: list[RunMessage] = []
+        self.by_worker: list[RunMessage] = []
+        self.job = SchedulerJob(self.settings, self.factory, self.by_scheduler.extend, self.waker)
+        self.job.register()
+        self.worker = WorkerContext(
+            session_factory=self.factory,
+            dags=DagCache(),
+            waker=self.waker,
+            settings=self.settings,
+            hostname="test-host",
+            pid=os.getpid(),
+            publish=self.by_worker.extend,
+        )
+
+    def write(self, name: str, body: str) -> None:
+        (self.settings.dags_folder / f"{name}.py").write_text(textwrap.dedent(body))
+
+    def trigger(self, dag_id: str) -> int:
+        """A manual run, started and its roots queued by one scheduler tick; the run's pk."""
+        self.job.tick(utcnow())  # parse the folder
+        with transaction(self.factory) as session:
+            dag = session.get(Dag, dag_id)
+            assert dag is not None
+            now = utcnow()
+            run = create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=now, now=now)
+            run_pk = run.id
+        self.waker.wake()
+        self.job.tick(utcnow())
+        self.waker.take_news()  # what the scheduler's tick left unread
+        return run_pk
+
+    def run(self, task_id: str) -> Outcome:
+        """Run the queued message of `task_id` (whoever sent it) on the worker."""
+        sent = [m for m in self.by_scheduler + self.by_worker if m.task_id == task_id]
+        assert sent, f"{task_id} was never queued"
+        return run_task_instance(self.worker, sent[-1])
+
+    def news(self) -> set[int] | None:
+        """The run ids the schedulers were woken for (left for the next tick to read)."""
+        taken = self.waker.take_news()
+        for run_pk in taken or ():
+            self.waker.wake(run_pk)
+        return taken
+
+    def worker_queued(self) -> list[str]:
+        return [m.task_id for m in self.by_worker]
+
+    def states(self) -> dict[str, str]:
+        with self.factory() as session:
+            rows = session.execute(select(TaskInstance.task_id, TaskInstance.state)).all()
+        return {t: s for t, s in rows}
+
+    def run_state(self, run_pk: int) -> str:
+        with self.factory() as session:
+            return str(session.scalar(select(DagRun.state).where(DagRun.id == run_pk)))
+
+
+@pytest.fixture
+def harness(pg_url: str, tmp_path: Path) -> Iterator[Harness]:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    h = Harness(pg_url, folder)
+    yield h
+    h.engine.dispose()
+
+
+CHAIN = """
+from tasks import DAG, task
+with DAG("chain", schedule=None) as dag:
+    a = task(task_id="a")(lambda: 1)
+    b = task(task_id="b")(lambda: 2)
+    c = task(task_id="c")(lambda: 3)
+    a >> b >> c
+"""
+
+
+def test_worker_queues_the_next_task_without_waking_the_scheduler(harness: Harness) -> None:
+    harness.write("chain", CHAIN)
+    run_pk = harness.trigger("chain")
+    assert [m.task_id for m in harness.by_scheduler] == ["a"]
+
+    assert harness.run("a") is Outcome.SUCCESS
+    assert harness.worker_queued() == ["b"]
+    assert harness.states() == {"a": "success", "b": "queued", "c": "none"}
+    assert harness.news() == set()  # nothing for the scheduler to do
+    with harness.factory() as session:
+        b = session.scalars(select(TaskInstance).where(TaskInstance.task_id == "b")).one()
+    assert (b.try_number, b.queued_by_job_id, b.attempt_id) == (
+        1,
+        None,
+        harness.by_worker[0].attempt_id,
+    )
+
+    assert harness.run("b") is Outcome.SUCCESS
+    assert harness.run("c") is Outcome.SUCCESS
+    assert harness.worker_queued() == ["b", "c"]
+    # The last task leaves the run to the scheduler, which ends it.
+    assert harness.news() == {run_pk}
+    assert harness.run_state(run_pk) == "running"
+    harness.job.tick(utcnow())
+    assert harness.run_state(run_pk) == "success"
+
+
+def test_a_join_is_queued_by_the_worker_that_finishes_its_last_upstream(harness: Harness) -> None:
+    harness.write(
+        "join",
+        """
+    from tasks import DAG, task
+    with DAG("join", schedule=None) as dag:
+        left = task(task_id="left")(lambda: 1)
+        right = task(task_id="right")(lambda: 2)
+        join = task(task_id="join")(lambda: 3)
+        [left, right] >> join
+    """,
+    )
+    harness.trigger("join")
+    harness.run("left")
+    assert harness.worker_queued() == []
+    assert harness.states()["join"] == "none"
+    harness.run("right")
+    assert harness.worker_queued() == ["join"]
+
+
+def test_worker_respects_pool_slots_and_leaves_the_rest_to_the_scheduler(
+    harness: Harness,
+) -> None:
+    with transaction(harness.factory) as session:
+        session.add(Pool(name="small", slots=2))
+    harness.write(
+        "pooled",
+        """
+    from tasks import DAG, task
+    with DAG("pooled", schedule=None) as dag:
+        root = task(task_id="root")(lambda: 0)
+        for i in range(3):
+            root >> task(task_id=f"p{i}", pool="small", priority_weight=10 - i)(lambda: i)
+    """,
+    )
+    run_pk = harness.trigger("pooled")
+    harness.run("root")
+    assert harness.worker_queued() == ["p0", "p1"]  # by priority, as many as fit
+    assert harness.states()["p2"] == "scheduled"
+    assert harness.news() == {run_pk}
+    harness.job.tick(utcnow())
+    assert [m.task_id for m in harness.by_scheduler] == ["root"]  # the pool is full
+    harness.run("p0")  # frees a slot that p2 waits for: the scheduler is woken to fill it
+    assert harness.news() == {run_pk}
+    harness.job.tick(utcnow())
+    assert [m.task_id for m in harness.by_scheduler] == ["root", "p2"]
+
+
+def test_a_run_held_by_a_scheduler_is_left_to_it(harness: Harness) -> None:
+    harness.write("chain", CHAIN)
+    run_pk = harness.trigger("chain")
+    with transaction(harness.factory) as held:
+        held.execute(select(DagRun.id).where(DagRun.id == run_pk).with_for_update())
+        assert harness.run("a") is Outcome.SUCCESS  # SKIP LOCKED: no waiting on the holder
+    assert harness.worker_queued() == []
+    assert harness.states()["b"] == "none"
+    assert harness.news() == {run_pk}
+    harness.job.tick(utcnow())
+    assert [m.task_id for m in harness.by_scheduler] == ["a", "b"]
+
+
+def test_backfill_runs_and_cascades_are_left_to_their_job(harness: Harness) -> None:
+    harness.write(
+        "branchy",
+        """
+    from tasks import DAG, task
+    with DAG("branchy", schedule=None) as dag:
+        pick = task.branch(task_id="pick")(lambda: "yes")
+        yes = task(task_id="yes")(lambda: 1)
+        no = task(task_id="no")(lambda: 2)
+        after_no = task(task_id="after_no")(lambda: 3)
+        pick >> [yes, no]
+        no >> after_no
+    """,
+    )
+    run_pk = harness.trigger("branchy")
+    harness.run("pick")
+    assert harness.worker_queued() == ["yes"]
+    assert harness.states()["no"] == "skipped"
+    assert harness.news() == {run_pk}  # "no" was skipped: the scheduler cascades
+    harness.job.tick(utcnow())
+    assert harness.states()["after_no"] == "skipped"
+
+    harness.write("chain", CHAIN)
+    chain_pk = harness.trigger("chain")
+    with transaction(harness.factory) as session:
+        session.execute(
+            update(DagRun).where(DagRun.id == chain_pk).values(claimed_by_job_id=harness.job.job_id)
+        )
+    harness.run("a")
+    assert harness.worker_queued() == ["yes"]
+    assert harness.states()["b"] == "none"
+    assert harness.news() == {chain_pk}
+
+
+def test_the_setting_turns_it_off(pg_url: str, tmp_path: Path) -> None:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    h = Harness(pg_url, folder, schedule_after_task=False)
+    try:
+        h.write("chain", CHAIN)
+        run_pk = h.trigger("chain")
+        h.run("a")
+        assert h.worker_queued() == []
+        assert h.states()["b"] == "none"
+        assert h.news() == {run_pk}
+    finally:
+        h.engine.dispose()
+
+
+def test_a_real_worker_carries_a_chain_with_no_scheduler_running(sluice: Sluice) -> None:
+    """The scheduler starts the run and stops; a `sluice worker` queues every next task."""
+    gate = sluice.dags_folder.parent / "gate"
+    (sluice.dags_folder / "long_chain.py").write_text(
+        textwrap.dedent(
+            f"""
+    import time
+    from pathlib import Path
+    from tasks import DAG, task
+
+    def first():
+        while not Path({str(gate)!r}).exists():
+            time.sleep(0.05)
+
+    with DAG("long_chain", schedule=None) as dag:
+        previous = task(task_id="t0")(first)
+        for i in range(1, 6):
+            current = task(task_id=f"t{{i}}")(lambda: None)
+            previous >> current
+            previous = current
+    """
+        )
+    )
+    scheduler = sluice.scheduler()
+    sluice.worker()
+    sluice.trigger("long_chain", "--run-id", "r1")
+    wait_until(lambda: sluice.task_states("long_chain", "r1")["t0"]["state"] == "running")
+    sluice.stop(scheduler)
+    gate.touch()
+
+    def all_done() -> bool:
+        states = sluice.task_states("long_chain", "r1")
+        return all(s["state"] == "success" for s in states.values())
+
+    wait_until(all_done, timeout=30)
+    assert sluice.db_run_state("long_chain", "r1") == "running"  # only a scheduler ends it
+    sluice.scheduler()
+    assert sluice.wait_run("long_chain", "r1") == "success"
+    states = sluice.task_states("long_chain", "r1")
+    assert all(s["try_number"] == 1 for s in states.values())
+    ends = [dt.datetime.fromisoformat(states[f"t{i}"]["end_date"]) for i in range(6)]
+    assert ends == sorted(ends)
