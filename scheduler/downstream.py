@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Row, bindparam, exists, select
+from sqlalchemy import Row, bindparam, case, exists, select
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -51,18 +51,21 @@ _RUN = DagRun.__table__.c
 _WAITING = exists().where(
     _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
 )
+_IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
 _LOCK_AND_READ = (
     select(
         _TI.id,
         _TI.task_id,
         _TI.state,
-        _TI.result,
+        # an upstream's result matters only if it is a branch task's choice; a big
+        # fan-in reads its upstreams on every result, so other values are not sent
+        case((_TI.task_id.in_(bindparam("branches", expanding=True)), _TI.result)).label("result"),
         _TI.try_number,
         _TI.queue,
         _TI.pool,
         _TI.pool_slots,
         _TI.priority_weight,
-        _TI.context_carrier,
+        case((_IS_DOWNSTREAM, _TI.context_carrier)).label("context_carrier"),
         _WAITING.label("backlog"),
         _RUN.run_id.label("run_id"),
         _RUN.claimed_by_job_id,
@@ -130,7 +133,14 @@ def lock_run(
     for down in downstream:
         needed.update(tasks[down]["upstream"])
     pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
-    params = {"run_pk": run_pk, "task_ids": sorted(needed), "pools": pools}
+    branches = sorted(t for t in needed if tasks[t].get("is_branch"))
+    params = {
+        "run_pk": run_pk,
+        "task_ids": sorted(needed),
+        "downstream": sorted(downstream) or [task_id],
+        "branches": branches or [""],
+        "pools": pools,
+    }
     rows: list[Row[Any]] = list(session.execute(_LOCK_AND_READ, params))
     if not any(row.task_id == task_id for row in rows):
         return None  # locked by another, or not running (no rows at all)
@@ -164,7 +174,7 @@ def schedule_downstream(
         if with_trace and messages:
             spans.start_ti_spans(session, [m.ti_id for m in messages], now)
         return follow
-    if locked.backlog or not _has_unfinished(session, locked.run_pk):
+    if locked.backlog or not _has_unfinished(session, locked):
         follow.wake = True  # waiting TIs want the freed slot, or the run can end
     return follow
 
@@ -252,8 +262,10 @@ def _message(
     )
 
 
-def _has_unfinished(session: Session, run_pk: int) -> bool:
-    found = session.execute(
-        select(_TI.id).where(_TI.dag_run_id == run_pk, _TI.state.in_(list(TI_UNFINISHED))).limit(1)
-    ).first()
-    return found is not None
+def _has_unfinished(session: Session, locked: LockedRun) -> bool:
+    """Whether the run has a TI left to finish: known from the rows read when one of
+    them is (a downstream waiting on other upstreams), else one indexed query."""
+    others = (r for r in locked.rows if r.task_id != locked.task_id)
+    if any(TI(r.state) in TI_UNFINISHED for r in others):
+        return True
+    return session.execute(_UNFINISHED, {"run_pk": locked.run_pk}).first() is not None

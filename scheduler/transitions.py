@@ -14,7 +14,7 @@ import functools
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Update, bindparam, update
+from sqlalchemy import ClauseElement, ColumnElement, Row, Update, bindparam, update
 from sqlalchemy.orm import Session
 
 from scheduler.models import DagRun, TaskInstance
@@ -65,8 +65,8 @@ def move_tis(
     for old in expected:
         check_ti_move(old, new)
     written = {**_ti_stamps(new, now), **(values or {})}
-    stmt = _move_statement(new, expected, attempt_id is not None, tuple(sorted(written)), ())
-    params: dict[str, Any] = {f"v_{key}": value for key, value in written.items()}
+    stmt = _move_statement(new, expected, attempt_id is not None, written, ())
+    params = _bound(written)
     if attempt_id is not None:
         params["b_attempt"] = attempt_id
     id_list = list(ids)
@@ -75,6 +75,10 @@ def move_tis(
         params["b_ids"] = id_list[start : start + _CHUNK]
         moved.extend(session.execute(stmt, params).scalars())
     return moved
+
+
+def _bound(written: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"v_{k}": v for k, v in written.items() if not isinstance(v, ClauseElement)}
 
 
 def move_ti_returning(
@@ -95,37 +99,56 @@ def move_ti_returning(
     for old in expected:
         check_ti_move(old, new)
     written = {**_ti_stamps(new, now), **(values or {})}
-    keys = tuple(sorted(written))
-    stmt = _move_statement(new, expected, attempt_id is not None, keys, returning)
-    params: dict[str, Any] = {f"v_{key}": value for key, value in written.items()}
+    stmt = _move_statement(new, expected, attempt_id is not None, written, returning)
+    params = _bound(written)
     params["b_ids"] = [ti_id]
     if attempt_id is not None:
         params["b_attempt"] = attempt_id
     return session.execute(stmt, params).first()
 
 
-@functools.lru_cache(maxsize=256)
 def _move_statement(
+    new: TaskInstanceState,
+    expected: tuple[TaskInstanceState, ...],
+    with_attempt: bool,
+    written: Mapping[str, Any],
+    returning: tuple[ColumnElement[Any], ...],
+) -> Update:
+    """The compare-and-set UPDATE for one kind of move. Plain values are bound, so the
+    statement is built once per kind (`_cached_move`); a SQL expression among the values
+    (`try_number + 1`) is inlined in a statement built for this call."""
+    inline = {k: v for k, v in written.items() if isinstance(v, ClauseElement)}
+    keys = tuple(sorted(k for k in written if k not in inline))
+    if not inline:
+        return _cached_move(new, expected, with_attempt, keys, returning)
+    return _build_move(new, expected, with_attempt, keys, returning).values(inline)
+
+
+def _build_move(
     new: TaskInstanceState,
     expected: tuple[TaskInstanceState, ...],
     with_attempt: bool,
     keys: tuple[str, ...],
     returning: tuple[ColumnElement[Any], ...],
 ) -> Update:
-    """The compare-and-set UPDATE for one kind of move, built once: only values vary."""
     table = TaskInstance.__table__
     stmt = (
         update(table)  # type: ignore[arg-type]
         .where(
             table.c.id.in_(bindparam("b_ids", expanding=True)),
-            table.c.state.in_([state.value for state in expected]),
+            table.c.state.in_([TI(state).value for state in expected]),
         )
-        .values(state=new.value, **{k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys})
+        .values(
+            state=TI(new).value, **{k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys}
+        )
         .returning(table.c.id, *returning)
     )
     if with_attempt:
         stmt = stmt.where(table.c.attempt_id == bindparam("b_attempt"))
     return stmt
+
+
+_cached_move = functools.lru_cache(maxsize=256)(_build_move)
 
 
 def move_ti(
