@@ -20,6 +20,7 @@ from celery import Celery, Task, current_app
 from celery.signals import worker_process_init
 
 from broker.app import settings_of
+from broker.kombu_fixes import guard_closed_redis_transport
 from broker.messages import RunMessage
 from broker.publisher import publish
 from broker.queues import RUN_TASK_NAME
@@ -38,7 +39,9 @@ _lock = threading.Lock()
 
 
 def register(app: Celery) -> None:
-    """Register the worker task on `app` (called by `broker.app.create_app`)."""
+    """Register the worker task on `app` (called by `broker.app.create_app` and
+    `broker.attach`), and guard kombu's Redis channel against a crash on broker loss."""
+    guard_closed_redis_transport()
 
     @app.task(name=RUN_TASK_NAME, bind=True, acks_late=True, ignore_result=True, shared=False)
     def run_task_instance_task(self: Task, **kwargs: Any) -> str:

@@ -44,6 +44,11 @@ from scheduler.queries.tis import active_usage, lock_pools
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
 from scheduler.transitions import move_tis, queue_tis
 
+READ_LIMIT = 256
+"""Most TIs a worker reads to decide a downstream. Beyond it (the 10,000-way fan-in of a
+big DAG's join, read again on each of its upstreams' results) the schedulers decide:
+their passes coalesce the wake-ups of many results into one read of the run."""
+
 _TI = TaskInstance.__table__.c
 _RUN = DagRun.__table__.c
 
@@ -118,7 +123,8 @@ def lock_run(
 ) -> LockedRun | None:
     """Lock run `run_pk` (SKIP LOCKED) and read what deciding `task_id`'s downstream
     needs, in one statement; None if this worker may not decide the run now (locked
-    by another, claimed by a job, not running, or of another DAG version).
+    by another, claimed by a job, not running, of another DAG version, or more than
+    READ_LIMIT TIs to read).
 
     Called in the result transaction BEFORE the result is written, so the lock is held
     when the result becomes visible to others: every decision sees every result.
@@ -132,6 +138,8 @@ def lock_run(
     needed = {task_id, *downstream}
     for down in downstream:
         needed.update(tasks[down]["upstream"])
+    if len(needed) > READ_LIMIT:
+        return None  # a wide fan-out or fan-in: one scheduler pass serves many results
     pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
     branches = sorted(t for t in needed if tasks[t].get("is_branch"))
     params = {

@@ -295,3 +295,24 @@ def test_a_real_worker_carries_a_chain_with_no_scheduler_running(sluice: Sluice)
     assert all(s["try_number"] == 1 for s in states.values())
     ends = [dt.datetime.fromisoformat(states[f"t{i}"]["end_date"]) for i in range(6)]
     assert ends == sorted(ends)
+
+
+def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
+    from scheduler.downstream import READ_LIMIT
+
+    harness.write(
+        "wide",
+        f"""
+    from tasks import DAG, task
+    with DAG("wide", schedule=None, max_active_tasks=1000) as dag:
+        root = task(task_id="root")(lambda: 0)
+        for i in range({READ_LIMIT + 1}):
+            root >> task(task_id=f"w{{i}}")(lambda: i)
+    """,
+    )
+    run_pk = harness.trigger("wide")
+    harness.run("root")
+    assert harness.worker_queued() == []
+    assert harness.news() == {run_pk}
+    harness.job.tick(utcnow())
+    assert len(harness.by_scheduler) == 1 + 128  # root, then as many as the pool holds
