@@ -7,18 +7,21 @@ their pool and DAG limits, and publishes after its commit (Airflow's
 `schedule_after_task_execution`, carried on to queueing).
 
 Invariants:
-- Decisions about a run are made only under its row lock. The run is taken
-  `FOR UPDATE SKIP LOCKED`: if a scheduler (or another worker) holds it, nothing is
-  decided here and the caller wakes the schedulers with the run's id, so the holder
-  or the next pass sees this result (it is committed before the wake-up).
+- Decisions about a run are made only under its row lock, taken `FOR UPDATE` as the
+  first statement of the result transaction, before the result is written: every
+  decision about the run sees every result committed before it, and the last result
+  of a fan-in always sees the others. Waiting for the lock holds no other lock (lock
+  order everywhere: run, then its TIs, then pools), so it cannot deadlock; the
+  holder is another worker's result transaction or a scheduler pass, both short
+  (runs too big for a worker to read, READ_LIMIT, are never locked here).
 - Queueing takes the pool rows `FOR UPDATE` as the scheduler does, so slot and
   max_active_tasks accounting stays exact with any number of workers and schedulers.
   The pool rows are the last lock taken and their holder waits on no other lock, so
   this cannot deadlock.
-- Priority order is the scheduler's job: a ready TI is queued here only if its pool
-  has room and no other TI of that pool is waiting in `scheduled`; otherwise it is
-  left `scheduled` and the schedulers are woken, as they are when this result freed
-  a slot that waiting TIs want.
+- Priority order holds as in a scheduler pass: a ready TI goes straight to `queued`
+  only if its pool has room and no other TI of that pool waits in `scheduled`;
+  otherwise it joins the waiting ones and the free slots (this result's among them)
+  are filled by `queueing.queue_scheduled`, by priority then age, as a scheduler does.
 - Only runs no job has claimed (the scheduler's runs) are driven here: a backfill
   drives its own runs, a run whose DAG changed needs `verify_integrity`, and a
   cascade (a downstream skipped or upstream_failed) or a run whose TIs are all
@@ -41,6 +44,7 @@ from scheduler import spans
 from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.tis import active_usage, lock_pools
+from scheduler.queueing import queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
 from scheduler.transitions import move_tis, queue_tis
 
@@ -56,34 +60,40 @@ _RUN = DagRun.__table__.c
 _WAITING = exists().where(
     _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
 )
-_IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
-_LOCK_AND_READ = (
-    select(
-        _TI.id,
-        _TI.task_id,
-        _TI.state,
-        # an upstream's result matters only if it is a branch task's choice; a big
-        # fan-in reads its upstreams on every result, so other values are not sent
-        case((_TI.task_id.in_(bindparam("branches", expanding=True)), _TI.result)).label("result"),
-        _TI.try_number,
-        _TI.queue,
-        _TI.pool,
-        _TI.pool_slots,
-        _TI.priority_weight,
-        case((_IS_DOWNSTREAM, _TI.context_carrier)).label("context_carrier"),
-        _WAITING.label("backlog"),
-        _RUN.run_id.label("run_id"),
-        _RUN.claimed_by_job_id,
-        _RUN.dag_hash,
-    )
-    .join_from(TaskInstance.__table__, DagRun.__table__, _RUN.id == _TI.dag_run_id)
-    .where(
-        _TI.dag_run_id == bindparam("run_pk"),
-        _TI.task_id.in_(bindparam("task_ids", expanding=True)),
-        _RUN.state == DagRunState.RUNNING.value,
-    )
-    .with_for_update(of=DagRun.__table__, skip_locked=True)
+_LOCK_RUN = (
+    select(_RUN.run_id, _RUN.claimed_by_job_id, _RUN.dag_hash)
+    .where(_RUN.id == bindparam("run_pk"), _RUN.state == DagRunState.RUNNING.value)
+    .with_for_update()
 )
+"""Its own statement: a statement that waits for a row lock keeps the snapshot it
+started with for its other rows, so TIs read in it could miss the holder's result."""
+_IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
+_READ_RUN = select(
+    _TI.id,
+    _TI.task_id,
+    _TI.state,
+    # an upstream's result matters only if it is a branch task's choice; a big
+    # fan-in reads its upstreams on every result, so other values are not sent
+    case((_TI.task_id.in_(bindparam("branches", expanding=True)), _TI.result)).label("result"),
+    _TI.try_number,
+    _TI.queue,
+    _TI.pool,
+    _TI.pool_slots,
+    _TI.priority_weight,
+    case((_IS_DOWNSTREAM, _TI.context_carrier)).label("context_carrier"),
+    _WAITING.label("backlog"),
+).where(_TI.dag_run_id == bindparam("run_pk"))
+"""Every TI of the run: for a small DAG with a fan-in, cheaper than naming the TIs (a
+long IN list is re-planned on each execution and costs more than the extra rows)."""
+_READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
+"""Only the TIs the decision needs (a few, from a run of any size)."""
+
+FILL_LIMIT = 16
+"""Most waiting TIs one worker result queues into freed slots (more: a scheduler pass)."""
+
+FEW = 16
+"""Up to this many TIs to read, they are named; beyond it (in a DAG of at most
+READ_LIMIT tasks) the whole run is read."""
 _UNFINISHED = (
     select(_TI.id)
     .where(
@@ -121,10 +131,9 @@ class LockedRun:
 def lock_run(
     session: Session, *, run_pk: int, task_id: str, pool: str, dag: Dag | None
 ) -> LockedRun | None:
-    """Lock run `run_pk` (SKIP LOCKED) and read what deciding `task_id`'s downstream
-    needs, in one statement; None if this worker may not decide the run now (locked
-    by another, claimed by a job, not running, of another DAG version, or more than
-    READ_LIMIT TIs to read).
+    """Lock run `run_pk` (FOR UPDATE), then read what deciding `task_id`'s downstream
+    needs; None if this worker may not decide the run (claimed by a
+    job, not running, of another DAG version, or more than READ_LIMIT TIs to read).
 
     Called in the result transaction BEFORE the result is written, so the lock is held
     when the result becomes visible to others: every decision sees every result.
@@ -149,13 +158,24 @@ def lock_run(
         "branches": branches or [""],
         "pools": pools,
     }
-    rows: list[Row[Any]] = list(session.execute(_LOCK_AND_READ, params))
-    if not any(row.task_id == task_id for row in rows):
-        return None  # locked by another, or not running (no rows at all)
-    first = rows[0]
-    if first.claimed_by_job_id is not None or first.dag_hash != dag.version_hash:
+    run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
+    if run is None or run.claimed_by_job_id is not None or run.dag_hash != dag.version_hash:
         return None
-    return LockedRun(run_pk, first.run_id, dag, task_id, rows, bool(first.backlog))
+    whole_run = len(needed) > FEW and len(tasks) <= READ_LIMIT
+    rows = _read(session, params, needed, whole_run)
+    if not any(row.task_id == task_id for row in rows):
+        return None
+    return LockedRun(run_pk, run.run_id, dag, task_id, rows, bool(rows[0].backlog))
+
+
+def _read(
+    session: Session, params: dict[str, Any], needed: set[str], whole_run: bool
+) -> list[Row[Any]]:
+    if not whole_run:
+        return list(session.execute(_READ, params))
+    run_params = {k: v for k, v in params.items() if k != "task_ids"}
+    rows: list[Row[Any]] = list(session.execute(_READ_RUN, run_params))
+    return [row for row in rows if row.task_id in needed]
 
 
 def schedule_downstream(
@@ -174,16 +194,29 @@ def schedule_downstream(
     downstream = list(tasks[locked.task_id].get("downstream", []))
     follow = FollowUp()
     ready = _decide(session, locked, tasks, downstream, finished, result, now, follow)
-    if ready:
-        messages = _queue(
-            session, locked.run_id, dag, ready, locked.backlog, now, follow, with_trace
+    messages: list[RunMessage] = []
+    if ready and not locked.backlog:
+        messages = _queue(session, locked.run_id, dag, ready, now, follow, with_trace)
+    elif ready:
+        move_tis(session, [r.id for r in ready], TI.SCHEDULED, expect=[TI.NONE], now=now)
+    if locked.backlog:
+        # TIs wait in the pools concerned: queue by the schedulers' order (priority,
+        # then age) into the slots free now, this result's among them
+        waiting, left = queue_scheduled(
+            session,
+            job_id=None,
+            now=now,
+            runs=DagRun.claimed_by_job_id.is_(None),
+            limit=FILL_LIMIT,
+            with_trace=with_trace,
         )
-        follow.messages = messages
-        if with_trace and messages:
-            spans.start_ti_spans(session, [m.ti_id for m in messages], now)
-        return follow
-    if locked.backlog or not _has_unfinished(session, locked):
-        follow.wake = True  # waiting TIs want the freed slot, or the run can end
+        messages += waiting
+        follow.wake |= left and len(waiting) >= FILL_LIMIT  # more may fit: a full pass
+    follow.messages = messages
+    if with_trace and messages:
+        spans.start_ti_spans(session, [m.ti_id for m in messages], now)
+    if not ready and not _has_unfinished(session, locked):
+        follow.wake = True  # every TI finished: the scheduler ends the run
     return follow
 
 
@@ -228,7 +261,6 @@ def _queue(
     run_id: str,
     dag: Dag,
     ready: list[Row[Any]],
-    backlog: bool,
     now: dt.datetime,
     follow: FollowUp,
     with_trace: bool,
@@ -242,7 +274,7 @@ def _queue(
     later: list[int] = []
     for row in sorted(ready, key=lambda r: (-r.priority_weight, r.id)):
         free = slots.get(row.pool, 0) - used.get(row.pool, 0)
-        if backlog or row.pool_slots > free or active.get(dag.dag_id, 0) >= limit:
+        if row.pool_slots > free or active.get(dag.dag_id, 0) >= limit:
             later.append(row.id)
             continue
         used[row.pool] = used.get(row.pool, 0) + row.pool_slots

@@ -63,6 +63,9 @@ def clear_task_instances(
         raise UnknownTask(f"DAG {dag.dag_id!r} has no task {unknown[0]!r}")
     if wanted and downstream:
         wanted = downstream_closure(dag.serialized, sorted(wanted))
+    # the run's row first, as every writer of a run's TIs takes it (no deadlock with a
+    # worker writing a result under it)
+    session.execute(select(DagRun.id).where(DagRun.id == run.id).with_for_update())
     tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
     cleared = 0
     for ti in tis:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from broker.messages import RunMessage
 from broker.runner import Outcome, WorkerContext, run_task_instance
@@ -163,9 +165,7 @@ def test_a_join_is_queued_by_the_worker_that_finishes_its_last_upstream(harness:
     assert harness.worker_queued() == ["join"]
 
 
-def test_worker_respects_pool_slots_and_leaves_the_rest_to_the_scheduler(
-    harness: Harness,
-) -> None:
+def test_worker_respects_pool_slots_and_fills_the_slot_it_frees(harness: Harness) -> None:
     with transaction(harness.factory) as session:
         session.add(Pool(name="small", slots=2))
     harness.write(
@@ -174,34 +174,50 @@ def test_worker_respects_pool_slots_and_leaves_the_rest_to_the_scheduler(
     from tasks import DAG, task
     with DAG("pooled", schedule=None) as dag:
         root = task(task_id="root")(lambda: 0)
-        for i in range(3):
+        for i in range(4):
             root >> task(task_id=f"p{i}", pool="small", priority_weight=10 - i)(lambda: i)
     """,
     )
     run_pk = harness.trigger("pooled")
     harness.run("root")
     assert harness.worker_queued() == ["p0", "p1"]  # by priority, as many as fit
-    assert harness.states()["p2"] == "scheduled"
-    assert harness.news() == {run_pk}
+    assert harness.states()["p2"] == harness.states()["p3"] == "scheduled"
+    assert harness.news() == {run_pk}  # left waiting: a scheduler pass may place them
     harness.job.tick(utcnow())
     assert [m.task_id for m in harness.by_scheduler] == ["root"]  # the pool is full
-    harness.run("p0")  # frees a slot that p2 waits for: the scheduler is woken to fill it
-    assert harness.news() == {run_pk}
-    harness.job.tick(utcnow())
-    assert [m.task_id for m in harness.by_scheduler] == ["root", "p2"]
+    harness.run("p1")  # frees a slot: the same transaction gives it to the first in line
+    assert harness.worker_queued() == ["p0", "p1", "p2"]
+    assert harness.news() == set()
+    with harness.factory() as session:
+        used = session.scalar(
+            select(func.sum(TaskInstance.pool_slots)).where(
+                TaskInstance.pool == "small", TaskInstance.state.in_(["queued", "running"])
+            )
+        )
+    assert used == 2
 
 
-def test_a_run_held_by_a_scheduler_is_left_to_it(harness: Harness) -> None:
+def test_a_worker_waits_for_a_run_held_by_a_scheduler_then_decides(harness: Harness) -> None:
     harness.write("chain", CHAIN)
     run_pk = harness.trigger("chain")
-    with transaction(harness.factory) as held:
-        held.execute(select(DagRun.id).where(DagRun.id == run_pk).with_for_update())
-        assert harness.run("a") is Outcome.SUCCESS  # SKIP LOCKED: no waiting on the holder
-    assert harness.worker_queued() == []
-    assert harness.states()["b"] == "none"
-    assert harness.news() == {run_pk}
-    harness.job.tick(utcnow())
-    assert [m.task_id for m in harness.by_scheduler] == ["a", "b"]
+    held, release = threading.Event(), threading.Event()
+
+    def scheduler_pass() -> None:
+        with transaction(harness.factory) as session:
+            session.execute(select(DagRun.id).where(DagRun.id == run_pk).with_for_update())
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=scheduler_pass)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    started = time.monotonic()
+    assert harness.run("a") is Outcome.SUCCESS
+    assert time.monotonic() - started >= 0.25  # it waited for the holder's commit
+    holder.join()
+    assert harness.worker_queued() == ["b"]
+    assert harness.news() == set()
 
 
 def test_backfill_runs_and_cascades_are_left_to_their_job(harness: Harness) -> None:
