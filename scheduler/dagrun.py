@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from scheduler.deps import TiView, decide_run, run_outcome
 from scheduler.models import DEFAULT_POOL, Dag, DagRun, TaskInstance
@@ -137,8 +138,7 @@ def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) 
     move_tis(session, back, TI.NONE, expect=[TI.REMOVED], now=now)
     insert_tis(session, run, dag, [t for t in tasks if t not in have])
     session.execute(update(DagRun).where(DagRun.id == run.id).values(dag_hash=dag.version_hash))
-    run.dag_hash = dag.version_hash
-    session.flush()
+    set_committed_value(run, "dag_hash", dag.version_hash)  # written above; not dirty
 
 
 @dataclass

@@ -45,7 +45,7 @@ from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.tis import active_usage, lock_pools
 from scheduler.queueing import queue_scheduled
-from scheduler.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
+from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
 from scheduler.transitions import move_tis, queue_tis
 
 READ_LIMIT = 256
@@ -61,7 +61,7 @@ _WAITING = exists().where(
     _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
 )
 _LOCK_RUN = (
-    select(_RUN.run_id, _RUN.claimed_by_job_id, _RUN.dag_hash)
+    select(_RUN.run_id, _RUN.claimed_by_job_id, _RUN.dag_hash, _RUN.span_status)
     .where(_RUN.id == bindparam("run_pk"), _RUN.state == DagRunState.RUNNING.value)
     .with_for_update()
 )
@@ -133,7 +133,8 @@ def lock_run(
 ) -> LockedRun | None:
     """Lock run `run_pk` (FOR UPDATE), then read what deciding `task_id`'s downstream
     needs; None if this worker may not decide the run (claimed by a
-    job, not running, of another DAG version, or more than READ_LIMIT TIs to read).
+    job, not running, of another DAG version, its spans waiting for a scheduler to
+    continue them, or more than READ_LIMIT TIs to read).
 
     Called in the result transaction BEFORE the result is written, so the lock is held
     when the result becomes visible to others: every decision sees every result.
@@ -161,6 +162,8 @@ def lock_run(
     run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
     if run is None or run.claimed_by_job_id is not None or run.dag_hash != dag.version_hash:
         return None
+    if run.span_status == SpanStatus.NEEDS_CONTINUANCE:
+        return None  # its spans' owner exited: TIs must nest under the continuing span
     whole_run = len(needed) > FEW and len(tasks) <= READ_LIMIT
     rows = _read(session, params, needed, whole_run)
     if not any(row.task_id == task_id for row in rows):

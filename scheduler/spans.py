@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from scheduler.models import DagRun, TaskInstance
 from scheduler.states import TI_TERMINAL, SpanStatus
@@ -274,7 +275,12 @@ def continue_run(session: Session, run: DagRun, job_id: int | None, now: dt.date
         expect=[S.NEEDS_CONTINUANCE],
         values={"context_carrier": carrier, "started_by_job_id": job_id},
     )
-    run.context_carrier, run.started_by_job_id, run.span_status = carrier, job_id, S.ACTIVE
+    # the loaded row learns what was written without becoming dirty: a flush at commit
+    # would write these columns again, over a later move of the same transaction
+    # (finish_spans ending the run's span in the same pass)
+    set_committed_value(run, "context_carrier", carrier)
+    set_committed_value(run, "started_by_job_id", job_id)
+    set_committed_value(run, "span_status", S.ACTIVE)
     for ti_id, ti_carrier in session.execute(
         select(TaskInstance.id, TaskInstance.context_carrier).where(
             TaskInstance.dag_run_id == run.id, TaskInstance.span_status == S.NEEDS_CONTINUANCE

@@ -188,6 +188,25 @@ def test_sigterm_owner_leaves_continued_spans(traced: Sluice, receiver: OtlpRece
     assert last.parent_id == continued.span_id  # the rest of the run nests under it
 
 
+def test_a_run_waiting_for_continuance_is_not_carried_on_by_workers(
+    traced: Sluice, receiver: OtlpReceiver
+) -> None:
+    """A's spans await continuance; "slow" ends before B starts: the worker leaves
+    "last" to B, so that it nests under B's continued span, and B ends the run's span."""
+    a, run_id = start_owner(traced, sleep=1.0)
+    traced.stop(a)
+    wait_until(lambda: traced.task_states("traced", run_id)["slow"]["state"] == "success")
+    assert traced.task_states("traced", run_id)["last"]["state"] == "none"
+    traced.scheduler()  # B
+    assert traced.wait_run("traced", run_id, timeout=60) == "success"
+    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
+    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    last = next(s for s in spans if s.name == "task last")
+    continued = next(s for s in spans if s.name == "dag_run traced continued")
+    assert last.parent_id == continued.span_id
+
+
 def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceiver) -> None:
     traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "3"
     a, run_id = start_owner(traced, sleep=2.0)
