@@ -36,7 +36,7 @@ from broker.messages import RunMessage
 from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
-from scheduler.db import transaction, utcnow
+from scheduler.db import single_statement_factory, transaction, utcnow
 from scheduler.downstream import FollowUp, lock_run, schedule_downstream
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.task_logs import LogSnapshot, save_task_log
@@ -151,7 +151,8 @@ def _what(msg: RunMessage) -> str:
 
 
 def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
-    """queued -> running for this attempt, and read the run's context, in one transaction.
+    """queued -> running for this attempt (one UPDATE ... RETURNING the run's context),
+    then the upstream results the task may read (committed: never older than the claim).
 
     None if the claim lost: nothing was changed. A dropped database connection is
     retried (the claim is a compare-and-set, so a retry cannot claim twice).
@@ -160,7 +161,8 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
 
     def attempt() -> bool:
         found.clear()
-        with transaction(ctx.session_factory) as session:
+        # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
+        with transaction(single_statement_factory(ctx.session_factory)) as session:
             row = move_ti_returning(
                 session,
                 msg.ti_id,
