@@ -45,7 +45,7 @@ from scheduler.states import TI
 from scheduler.transitions import move_ti, move_ti_returning, short_error
 from tasks.celery_task import CeleryTask
 from tasks.errors import Skip
-from tasks.runtime import branch_targets, check_result, run_task
+from tasks.runtime import branch_targets, check_result, run_task, wants_context
 from tasks.serialize import retry_delay_for
 
 log = logging.getLogger("sluice.worker")
@@ -151,8 +151,8 @@ def _what(msg: RunMessage) -> str:
 
 
 def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
-    """queued -> running for this attempt (one UPDATE ... RETURNING the run's context),
-    then the upstream results the task may read (committed: never older than the claim).
+    """queued -> running for this attempt: one UPDATE ... RETURNING the run's context
+    (the upstream results are read later, only for a task that reads them).
 
     None if the claim lost: nothing was changed. A dropped database connection is
     retried (the claim is a compare-and-set, so a retry cannot claim twice).
@@ -230,13 +230,7 @@ def _read_context(
         serialized = spec_of(row.dag_id)
     spec = serialized.get("tasks", {}).get(row.task_id)
     upstream_ids = sorted(spec.get("upstream", [])) if spec else []
-    upstream: dict[str, Any] = dict.fromkeys(upstream_ids)
-    if upstream_ids:
-        results = session.execute(
-            _UPSTREAM_RESULTS, {"run_pk": row.run_pk, "task_ids": upstream_ids}
-        )
-        for task_id, result in results:
-            upstream[task_id] = None if result is None else json.loads(result)
+    upstream: dict[str, Any] = dict.fromkeys(upstream_ids)  # read by _read_upstream
     context = {
         "dag_id": row.dag_id,
         "run_id": row.run_id,
@@ -259,6 +253,18 @@ def _read_context(
     )
 
 
+def _read_upstream(ctx: WorkerContext, claimed: Claimed) -> None:
+    """Fill `context["upstream"]` with the upstream tasks' results: one read, made only
+    for a task that takes the context or a CeleryTask (whose arguments may refer to them)."""
+    upstream = claimed.context["upstream"]
+    if not upstream:
+        return
+    params = {"run_pk": claimed.run_pk, "task_ids": sorted(upstream)}
+    with transaction(single_statement_factory(ctx.session_factory)) as session:
+        for task_id, result in session.execute(_UPSTREAM_RESULTS, params):
+            upstream[task_id] = None if result is None else json.loads(result)
+
+
 def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI, dict[str, Any]]:
     """Run the task's code; the state to write and its values. Only `Exception` is caught."""
     try:
@@ -270,6 +276,8 @@ def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI,
             raise LookupError(
                 f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
             )
+        if isinstance(task, CeleryTask) or wants_context(task):
+            _read_upstream(ctx, claimed)
         if isinstance(task, CeleryTask):
             upstream = claimed.context["upstream"]
             external_id = task.send(_sending_app(ctx), upstream, msg.attempt_id)

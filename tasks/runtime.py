@@ -63,6 +63,12 @@ def run_task(task: Task, context: dict[str, Any]) -> Any:
     return _call_with_watchdog(call, timeout, what)
 
 
+def wants_context(task: Task) -> bool:
+    """True if running ``task`` passes it the context (its callable takes ``context``)."""
+    fn = None if isinstance(task, ShellTask) else task.python_callable
+    return fn is not None and _wants_context(fn)
+
+
 def _wants_context(fn: Callable[..., Any]) -> bool:
     """True if ``fn`` has a parameter named ``context`` that can be passed by keyword."""
     try:
