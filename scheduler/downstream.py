@@ -1,7 +1,8 @@
 """The worker's "mini scheduler": decide and queue a finished TI's direct downstream.
 
-Called in the worker's result transaction, right after its compare-and-set won, so a
-hop (end of task i → start of task i+1) needs no scheduler round trip: the worker
+Called in the worker's result transaction (`lock_run` before the result's
+compare-and-set, `schedule_downstream` after it won), so a hop (end of task i → start
+of task i+1) needs no scheduler round trip: the worker
 decides the downstream tasks of what it just finished, queues the ready ones that fit
 their pool and DAG limits, and publishes after its commit (Airflow's
 `schedule_after_task_execution`, carried on to queueing).
@@ -53,6 +54,13 @@ READ_LIMIT = 256
 big DAG's join, read again on each of its upstreams' results) the schedulers decide:
 their passes coalesce the wake-ups of many results into one read of the run."""
 
+FILL_LIMIT = 16
+"""Most waiting TIs one worker result queues into freed slots (more: a scheduler pass)."""
+
+FEW = 16
+"""Up to this many TIs to read, they are named; beyond it (in a DAG of at most
+READ_LIMIT tasks) the whole run is read."""
+
 _TI = TaskInstance.__table__.c
 _RUN = DagRun.__table__.c
 
@@ -88,12 +96,6 @@ long IN list is re-planned on each execution and costs more than the extra rows)
 _READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
 """Only the TIs the decision needs (a few, from a run of any size)."""
 
-FILL_LIMIT = 16
-"""Most waiting TIs one worker result queues into freed slots (more: a scheduler pass)."""
-
-FEW = 16
-"""Up to this many TIs to read, they are named; beyond it (in a DAG of at most
-READ_LIMIT tasks) the whole run is read."""
 _UNFINISHED = (
     select(_TI.id)
     .where(
