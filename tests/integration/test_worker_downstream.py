@@ -197,6 +197,25 @@ def test_worker_respects_pool_slots_and_fills_the_slot_it_frees(harness: Harness
     assert used == 2
 
 
+def test_worker_respects_max_active_tasks(harness: Harness) -> None:
+    harness.write(
+        "narrow",
+        """
+    from tasks import DAG, task
+    with DAG("narrow", schedule=None, max_active_tasks=2) as dag:
+        root = task(task_id="root")(lambda: 0)
+        for i in range(3):
+            root >> task(task_id=f"n{i}")(lambda: i)
+    """,
+    )
+    harness.trigger("narrow")
+    harness.run("root")
+    assert len(harness.worker_queued()) == 2
+    assert sorted(harness.states().values()).count("scheduled") == 1
+    harness.run(harness.worker_queued()[0])  # a slot of the DAG frees: the waiting one goes
+    assert len(harness.worker_queued()) == 3
+
+
 def test_a_worker_waits_for_a_run_held_by_a_scheduler_then_decides(harness: Harness) -> None:
     harness.write("chain", CHAIN)
     run_pk = harness.trigger("chain")
