@@ -351,3 +351,35 @@ def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
     assert harness.news() == {run_pk}
     harness.job.tick(utcnow())
     assert len(harness.by_scheduler) == 1 + 128  # root, then as many as the pool holds
+
+
+def test_the_last_two_results_of_a_join_racing_queue_it_once(harness: Harness) -> None:
+    """Two workers finish a join's last two upstreams at the same time, again and again:
+    each time exactly one of them queues the join (neither waits for the other)."""
+    harness.write(
+        "race",
+        """
+    from tasks import DAG, task
+    with DAG("race", schedule=None, max_active_runs=100) as dag:
+        left = task(task_id="left")(lambda: 1)
+        right = task(task_id="right")(lambda: 2)
+        join = task(task_id="join")(lambda: 3)
+        [left, right] >> join
+    """,
+    )
+    for _ in range(8):
+        harness.by_scheduler.clear()
+        harness.by_worker.clear()
+        harness.trigger("race")
+        start = threading.Barrier(2)
+
+        def finish(task_id: str, start: threading.Barrier = start) -> None:
+            start.wait(5)
+            harness.run(task_id)
+
+        threads = [threading.Thread(target=finish, args=(t,)) for t in ("left", "right")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert harness.worker_queued() == ["join"]
