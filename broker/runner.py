@@ -37,15 +37,7 @@ from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import single_statement_factory, transaction, utcnow
-from scheduler.downstream import (
-    FollowUp,
-    LockedRun,
-    Next,
-    joins_others,
-    lock_run,
-    look_after_commit,
-    schedule_downstream,
-)
+from scheduler.downstream import FollowUp, lock_run, schedule_downstream
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
@@ -396,9 +388,8 @@ def _record(
     values: dict[str, Any],
     task_log: LogSnapshot | None = None,
 ) -> tuple[Outcome, FollowUp | None]:
-    """running -> `new` for this attempt, with the try's log, in one transaction; the
-    direct downstream is decided and queued (`scheduler.downstream`) in that transaction,
-    or, for a result feeding a fan-in, after its commit.
+    """running -> `new` for this attempt, with the try's log, in one transaction; in the
+    same transaction, the direct downstream is decided and queued (`scheduler.downstream`).
 
     STALE if the CAS lost (the log of the try is stored all the same). The follow-up is
     None when the downstream was not looked at (the schedulers must be woken).
@@ -406,9 +397,6 @@ def _record(
     follow: list[FollowUp | None] = []
     downstream = ctx.publish is not None and ctx.settings.schedule_after_task
     downstream = downstream and new in _SCHEDULES_DOWNSTREAM
-    # a result feeding a fan-in decides after its commit (only if something is left to
-    # decide); any other decides in its own transaction, the run locked before writing
-    in_txn = downstream and not joins_others(claimed.dag, msg.task_id)
 
     def write() -> bool:
         follow.clear()
@@ -416,7 +404,15 @@ def _record(
             now = utcnow()
             if task_log is not None:
                 save_task_log(session, task_log, now=now)
-            locked = _lock(session, claimed, msg) if in_txn else None
+            locked = None
+            if downstream:
+                locked = lock_run(
+                    session,
+                    run_pk=claimed.run_pk,
+                    task_id=msg.task_id,
+                    pool=claimed.pool,
+                    dag=claimed.dag,
+                )
             won = move_ti(
                 session,
                 msg.ti_id,
@@ -426,76 +422,26 @@ def _record(
                 now=now,
                 values=values,
             )
-            if won and in_txn:
-                follow.append(_decide_locked(ctx, session, locked, new, values, now))
+            if won and downstream:
+                follow.append(
+                    FollowUp(wake=True)
+                    if locked is None
+                    else schedule_downstream(
+                        session,
+                        locked,
+                        finished=new,
+                        result=values.get("result"),
+                        now=now,
+                        with_trace=ctx.trace_tis,
+                    )
+                )
             return won
 
     if not _retrying(write):
         log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
         return Outcome.STALE, None
     log.info("%s -> %s", _what(msg), new)
-    if downstream and not in_txn:
-        follow.append(_decide_after_commit(ctx, msg, claimed, new, values))
     return Outcome(new.value), follow[0] if follow else None
-
-
-def _lock(session: Session, claimed: Claimed, msg: RunMessage) -> LockedRun | None:
-    return lock_run(
-        session, run_pk=claimed.run_pk, task_id=msg.task_id, pool=claimed.pool, dag=claimed.dag
-    )
-
-
-def _decide_locked(
-    ctx: WorkerContext,
-    session: Session,
-    locked: LockedRun | None,
-    new: TI,
-    values: dict[str, Any],
-    now: dt.datetime,
-) -> FollowUp:
-    if locked is None:
-        return FollowUp(wake=True)
-    return schedule_downstream(
-        session,
-        locked,
-        finished=new,
-        result=values.get("result"),
-        now=now,
-        with_trace=ctx.trace_tis,
-    )
-
-
-def _decide_after_commit(
-    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, new: TI, values: dict[str, Any]
-) -> FollowUp | None:
-    """A fan-in's result, committed: look (no lock), then decide under the run's lock only
-    if something is decidable (`scheduler.downstream.look_after_commit`)."""
-    follow: list[FollowUp] = []
-
-    def look() -> bool:
-        follow.clear()
-        with transaction(single_statement_factory(ctx.session_factory)) as session:
-            step = look_after_commit(
-                session,
-                run_pk=claimed.run_pk,
-                task_id=msg.task_id,
-                pool=claimed.pool,
-                dag=claimed.dag,
-            )
-        if step is not Next.DECIDE:
-            follow.append(FollowUp(wake=step is Next.WAKE))
-            return True
-        with transaction(ctx.session_factory) as session:
-            locked = _lock(session, claimed, msg)
-            follow.append(_decide_locked(ctx, session, locked, new, values, utcnow()))
-        return True
-
-    try:
-        _retrying(look)
-    except OperationalError as exc:  # the result is stored: the schedulers take over
-        log.warning("deciding after %s failed (%s); waking the schedulers", _what(msg), exc)
-        return None
-    return follow[0] if follow else None
 
 
 def _retrying(write: Callable[[], bool]) -> bool:

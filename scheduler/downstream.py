@@ -35,7 +35,6 @@ import datetime as dt
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Row, bindparam, case, exists, select
@@ -144,30 +143,6 @@ def lock_run(
     `dag` is the (cached, read-only) DAG row the worker ran the task from; `pool` is the
     finished TI's pool, whose freed slot waiting TIs may want.
     """
-    plan = _plan(run_pk, task_id, pool, dag)
-    if plan is None or dag is None:
-        return None
-    run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
-    if run is None or run.claimed_by_job_id is not None or run.dag_hash != dag.version_hash:
-        return None
-    if run.span_status == SpanStatus.NEEDS_CONTINUANCE:
-        return None  # its spans' owner exited: TIs must nest under the continuing span
-    rows = _read(session, plan)
-    if not any(row.task_id == task_id for row in rows):
-        return None
-    return LockedRun(run_pk, run.run_id, dag, task_id, rows, bool(rows[0].backlog))
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What to read for one result: the statement's parameters and the TIs needed."""
-
-    params: dict[str, Any]
-    needed: frozenset[str]
-    whole_run: bool
-
-
-def _plan(run_pk: int, task_id: str, pool: str, dag: Dag | None) -> _Plan | None:
     if dag is None or not dag.serialized:
         return None
     tasks = dag.serialized["tasks"]
@@ -186,72 +161,26 @@ def _plan(run_pk: int, task_id: str, pool: str, dag: Dag | None) -> _Plan | None
         "branches": branches or [""],
         "pools": pools,
     }
+    run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
+    if run is None or run.claimed_by_job_id is not None or run.dag_hash != dag.version_hash:
+        return None
+    if run.span_status == SpanStatus.NEEDS_CONTINUANCE:
+        return None  # its spans' owner exited: TIs must nest under the continuing span
     whole_run = len(needed) > FEW and len(tasks) <= READ_LIMIT
-    return _Plan(params, frozenset(needed), whole_run)
-
-
-def _read(session: Session, plan: _Plan) -> list[Row[Any]]:
-    if not plan.whole_run:
-        return list(session.execute(_READ, plan.params))
-    run_params = {k: v for k, v in plan.params.items() if k != "task_ids"}
-    rows: list[Row[Any]] = list(session.execute(_READ_RUN, run_params))
-    return [row for row in rows if row.task_id in plan.needed]
-
-
-def joins_others(dag: Dag | None, task_id: str) -> bool:
-    """Whether a direct downstream of `task_id` has other upstreams too (a fan-in)."""
-    if dag is None or not dag.serialized:
-        return False
-    tasks = dag.serialized["tasks"]
-    return any(len(tasks[d]["upstream"]) > 1 for d in tasks.get(task_id, {}).get("downstream", []))
-
-
-class Next(StrEnum):
-    """What a fan-in result's worker does after its commit (`look_after_commit`)."""
-
-    DECIDE = "decide"
-    """a downstream is decidable, or TIs wait for the freed slot: lock the run and decide"""
-    NOTHING = "nothing"
-    """every downstream waits on other upstreams, whose results will decide it"""
-    WAKE = "wake"
-    """the run can end, or this worker may not decide it: the schedulers will"""
-
-
-def look_after_commit(
-    session: Session, *, run_pk: int, task_id: str, pool: str, dag: Dag | None
-) -> Next:
-    """For a result feeding a fan-in, read (no lock) AFTER the result committed whether
-    anything is left to decide; the run is locked only if so.
-
-    Why this is enough: upstream states only move forward, so a downstream becomes
-    decidable at the commit of some upstream's result, and that result's worker reads
-    after its commit, sees it decidable and decides it under the run's lock. Results
-    that find their downstream still waiting take no lock: a wide fan-in's results do
-    not queue up behind one run row.
-    """
-    plan = _plan(run_pk, task_id, pool, dag)
-    if plan is None or dag is None:
-        return Next.WAKE
-    rows = _read(session, plan)
+    rows = _read(session, params, needed, whole_run)
     if not any(row.task_id == task_id for row in rows):
-        return Next.WAKE  # not running (or no such TI)
-    tasks = dag.serialized["tasks"]
-    by_task = {r.task_id: TiView(r.id, r.task_id, TI(r.state), result=r.result) for r in rows}
-    state = {t: ti.state for t, ti in by_task.items()}
-    for down in tasks[task_id].get("downstream", []):
-        ti = by_task.get(down)
-        if (
-            ti is not None
-            and ti.state is TI.NONE
-            and decide_one(tasks[down], tasks, by_task, state)
-        ):
-            return Next.DECIDE
-    if rows[0].backlog:
-        return Next.DECIDE
-    if any(TI(r.state) in TI_UNFINISHED for r in rows):
-        return Next.NOTHING
-    unfinished = session.execute(_UNFINISHED, {"run_pk": run_pk}).first() is not None
-    return Next.NOTHING if unfinished else Next.WAKE
+        return None
+    return LockedRun(run_pk, run.run_id, dag, task_id, rows, bool(rows[0].backlog))
+
+
+def _read(
+    session: Session, params: dict[str, Any], needed: set[str], whole_run: bool
+) -> list[Row[Any]]:
+    if not whole_run:
+        return list(session.execute(_READ, params))
+    run_params = {k: v for k, v in params.items() if k != "task_ids"}
+    rows: list[Row[Any]] = list(session.execute(_READ_RUN, run_params))
+    return [row for row in rows if row.task_id in needed]
 
 
 def schedule_downstream(
