@@ -1,4 +1,5 @@
-"""Run one TaskInstance try on a worker: claim, run, heartbeat, record, wake.
+"""Run one TaskInstance try on a worker: claim, run, heartbeat, record, then queue the
+direct downstream (`scheduler.downstream`) or wake the schedulers.
 
 Invariants:
 - Every state write is a compare-and-set on (`ti_id`, expected state, `attempt_id`)
@@ -6,6 +7,9 @@ Invariants:
   message whose claim loses (duplicate, stale, cleared or removed TI) changes
   nothing and is `stale`; a result whose write loses (the TI was cleared or swept
   while running) is dropped and is `stale` too.
+- The claim is one statement (autocommit on PostgreSQL). The result, the try's log and
+  the downstream decision share one transaction, the run's row locked first; what it
+  queued is published after the commit.
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
@@ -113,7 +117,8 @@ class Claimed:
 
 
 def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
-    """Claim, run and record one try of `msg.ti_id`; then wake the schedulers."""
+    """Claim, run and record one try of `msg.ti_id`; then publish the downstream TIs the
+    result queued, and wake the schedulers for what it left to them."""
     claimed = claim(ctx, msg)
     if claimed is None:
         log.info("stale message for %s: ignored", _what(msg))
