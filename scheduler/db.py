@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -121,21 +122,23 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False, autoflush=False)
 
 
-_single_statement_factories: dict[int, sessionmaker[Session]] = {}
+_single_statement_factories: weakref.WeakKeyDictionary[
+    sessionmaker[Session], sessionmaker[Session]
+] = weakref.WeakKeyDictionary()
 
 
 def single_statement_factory(factory: sessionmaker[Session]) -> sessionmaker[Session]:
     """Sessions for work of one statement (an atomic compare-and-set with RETURNING):
     on PostgreSQL in autocommit, which spares the BEGIN and COMMIT round trips; on
     SQLite the plain factory (its transactions are BEGIN IMMEDIATE)."""
-    cached = _single_statement_factories.get(id(factory))
+    cached = _single_statement_factories.get(factory)
     if cached is not None:
         return cached
     engine = factory.kw["bind"]
     made = factory
     if engine.dialect.name == "postgresql":
         made = make_session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
-    _single_statement_factories[id(factory)] = made
+    _single_statement_factories[factory] = made
     return made
 
 

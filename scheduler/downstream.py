@@ -44,8 +44,7 @@ from broker.messages import RunMessage
 from scheduler import spans
 from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.queries.tis import active_usage, lock_pools
-from scheduler.queueing import queue_scheduled
+from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
 from scheduler.transitions import move_tis, queue_tis
 
@@ -272,39 +271,22 @@ def _queue(
 ) -> list[RunMessage]:
     """Queue the ready TIs that fit (pool rows locked FOR UPDATE); the rest go to
     `scheduled` for the schedulers, which are then woken."""
-    slots = lock_pools(session)
-    used, active = active_usage(session)
-    limit = dag.max_active_tasks
+    capacity = Capacity.locked(session)
     queued: list[tuple[Row[Any], str]] = []
     later: list[int] = []
     for row in sorted(ready, key=lambda r: (-r.priority_weight, r.id)):
-        free = slots.get(row.pool, 0) - used.get(row.pool, 0)
-        if row.pool_slots > free or active.get(dag.dag_id, 0) >= limit:
+        if capacity.take(row.pool, row.pool_slots, dag.dag_id, dag.max_active_tasks):
+            queued.append((row, str(uuid.uuid4())))
+        else:
             later.append(row.id)
-            continue
-        used[row.pool] = used.get(row.pool, 0) + row.pool_slots
-        active[dag.dag_id] = active.get(dag.dag_id, 0) + 1
-        queued.append((row, str(uuid.uuid4())))
     queue_tis(session, [(r.id, a) for r, a in queued], now=now, job_id=None, decided=True)
     if later:
         move_tis(session, later, TI.SCHEDULED, expect=[TI.NONE], now=now)
         follow.wake = True
-    return [_message(row, a, dag.dag_id, run_id, with_trace) for row, a in queued]
-
-
-def _message(
-    row: Row[Any], attempt_id: str, dag_id: str, run_id: str, with_trace: bool
-) -> RunMessage:
-    return RunMessage(
-        ti_id=row.id,
-        attempt_id=attempt_id,
-        dag_id=dag_id,
-        run_id=run_id,
-        task_id=row.task_id,
-        try_number=row.try_number + 1,
-        queue=row.queue,
-        trace=row.context_carrier if with_trace else {},
-    )
+    return [
+        new_try_message(row, a, dag_id=dag.dag_id, run_id=run_id, with_trace=with_trace)
+        for row, a in queued
+    ]
 
 
 def _has_unfinished(session: Session, locked: LockedRun) -> bool:

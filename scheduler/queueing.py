@@ -16,9 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, Row, select, update
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -36,6 +37,49 @@ from scheduler.transitions import fail_try, queue_tis
 log = logging.getLogger("sluice.queueing")
 
 
+@dataclass
+class Capacity:
+    """Pool slots and active TIs per DAG, read with every pool row locked FOR UPDATE:
+    what queueing in this transaction may still take (`take` books it)."""
+
+    slots: dict[str, int]
+    used: dict[str, int]
+    active: dict[str, int]
+
+    @classmethod
+    def locked(cls, session: Session) -> Capacity:
+        slots = lock_pools(session)
+        used, active = active_usage(session)
+        return cls(slots, used, active)
+
+    def take(self, pool: str, pool_slots: int, dag_id: str, max_active_tasks: int) -> bool:
+        """Book one TI if its pool has `pool_slots` free and its DAG is under its limit."""
+        if pool_slots > self.slots.get(pool, 0) - self.used.get(pool, 0):
+            return False
+        if self.active.get(dag_id, 0) >= max_active_tasks:
+            return False
+        self.used[pool] = self.used.get(pool, 0) + pool_slots
+        self.active[dag_id] = self.active.get(dag_id, 0) + 1
+        return True
+
+
+def new_try_message(
+    row: Row[Any], attempt_id: str, *, dag_id: str, run_id: str, with_trace: bool
+) -> RunMessage:
+    """The message of a TI just queued for its next try (`row`: its id, task_id,
+    try_number before the bump, queue and span carrier)."""
+    return RunMessage(
+        ti_id=row.id,
+        attempt_id=attempt_id,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=row.task_id,
+        try_number=row.try_number + 1,
+        queue=row.queue,
+        trace=row.context_carrier if with_trace else {},
+    )
+
+
 def queue_scheduled(
     session: Session,
     *,
@@ -51,18 +95,17 @@ def queue_scheduled(
     behind (a pool or limit was full, or the batch limit was reached). With
     `with_trace`, each message carries its TI's span carrier for the headers.
     """
-    slots = lock_pools(session)
-    used, active = active_usage(session)
+    capacity = Capacity.locked(session)
     max_tasks: dict[str, int] = {
         dag_id: n
         for dag_id, n in session.execute(
-            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(list(active)))
+            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(list(capacity.active)))
         )
     }
     # Fairness: a DAG at its max_active_tasks or a full pool is left out of the batch,
     # so its scheduled TIs cannot fill the batch and starve other DAGs and pools.
-    full_dags = [d for d, n in active.items() if n >= max_tasks.get(d, 0)]
-    full_pools = [p for p, n in used.items() if n >= slots.get(p, 0)]
+    full_dags = [d for d, n in capacity.active.items() if n >= max_tasks.get(d, 0)]
+    full_pools = [p for p, n in capacity.used.items() if n >= capacity.slots.get(p, 0)]
     candidates = lock_scheduled_tis(session, limit, runs, full_dags, full_pools)
     if not candidates:
         return [], False
@@ -75,25 +118,13 @@ def queue_scheduled(
     assignments: list[tuple[int, str]] = []
     messages: list[RunMessage] = []
     for row in candidates:
-        free = slots.get(row.pool, 0) - used.get(row.pool, 0)
-        if row.pool_slots > free:
+        if not capacity.take(row.pool, row.pool_slots, row.dag_id, max_tasks.get(row.dag_id, 0)):
             continue
-        if active.get(row.dag_id, 0) >= max_tasks.get(row.dag_id, 0):
-            continue
-        used[row.pool] = used.get(row.pool, 0) + row.pool_slots
-        active[row.dag_id] = active.get(row.dag_id, 0) + 1
         attempt_id = str(uuid.uuid4())
         assignments.append((row.id, attempt_id))
         messages.append(
-            RunMessage(
-                ti_id=row.id,
-                attempt_id=attempt_id,
-                dag_id=row.dag_id,
-                run_id=row.run_id,
-                task_id=row.task_id,
-                try_number=row.try_number + 1,
-                queue=row.queue,
-                trace=row.context_carrier if with_trace else {},
+            new_try_message(
+                row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
             )
         )
     queue_tis(session, assignments, now=now, job_id=job_id)

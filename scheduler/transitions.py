@@ -61,14 +61,7 @@ def move_tis(
 
     With `attempt_id`, only the try holding that id moves (the worker's guard).
     """
-    expected = tuple(sorted(frozenset(expect)))
-    for old in expected:
-        check_ti_move(old, new)
-    written = {**_ti_stamps(new, now), **(values or {})}
-    stmt = _move_statement(new, expected, attempt_id is not None, written, ())
-    params = _bound(written)
-    if attempt_id is not None:
-        params["b_attempt"] = attempt_id
+    stmt, params = _prepared_move(new, expect, now, attempt_id, values, ())
     id_list = list(ids)
     moved: list[int] = []
     for start in range(0, len(id_list), _CHUNK):
@@ -77,8 +70,24 @@ def move_tis(
     return moved
 
 
-def _bound(written: Mapping[str, Any]) -> dict[str, Any]:
-    return {f"v_{k}": v for k, v in written.items() if not isinstance(v, ClauseElement)}
+def _prepared_move(
+    new: TaskInstanceState,
+    expect: Iterable[TaskInstanceState],
+    now: dt.datetime,
+    attempt_id: str | None,
+    values: Mapping[str, Any] | None,
+    returning: tuple[ColumnElement[Any], ...],
+) -> tuple[Update, dict[str, Any]]:
+    """The checked move's statement and its parameters (all but the ids, `b_ids`)."""
+    expected = tuple(sorted(frozenset(expect)))
+    for old in expected:
+        check_ti_move(old, new)
+    written = {**_ti_stamps(new, now), **(values or {})}
+    stmt = _move_statement(new, expected, attempt_id is not None, written, returning)
+    params = {f"v_{k}": v for k, v in written.items() if not isinstance(v, ClauseElement)}
+    if attempt_id is not None:
+        params["b_attempt"] = attempt_id
+    return stmt, params
 
 
 def move_ti_returning(
@@ -95,15 +104,8 @@ def move_ti_returning(
     """`move_ti` that also returns `returning` of the moved row (None if it lost), in the
     same statement. `returning` must be a module-level constant: statements are cached by it.
     """
-    expected = tuple(sorted(frozenset(expect)))
-    for old in expected:
-        check_ti_move(old, new)
-    written = {**_ti_stamps(new, now), **(values or {})}
-    stmt = _move_statement(new, expected, attempt_id is not None, written, returning)
-    params = _bound(written)
+    stmt, params = _prepared_move(new, expect, now, attempt_id, values, returning)
     params["b_ids"] = [ti_id]
-    if attempt_id is not None:
-        params["b_attempt"] = attempt_id
     return session.execute(stmt, params).first()
 
 
