@@ -417,6 +417,7 @@ def _record(
                     task_id=msg.task_id,
                     pool=claimed.pool,
                     dag=claimed.dag,
+                    finished=new,
                 )
             won = move_ti(
                 session,

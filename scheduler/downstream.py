@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Row, bindparam, case, exists, select
+from sqlalchemy import Row, bindparam, case, exists, func, select
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -47,6 +47,7 @@ from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
 from scheduler.transitions import move_tis, queue_tis
+from tasks.trigger_rules import TriggerRule
 
 READ_LIMIT = 256
 """Most TIs a worker reads to decide a downstream. Beyond it (the 10,000-way fan-in of a
@@ -95,6 +96,35 @@ long IN list is re-planned on each execution and costs more than the extra rows)
 _READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
 """Only the TIs the decision needs (a few, from a run of any size)."""
 
+_UNFINISHED_STATES = sorted(state.value for state in TI_UNFINISHED)
+_OF_RUN_UNFINISHED = (_TI.dag_run_id == bindparam("run_pk"), _TI.state.in_(_UNFINISHED_STATES))
+_FAN_IN_OTHERS = (
+    select(func.count(), _WAITING)
+    .where(*_OF_RUN_UNFINISHED, _TI.task_id.in_(bindparam("task_ids", expanding=True)))
+    .limit(1)
+)
+_FAN_IN_ALL_BUT = (
+    select(func.count(), _WAITING)
+    .where(*_OF_RUN_UNFINISHED, _TI.task_id.not_in(bindparam("task_ids", expanding=True)))
+    .limit(1)
+)
+"""A fan-in's other upstreams still unfinished (named, or as all the run's TIs but the
+fewer others), and whether TIs wait in the pools: one row, whatever the fan-in's width."""
+
+WAITS_FOR_ALL = frozenset(
+    {
+        TriggerRule.ALL_SUCCESS,
+        TriggerRule.ALL_DONE,
+        TriggerRule.NONE_FAILED,
+        TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+        TriggerRule.NONE_SKIPPED,
+        TriggerRule.ONE_FAILED,
+    }
+)
+"""Rules under which one more successful upstream changes nothing while another is
+unfinished: any earlier verdict comes from the other upstreams' states (whose results
+decided it, or woke a scheduler to)."""
+
 _UNFINISHED = (
     select(_TI.id)
     .where(
@@ -127,15 +157,27 @@ class LockedRun:
     backlog: bool
     """TIs wait in `scheduled` in the pools concerned (read before the pool lock: one that
     starts waiting meanwhile is treated as arriving after this decision)."""
+    waiting: bool = False
+    """The one downstream waits for other upstreams still unfinished (`rows` is empty):
+    nothing to decide, and the run is not over."""
 
 
 def lock_run(
-    session: Session, *, run_pk: int, task_id: str, pool: str, dag: Dag | None
+    session: Session,
+    *,
+    run_pk: int,
+    task_id: str,
+    pool: str,
+    dag: Dag | None,
+    finished: TaskInstanceState = TI.SUCCESS,
 ) -> LockedRun | None:
     """Lock run `run_pk` (FOR UPDATE), then read what deciding `task_id`'s downstream
-    needs; None if this worker may not decide the run (claimed by a
-    job, not running, of another DAG version, its spans waiting for a scheduler to
-    continue them, or more than READ_LIMIT TIs to read).
+    after its `finished` result needs; None if this worker may not decide the run
+    (claimed by a job, not running, of another DAG version, its spans waiting for a
+    scheduler to continue them, or more than READ_LIMIT TIs to read).
+
+    A success into a fan-in that waits for all its upstreams first counts the others
+    still unfinished (`_fan_in_waits`): while one is, the TIs are not read at all.
 
     Called in the result transaction BEFORE the result is written, so the lock is held
     when the result becomes visible to others: every decision sees every result.
@@ -165,11 +207,40 @@ def lock_run(
         return None
     if run.span_status == SpanStatus.NEEDS_CONTINUANCE:
         return None  # its spans' owner exited: TIs must nest under the continuing span
+    if finished is TI.SUCCESS and len(downstream) == 1:
+        backlog = _fan_in_waits(session, params, tasks, task_id, downstream[0])
+        if backlog is not None:
+            return LockedRun(run_pk, run.run_id, dag, task_id, [], backlog, waiting=True)
     whole_run = len(needed) > FEW and len(tasks) <= READ_LIMIT
     rows = _read(session, params, needed, whole_run)
     if not any(row.task_id == task_id for row in rows):
         return None
     return LockedRun(run_pk, run.run_id, dag, task_id, rows, bool(rows[0].backlog))
+
+
+def _fan_in_waits(
+    session: Session,
+    params: dict[str, Any],
+    tasks: Mapping[str, Any],
+    task_id: str,
+    down: str,
+) -> bool | None:
+    """If `down` (a fan-in) still waits for an upstream other than `task_id`, whose
+    success then changes nothing: whether TIs wait in the pools (the backlog); else None.
+
+    Under the run's lock, so the last of racing results sees the others' commits."""
+    spec = tasks[down]
+    others = set(spec["upstream"]) - {task_id}
+    if not others or TriggerRule(spec["trigger_rule"]) not in WAITS_FOR_ALL:
+        return None
+    rest = set(tasks) - others
+    if len(others) <= len(rest):
+        statement, names = _FAN_IN_OTHERS, others
+    else:  # a wide fan-in: name the few TIs that are not its other upstreams
+        statement, names = _FAN_IN_ALL_BUT, rest
+    check = {"run_pk": params["run_pk"], "pools": params["pools"], "task_ids": sorted(names)}
+    unfinished, backlog = session.execute(statement, check).one()
+    return bool(backlog) if unfinished else None
 
 
 def _read(
@@ -197,7 +268,11 @@ def schedule_downstream(
     tasks = dag.serialized["tasks"]
     downstream = list(tasks[locked.task_id].get("downstream", []))
     follow = FollowUp()
-    ready = _decide(session, locked, tasks, downstream, finished, result, now, follow)
+    ready = (
+        []
+        if locked.waiting
+        else _decide(session, locked, tasks, downstream, finished, result, now, follow)
+    )
     messages: list[RunMessage] = []
     if ready and not locked.backlog:
         messages = _queue(session, locked.run_id, dag, ready, now, follow, with_trace)
@@ -219,7 +294,7 @@ def schedule_downstream(
     follow.messages = messages
     if with_trace and messages:
         spans.start_ti_spans(session, [m.ti_id for m in messages], now)
-    if not ready and not _has_unfinished(session, locked):
+    if not ready and not locked.waiting and not _has_unfinished(session, locked):
         follow.wake = True  # every TI finished: the scheduler ends the run
     return follow
 

@@ -197,6 +197,54 @@ def test_worker_respects_pool_slots_and_fills_the_slot_it_frees(harness: Harness
     assert used == 2
 
 
+def test_a_wide_join_waits_for_its_last_upstream_while_results_fill_the_pool(
+    harness: Harness,
+) -> None:
+    """A join of 20 upstreams in a 2-slot pool: each upstream's result leaves the join
+    alone (others unfinished) and gives its slot to the next in line; only the last one
+    queues the join, and no result needs a scheduler."""
+    with transaction(harness.factory) as session:
+        session.add(Pool(name="small", slots=2))
+    harness.write(
+        "wide_join",
+        """
+    from tasks import DAG, task
+    with DAG("wide_join", schedule=None) as dag:
+        root = task(task_id="root")(lambda: 0)
+        join = task(task_id="join")(lambda: 1)
+        for i in range(20):
+            mid = task(task_id=f"m{i:02}", pool="small", priority_weight=100 - i)(lambda: i)
+            root >> mid >> join
+    """,
+    )
+    harness.trigger("wide_join")
+    harness.run("root")
+    harness.waker.take_news()  # the 18 left waiting in the pool
+    assert harness.worker_queued() == ["m00", "m01"]
+    for i in range(20):
+        assert harness.run(f"m{i:02}") is Outcome.SUCCESS
+        assert harness.news() == set()
+        expect = "queued" if i == 19 else "none"
+        assert harness.states()["join"] == expect, f"after m{i:02}"
+    assert harness.worker_queued() == [f"m{i:02}" for i in range(20)] + ["join"]
+
+
+def test_a_one_success_join_is_queued_by_its_first_upstream(harness: Harness) -> None:
+    harness.write(
+        "first",
+        """
+    from tasks import DAG, task
+    with DAG("first", schedule=None) as dag:
+        ups = [task(task_id=f"u{i}")(lambda: i) for i in range(3)]
+        ups >> task(task_id="j", trigger_rule="one_success")(lambda: 1)
+    """,
+    )
+    harness.trigger("first")
+    harness.run("u1")
+    assert harness.worker_queued() == ["j"]
+    assert harness.states() == {"u0": "queued", "u1": "success", "u2": "queued", "j": "queued"}
+
+
 def test_worker_respects_max_active_tasks(harness: Harness) -> None:
     harness.write(
         "narrow",
