@@ -41,7 +41,7 @@ from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import single_statement_factory, transaction, utcnow
-from scheduler.downstream import FollowUp, lock_run, schedule_downstream
+from scheduler.downstream import FollowUp, lock_run, schedule_downstream, write_result
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
@@ -419,22 +419,35 @@ def _record(
                     dag=claimed.dag,
                     finished=new,
                 )
-            won = move_ti(
-                session,
-                msg.ti_id,
-                new,
-                expect=[TI.RUNNING],
-                attempt_id=msg.attempt_id,
-                now=now,
-                values=values,
-            )
+            known = None
+            if locked is not None:
+                known = write_result(
+                    session,
+                    locked,
+                    ti_id=msg.ti_id,
+                    new=new,
+                    attempt_id=msg.attempt_id,
+                    now=now,
+                    values=values,
+                )
+                won = known is not None
+            else:
+                won = move_ti(
+                    session,
+                    msg.ti_id,
+                    new,
+                    expect=[TI.RUNNING],
+                    attempt_id=msg.attempt_id,
+                    now=now,
+                    values=values,
+                )
             if won and downstream:
                 follow.append(
                     FollowUp(wake=True)
-                    if locked is None
+                    if known is None
                     else schedule_downstream(
                         session,
-                        locked,
+                        known,
                         finished=new,
                         result=values.get("result"),
                         now=now,

@@ -34,10 +34,10 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Row, bindparam, case, exists, func, select
+from sqlalchemy import ColumnElement, Row, bindparam, case, exists, func, select
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -46,7 +46,7 @@ from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
-from scheduler.transitions import move_tis, queue_tis
+from scheduler.transitions import move_ti, move_ti_returning, move_tis, queue_tis
 from tasks.trigger_rules import TriggerRule
 
 READ_LIMIT = 256
@@ -96,20 +96,23 @@ long IN list is re-planned on each execution and costs more than the extra rows)
 _READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
 """Only the TIs the decision needs (a few, from a run of any size)."""
 
-_UNFINISHED_STATES = sorted(state.value for state in TI_UNFINISHED)
-_OF_RUN_UNFINISHED = (_TI.dag_run_id == bindparam("run_pk"), _TI.state.in_(_UNFINISHED_STATES))
-_FAN_IN_OTHERS = (
-    select(func.count(), _WAITING)
-    .where(*_OF_RUN_UNFINISHED, _TI.task_id.in_(bindparam("task_ids", expanding=True)))
-    .limit(1)
+_OTHER = TaskInstance.__table__.alias("other")
+_OF_RUN_UNFINISHED = (
+    _OTHER.c.dag_run_id == bindparam("run_pk"),
+    _OTHER.c.state.in_(sorted(state.value for state in TI_UNFINISHED)),
 )
-_FAN_IN_ALL_BUT = (
-    select(func.count(), _WAITING)
-    .where(*_OF_RUN_UNFINISHED, _TI.task_id.not_in(bindparam("task_ids", expanding=True)))
-    .limit(1)
-)
-"""A fan-in's other upstreams still unfinished (named, or as all the run's TIs but the
-fewer others), and whether TIs wait in the pools: one row, whatever the fan-in's width."""
+
+
+def _fan_in_columns(names: ColumnElement[bool]) -> tuple[ColumnElement[Any], ...]:
+    unfinished = select(func.count()).where(*_OF_RUN_UNFINISHED, names).scalar_subquery()
+    return unfinished.label("unfinished"), _WAITING.label("backlog")
+
+
+_FAN_IN_OTHERS = _fan_in_columns(_OTHER.c.task_id.in_(bindparam("fan_in", expanding=True)))
+_FAN_IN_ALL_BUT = _fan_in_columns(_OTHER.c.task_id.not_in(bindparam("fan_in", expanding=True)))
+"""Returned by the result's own UPDATE: how many of a fan-in's other upstreams are
+unfinished (named, or as all the run's TIs but the fewer others), and whether TIs wait in
+the pools. One round trip under the run's lock, whatever the fan-in's width."""
 
 WAITS_FOR_ALL = frozenset(
     {
@@ -145,21 +148,87 @@ class FollowUp:
 
 
 @dataclass(frozen=True)
+class Plan:
+    """What deciding a task's downstream needs, from the DAG alone (cached per DAG
+    version, task and pool)."""
+
+    downstream: tuple[str, ...]
+    needed: frozenset[str]
+    """The task, its direct downstream and their upstreams."""
+    params: dict[str, Any]
+    """The reads' parameters, but `run_pk`."""
+    whole_run: bool
+    fan_in: tuple[tuple[ColumnElement[Any], ...], list[str]] | None
+    """For a success into one fan-in that waits for all its upstreams: the columns the
+    result's UPDATE returns and the task ids they name (`_FAN_IN_*`)."""
+
+
+@dataclass(frozen=True)
 class LockedRun:
-    """A run locked by `lock_run` in the result transaction, with the TIs the decision
-    needs (the finished TI, its direct downstream and their upstreams) as read then."""
+    """A run locked by `lock_run` in the result transaction; after `write_result`, the
+    TIs the decision needs (`plan.needed`) as read then."""
 
     run_pk: int
     run_id: str
     dag: Dag
     task_id: str
-    rows: list[Row[Any]]
-    backlog: bool
+    plan: Plan
+    rows: list[Row[Any]] = field(default_factory=list)
+    backlog: bool = False
     """TIs wait in `scheduled` in the pools concerned (read before the pool lock: one that
     starts waiting meanwhile is treated as arriving after this decision)."""
     waiting: bool = False
     """The one downstream waits for other upstreams still unfinished (`rows` is empty):
     nothing to decide, and the run is not over."""
+
+
+_PLANS: dict[tuple[str, str, str, bool], Plan | None] = {}
+_PLANS_SIZE = 4096
+
+
+def _plan(dag: Dag, task_id: str, pool: str, success: bool) -> Plan | None:
+    """The cached `Plan`; None for more than READ_LIMIT TIs to read."""
+    key = (dag.version_hash, task_id, pool, success)
+    if key not in _PLANS:
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()
+        _PLANS[key] = _make_plan(dag.serialized["tasks"], task_id, pool, success)
+    return _PLANS[key]
+
+
+def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool) -> Plan | None:
+    downstream = tuple(tasks.get(task_id, {}).get("downstream", []))
+    needed = {task_id, *downstream}
+    for down in downstream:
+        needed.update(tasks[down]["upstream"])
+    if len(needed) > READ_LIMIT:
+        return None  # a wide fan-out or fan-in: one scheduler pass serves many results
+    pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
+    branches = sorted(t for t in needed if tasks[t].get("is_branch"))
+    params = {
+        "task_ids": sorted(needed),
+        "downstream": sorted(downstream) or [task_id],
+        "branches": branches or [""],
+        "pools": pools,
+    }
+    whole_run = len(needed) > FEW and len(tasks) <= READ_LIMIT
+    fan_in = _fan_in(tasks, task_id, downstream[0]) if success and len(downstream) == 1 else None
+    return Plan(downstream, frozenset(needed), params, whole_run, fan_in)
+
+
+def _fan_in(
+    tasks: Mapping[str, Any], task_id: str, down: str
+) -> tuple[tuple[ColumnElement[Any], ...], list[str]] | None:
+    """If `task_id`'s success cannot decide `down` while another upstream of it is
+    unfinished: how the result's UPDATE counts those (`_FAN_IN_*`, the names)."""
+    spec = tasks[down]
+    others = set(spec["upstream"]) - {task_id}
+    if not others or TriggerRule(spec["trigger_rule"]) not in WAITS_FOR_ALL:
+        return None
+    rest = set(tasks) - others
+    if len(others) <= len(rest):
+        return _FAN_IN_OTHERS, sorted(others)
+    return _FAN_IN_ALL_BUT, sorted(rest)  # a wide fan-in: name the few that are not
 
 
 def lock_run(
@@ -171,80 +240,73 @@ def lock_run(
     dag: Dag | None,
     finished: TaskInstanceState = TI.SUCCESS,
 ) -> LockedRun | None:
-    """Lock run `run_pk` (FOR UPDATE), then read what deciding `task_id`'s downstream
-    after its `finished` result needs; None if this worker may not decide the run
-    (claimed by a job, not running, of another DAG version, its spans waiting for a
-    scheduler to continue them, or more than READ_LIMIT TIs to read).
+    """Lock run `run_pk` (FOR UPDATE) to decide `task_id`'s downstream after its
+    `finished` result; None if this worker may not decide the run (claimed by a job,
+    not running, of another DAG version, its spans waiting for a scheduler to continue
+    them, or more than READ_LIMIT TIs to read).
 
-    A success into a fan-in that waits for all its upstreams first counts the others
-    still unfinished (`_fan_in_waits`): while one is, the TIs are not read at all.
-
-    Called in the result transaction BEFORE the result is written, so the lock is held
-    when the result becomes visible to others: every decision sees every result.
-    `dag` is the (cached, read-only) DAG row the worker ran the task from; `pool` is the
-    finished TI's pool, whose freed slot waiting TIs may want.
+    Called in the result transaction BEFORE the result is written (`write_result`), so
+    the lock is held when the result becomes visible to others: every decision sees
+    every result. `dag` is the (cached, read-only) DAG row the worker ran the task from;
+    `pool` is the finished TI's pool, whose freed slot waiting TIs may want.
     """
     if dag is None or not dag.serialized:
         return None
-    tasks = dag.serialized["tasks"]
-    downstream = tasks.get(task_id, {}).get("downstream", [])
-    needed = {task_id, *downstream}
-    for down in downstream:
-        needed.update(tasks[down]["upstream"])
-    if len(needed) > READ_LIMIT:
-        return None  # a wide fan-out or fan-in: one scheduler pass serves many results
-    pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
-    branches = sorted(t for t in needed if tasks[t].get("is_branch"))
-    params = {
-        "run_pk": run_pk,
-        "task_ids": sorted(needed),
-        "downstream": sorted(downstream) or [task_id],
-        "branches": branches or [""],
-        "pools": pools,
-    }
+    plan = _plan(dag, task_id, pool, finished is TI.SUCCESS)
+    if plan is None:
+        return None
     run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
     if run is None or run.claimed_by_job_id is not None or run.dag_hash != dag.version_hash:
         return None
     if run.span_status == SpanStatus.NEEDS_CONTINUANCE:
         return None  # its spans' owner exited: TIs must nest under the continuing span
-    if finished is TI.SUCCESS and len(downstream) == 1:
-        backlog = _fan_in_waits(session, params, tasks, task_id, downstream[0])
-        if backlog is not None:
-            return LockedRun(run_pk, run.run_id, dag, task_id, [], backlog, waiting=True)
-    whole_run = len(needed) > FEW and len(tasks) <= READ_LIMIT
-    rows = _read(session, params, needed, whole_run)
-    if not any(row.task_id == task_id for row in rows):
-        return None
-    return LockedRun(run_pk, run.run_id, dag, task_id, rows, bool(rows[0].backlog))
+    return LockedRun(run_pk, run.run_id, dag, task_id, plan)
 
 
-def _fan_in_waits(
+def write_result(
     session: Session,
-    params: dict[str, Any],
-    tasks: Mapping[str, Any],
-    task_id: str,
-    down: str,
-) -> bool | None:
-    """If `down` (a fan-in) still waits for an upstream other than `task_id`, whose
-    success then changes nothing: whether TIs wait in the pools (the backlog); else None.
+    locked: LockedRun,
+    *,
+    ti_id: int,
+    new: TaskInstanceState,
+    attempt_id: str,
+    now: dt.datetime,
+    values: Mapping[str, Any],
+) -> LockedRun | None:
+    """The result's compare-and-set running → `new` under the run's lock, then what
+    deciding its downstream needs; None if the result lost (nothing is read).
 
-    Under the run's lock, so the last of racing results sees the others' commits."""
-    spec = tasks[down]
-    others = set(spec["upstream"]) - {task_id}
-    if not others or TriggerRule(spec["trigger_rule"]) not in WAITS_FOR_ALL:
+    A success into a fan-in that waits for all its upstreams has its UPDATE count the
+    others still unfinished: while one is, the run's TIs are not read (`waiting`)."""
+    plan = locked.plan
+    expect = [TI.RUNNING]
+    if plan.fan_in is not None:
+        columns, names = plan.fan_in
+        row = move_ti_returning(
+            session,
+            ti_id,
+            new,
+            expect=expect,
+            attempt_id=attempt_id,
+            now=now,
+            values=values,
+            returning=columns,
+            params={"run_pk": locked.run_pk, "pools": plan.params["pools"], "fan_in": names},
+        )
+        if row is None:
+            return None
+        if row.unfinished:
+            return replace(locked, backlog=bool(row.backlog), waiting=True)
+    elif not move_ti(
+        session, ti_id, new, expect=expect, attempt_id=attempt_id, now=now, values=values
+    ):
         return None
-    rest = set(tasks) - others
-    if len(others) <= len(rest):
-        statement, names = _FAN_IN_OTHERS, others
-    else:  # a wide fan-in: name the few TIs that are not its other upstreams
-        statement, names = _FAN_IN_ALL_BUT, rest
-    check = {"run_pk": params["run_pk"], "pools": params["pools"], "task_ids": sorted(names)}
-    unfinished, backlog = session.execute(statement, check).one()
-    return bool(backlog) if unfinished else None
+    rows = _read(session, {**plan.params, "run_pk": locked.run_pk}, plan.needed, plan.whole_run)
+    return replace(locked, rows=rows, backlog=bool(rows[0].backlog))
 
 
 def _read(
-    session: Session, params: dict[str, Any], needed: set[str], whole_run: bool
+    session: Session, params: dict[str, Any], needed: frozenset[str], whole_run: bool
 ) -> list[Row[Any]]:
     if not whole_run:
         return list(session.execute(_READ, params))
@@ -266,7 +328,7 @@ def schedule_downstream(
     in this transaction: decide its direct downstream and queue what is ready."""
     dag = locked.dag
     tasks = dag.serialized["tasks"]
-    downstream = list(tasks[locked.task_id].get("downstream", []))
+    downstream = list(locked.plan.downstream)
     follow = FollowUp()
     ready = (
         []

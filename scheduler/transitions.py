@@ -100,12 +100,14 @@ def move_ti_returning(
     returning: tuple[ColumnElement[Any], ...],
     attempt_id: str | None = None,
     values: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> Row[Any] | None:
     """`move_ti` that also returns `returning` of the moved row (None if it lost), in the
-    same statement. `returning` must be a module-level constant: statements are cached by it.
+    same statement; `params` bind the parameters of `returning` (subqueries). `returning`
+    must be a module-level constant: statements are cached by it.
     """
-    stmt, params = _prepared_move(new, expect, now, attempt_id, values, returning)
-    params["b_ids"] = [ti_id]
+    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, returning)
+    params = {**(params or {}), **bound, "b_ids": [ti_id]}
     return session.execute(stmt, params).first()
 
 
