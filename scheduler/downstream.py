@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, bindparam, case, exists, func, select
+from sqlalchemy import ColumnElement, Row, Select, bindparam, case, exists, func, select
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -46,7 +46,7 @@ from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
-from scheduler.transitions import move_ti, move_ti_returning, move_tis, queue_tis
+from scheduler.transitions import move_ti_reading, move_ti_returning, move_tis, queue_tis
 from tasks.trigger_rules import TriggerRule
 
 READ_LIMIT = 256
@@ -297,22 +297,36 @@ def write_result(
             return None
         if row.unfinished:
             return replace(locked, backlog=bool(row.backlog), waiting=True)
-    elif not move_ti(
-        session, ti_id, new, expect=expect, attempt_id=attempt_id, now=now, values=values
-    ):
-        return None
-    rows = _read(session, {**plan.params, "run_pk": locked.run_pk}, plan.needed, plan.whole_run)
+        rows = _read(session, locked.run_pk, plan)  # the last result: the others finished
+    else:
+        read, params = _read_statement(locked.run_pk, plan)
+        moved = move_ti_reading(
+            session,
+            ti_id,
+            new,
+            expect=expect,
+            attempt_id=attempt_id,
+            now=now,
+            values=values,
+            read=read,
+            params=params,
+        )
+        if moved is None:
+            return None
+        rows = [row for row in moved if row.task_id in plan.needed]
     return replace(locked, rows=rows, backlog=bool(rows[0].backlog))
 
 
-def _read(
-    session: Session, params: dict[str, Any], needed: frozenset[str], whole_run: bool
-) -> list[Row[Any]]:
-    if not whole_run:
-        return list(session.execute(_READ, params))
-    run_params = {k: v for k, v in params.items() if k != "task_ids"}
-    rows: list[Row[Any]] = list(session.execute(_READ_RUN, run_params))
-    return [row for row in rows if row.task_id in needed]
+def _read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any]]:
+    if plan.whole_run:
+        params = {k: v for k, v in plan.params.items() if k != "task_ids"}
+        return _READ_RUN, {**params, "run_pk": run_pk}
+    return _READ, {**plan.params, "run_pk": run_pk}
+
+
+def _read(session: Session, run_pk: int, plan: Plan) -> list[Row[Any]]:
+    read, params = _read_statement(run_pk, plan)
+    return [row for row in session.execute(read, params) if row.task_id in plan.needed]
 
 
 def schedule_downstream(

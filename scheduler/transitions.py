@@ -14,7 +14,18 @@ import functools
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import ClauseElement, ColumnElement, Row, Update, bindparam, update
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Row,
+    Select,
+    Update,
+    bindparam,
+    func,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from scheduler.models import DagRun, TaskInstance
@@ -109,6 +120,44 @@ def move_ti_returning(
     stmt, bound = _prepared_move(new, expect, now, attempt_id, values, returning)
     params = {**(params or {}), **bound, "b_ids": [ti_id]}
     return session.execute(stmt, params).first()
+
+
+def move_ti_reading(
+    session: Session,
+    ti_id: int,
+    new: TaskInstanceState,
+    *,
+    expect: Iterable[TaskInstanceState],
+    now: dt.datetime,
+    read: Select[Any],
+    params: Mapping[str, Any],
+    attempt_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> list[Row[Any]] | None:
+    """`move_ti` and `read` (bound by `params`) in one statement: the rows `read` returns,
+    or None if the move lost. `read` runs in the statement's snapshot, so it sees the TI
+    as it was before the move; it must be a module-level constant (statements are cached
+    by it). SQLite (no UPDATE in WITH, one writer at a time) runs `read`, then the move.
+    """
+    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, ())
+    bound["b_ids"] = [ti_id]
+    if session.get_bind().dialect.name == "sqlite":
+        before = list(session.execute(read, params))
+        return before if session.execute(stmt, bound).first() is not None else None
+    rows = session.execute(_fused(stmt, read), {**params, **bound}).all()
+    if not rows or not rows[0].moved:
+        return None
+    return [row for row in rows if row.id is not None]
+
+
+@functools.lru_cache(maxsize=64)
+def _fused(move: Update, read: Select[Any]) -> Select[Any]:
+    """`WITH moved AS (move) SELECT count(moved), read.* … LEFT JOIN read ON true`: one row
+    at least, so a won move is told apart from an empty read."""
+    moved = move.cte("moved")
+    count = select(func.count().label("moved")).select_from(moved).subquery("m")
+    rows = read.subquery("r")
+    return select(count.c.moved, *rows.c).select_from(count.outerjoin(rows, true()))
 
 
 def _move_statement(
