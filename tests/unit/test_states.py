@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from scheduler.db import make_engine, make_session_factory, transaction
 from scheduler.migrate import upgrade
@@ -20,7 +20,7 @@ from scheduler.states import (
     RunType,
     check_ti_move,
 )
-from scheduler.transitions import move_run, move_ti
+from scheduler.transitions import move_run, move_ti, move_ti_reading
 
 NOW = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
 
@@ -105,3 +105,60 @@ def test_compare_and_set_stamps_and_guards_attempt(factory) -> None:
         assert ti.state == TI.RUNNING
         assert ti.scheduled_at == NOW and ti.queued_at == NOW and ti.start_date == later
         assert ti.start_date.tzinfo is not None
+
+
+_READ_STATE = select(TaskInstance.__table__.c.id, TaskInstance.__table__.c.state).where(
+    TaskInstance.__table__.c.id == bindparam("x")
+)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_factory(request, tmp_path):
+    url = (
+        f"sqlite:///{tmp_path / 'states.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    engine = make_engine(url)
+    upgrade(engine)
+    yield make_session_factory(engine)
+    engine.dispose()
+
+
+def test_a_move_and_a_read_share_one_statement(any_factory) -> None:
+    """The read sees the TI as it was before the move; a lost move is None, a won move
+    with nothing to read an empty list."""
+    ti_id = _one_ti(any_factory)
+    with transaction(any_factory) as session:
+        rows = move_ti_reading(
+            session,
+            ti_id,
+            TI.SCHEDULED,
+            expect=[TI.NONE],
+            now=NOW,
+            read=_READ_STATE,
+            params={"x": ti_id},
+        )
+        assert [(r.id, r.state) for r in rows or []] == [(ti_id, "none")]
+        lost = move_ti_reading(
+            session,
+            ti_id,
+            TI.SCHEDULED,
+            expect=[TI.NONE],
+            now=NOW,
+            read=_READ_STATE,
+            params={"x": ti_id},
+        )
+        assert lost is None
+        empty = move_ti_reading(
+            session,
+            ti_id,
+            TI.QUEUED,
+            expect=[TI.SCHEDULED],
+            now=NOW,
+            read=_READ_STATE,
+            params={"x": -1},
+        )
+        assert empty == []
+    with any_factory() as session:
+        assert session.get(TaskInstance, ti_id).state == TI.QUEUED
