@@ -68,6 +68,8 @@ _RUN = DagRun.__table__.c
 _WAITING = exists().where(
     _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
 )
+_UNCLAIMED = _RUN.claimed_by_job_id.is_(None)
+"""The runs workers drive (no job claimed them): one constant, so statements cache."""
 _LOCK_RUN = (
     select(_RUN.run_id, _RUN.claimed_by_job_id, _RUN.dag_hash, _RUN.span_status)
     .where(_RUN.id == bindparam("run_pk"), _RUN.state == DagRunState.RUNNING.value)
@@ -361,7 +363,7 @@ def schedule_downstream(
             session,
             job_id=None,
             now=now,
-            runs=DagRun.claimed_by_job_id.is_(None),
+            runs=_UNCLAIMED,
             limit=FILL_LIMIT,
             with_trace=with_trace,
         )

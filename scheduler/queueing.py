@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, select, update
@@ -39,18 +39,20 @@ log = logging.getLogger("sluice.queueing")
 
 @dataclass
 class Capacity:
-    """Pool slots and active TIs per DAG, read with every pool row locked FOR UPDATE:
-    what queueing in this transaction may still take (`take` books it)."""
+    """Pool slots, active TIs per DAG and those DAGs' limits, read with every pool row
+    locked FOR UPDATE: what queueing in this transaction may still take (`take` books it)."""
 
     slots: dict[str, int]
     used: dict[str, int]
     active: dict[str, int]
+    max_tasks: dict[str, int] = field(default_factory=dict)
+    """max_active_tasks of the DAGs with active TIs (others: learnt from their TIs' rows)."""
 
     @classmethod
     def locked(cls, session: Session) -> Capacity:
         slots = lock_pools(session)
-        used, active = active_usage(session)
-        return cls(slots, used, active)
+        usage = active_usage(session)
+        return cls(slots, usage.slots_by_pool, usage.tis_by_dag, usage.max_active_tasks)
 
     def take(self, pool: str, pool_slots: int, dag_id: str, max_active_tasks: int) -> bool:
         """Book one TI if its pool has `pool_slots` free and its DAG is under its limit."""
@@ -96,29 +98,17 @@ def queue_scheduled(
     `with_trace`, each message carries its TI's span carrier for the headers.
     """
     capacity = Capacity.locked(session)
-    max_tasks: dict[str, int] = {
-        dag_id: n
-        for dag_id, n in session.execute(
-            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(list(capacity.active)))
-        )
-    }
     # Fairness: a DAG at its max_active_tasks or a full pool is left out of the batch,
     # so its scheduled TIs cannot fill the batch and starve other DAGs and pools.
-    full_dags = [d for d, n in capacity.active.items() if n >= max_tasks.get(d, 0)]
+    full_dags = [d for d, n in capacity.active.items() if n >= capacity.max_tasks.get(d, 0)]
     full_pools = [p for p, n in capacity.used.items() if n >= capacity.slots.get(p, 0)]
     candidates = lock_scheduled_tis(session, limit, runs, full_dags, full_pools)
     if not candidates:
         return [], False
-    missing = {row.dag_id for row in candidates} - set(max_tasks)
-    if missing:
-        rows = session.execute(
-            select(Dag.dag_id, Dag.max_active_tasks).where(Dag.dag_id.in_(missing))
-        )
-        max_tasks.update({dag_id: n for dag_id, n in rows})
     assignments: list[tuple[int, str]] = []
     messages: list[RunMessage] = []
     for row in candidates:
-        if not capacity.take(row.pool, row.pool_slots, row.dag_id, max_tasks.get(row.dag_id, 0)):
+        if not capacity.take(row.pool, row.pool_slots, row.dag_id, row.max_active_tasks or 0):
             continue
         attempt_id = str(uuid.uuid4())
         assignments.append((row.id, attempt_id))

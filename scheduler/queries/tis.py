@@ -8,25 +8,30 @@ so the slot accounting of two schedulers is serialised and never over-fills.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, func, select
+from sqlalchemy import ColumnElement, Row, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from scheduler.models import DagRun, Pool, TaskInstance
+from scheduler.models import Dag, DagRun, Pool, TaskInstance
 from scheduler.states import TI, TI_ACTIVE, DagRunState
 
 _POOLS = Pool.__table__.c
 _TIS = TaskInstance.__table__.c
 _LOCK_POOLS = select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update()
+_DAGS = Dag.__table__.c
 _ACTIVE_USAGE = (
     select(
         _TIS.pool,
         _TIS.dag_id,
         func.coalesce(func.sum(_TIS.pool_slots), 0),
         func.count(),
+        func.max(_DAGS.max_active_tasks),
     )
+    .join_from(TaskInstance.__table__, Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
     .where(_TIS.state.in_(sorted(state.value for state in TI_ACTIVE)))
     .group_by(_TIS.pool, _TIS.dag_id)
 )
@@ -47,14 +52,23 @@ def used_slots_by_pool(session: Session) -> dict[str, int]:
     return {pool: int(n) for pool, n in session.execute(stmt).all()}
 
 
-def active_usage(session: Session) -> tuple[dict[str, int], dict[str, int]]:
-    """Queued + running TIs in one query: (slots used per pool, TIs per DAG)."""
-    by_pool: dict[str, int] = {}
-    by_dag: dict[str, int] = {}
-    for pool, dag_id, slots, count in session.execute(_ACTIVE_USAGE):
-        by_pool[pool] = by_pool.get(pool, 0) + int(slots)
-        by_dag[dag_id] = by_dag.get(dag_id, 0) + int(count)
-    return by_pool, by_dag
+@dataclass(frozen=True)
+class Usage:
+    """Queued + running TIs: slots used per pool, TIs per DAG, and those DAGs' limits."""
+
+    slots_by_pool: dict[str, int]
+    tis_by_dag: dict[str, int]
+    max_active_tasks: dict[str, int]
+
+
+def active_usage(session: Session) -> Usage:
+    """Queued + running TIs in one query, with the limits of their DAGs."""
+    usage = Usage({}, {}, {})
+    for pool, dag_id, slots, count, max_tasks in session.execute(_ACTIVE_USAGE):
+        usage.slots_by_pool[pool] = usage.slots_by_pool.get(pool, 0) + int(slots)
+        usage.tis_by_dag[dag_id] = usage.tis_by_dag.get(dag_id, 0) + int(count)
+        usage.max_active_tasks[dag_id] = int(max_tasks or 0)
+    return usage
 
 
 def lock_scheduled_tis(
@@ -64,34 +78,46 @@ def lock_scheduled_tis(
     skip_dags: Sequence[str] = (),
     skip_pools: Sequence[str] = (),
 ) -> list[Row[Any]]:
-    """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED.
+    """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED,
+    with their DAG's `max_active_tasks`.
 
     TIs of `skip_dags` (at their max_active_tasks) and `skip_pools` (full) are left out.
     """
+    stmt = _scheduled_statement(runs, bool(skip_dags), bool(skip_pools))
+    params = {"limit": limit, "skip_dags": list(skip_dags), "skip_pools": list(skip_pools)}
+    return list(session.execute(stmt, params))
+
+
+@functools.lru_cache(maxsize=16)
+def _scheduled_statement(
+    runs: ColumnElement[bool], skip_dags: bool, skip_pools: bool
+) -> Select[Any]:
+    """Built once per `runs` clause (a module-level constant for the workers' fills)."""
     stmt = (
         select(
-            TaskInstance.id,
-            TaskInstance.dag_id,
-            TaskInstance.run_id,
-            TaskInstance.task_id,
-            TaskInstance.try_number,
-            TaskInstance.queue,
-            TaskInstance.pool,
-            TaskInstance.pool_slots,
-            TaskInstance.context_carrier,
+            _TIS.id,
+            _TIS.dag_id,
+            _TIS.run_id,
+            _TIS.task_id,
+            _TIS.try_number,
+            _TIS.queue,
+            _TIS.pool,
+            _TIS.pool_slots,
+            _TIS.context_carrier,
+            _DAGS.max_active_tasks,
         )
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.state == TI.SCHEDULED, DagRun.state == DagRunState.RUNNING, runs)
-        .order_by(TaskInstance.priority_weight.desc(), TaskInstance.scheduled_at, TaskInstance.id)
-        .limit(limit)
-        .with_for_update(of=TaskInstance, skip_locked=True)
+        .join(Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
+        .where(_TIS.state == TI.SCHEDULED.value, DagRun.state == DagRunState.RUNNING, runs)
+        .order_by(_TIS.priority_weight.desc(), _TIS.scheduled_at, _TIS.id)
+        .limit(bindparam("limit"))
+        .with_for_update(of=TaskInstance.__table__, skip_locked=True)
     )
     if skip_dags:
-        stmt = stmt.where(TaskInstance.dag_id.not_in(list(skip_dags)))
+        stmt = stmt.where(_TIS.dag_id.not_in(bindparam("skip_dags", expanding=True)))
     if skip_pools:
-        stmt = stmt.where(TaskInstance.pool.not_in(list(skip_pools)))
-    rows: list[Row[Any]] = list(session.execute(stmt))
-    return rows
+        stmt = stmt.where(_TIS.pool.not_in(bindparam("skip_pools", expanding=True)))
+    return stmt
 
 
 def lock_expired_queued(
