@@ -123,7 +123,7 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
     if claimed is None:
         log.info("stale message for %s: ignored", _what(msg))
         return Outcome.STALE
-    log.info("running %s, try %s", _what(msg), claimed.try_number)
+    log.debug("running %s, try %s", _what(msg), claimed.try_number)  # Celery logs the receipt
     heartbeat = Heartbeat(
         ctx.session_factory, ctx.settings.heartbeat_interval, msg.ti_id, msg.attempt_id
     )
