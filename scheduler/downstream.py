@@ -44,9 +44,16 @@ from broker.messages import RunMessage
 from scheduler import spans
 from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.queries.tis import HAS_ROOM, lock_pools
 from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
-from scheduler.transitions import move_ti_reading, move_ti_returning, move_tis, queue_tis
+from scheduler.transitions import (
+    move_ti_reading,
+    move_ti_returning,
+    move_tis,
+    queue_ti_if,
+    queue_tis,
+)
 from tasks.trigger_rules import TriggerRule
 
 READ_LIMIT = 256
@@ -423,16 +430,31 @@ def _queue(
     with_trace: bool,
 ) -> list[RunMessage]:
     """Queue the ready TIs that fit (pool rows locked FOR UPDATE); the rest go to
-    `scheduled` for the schedulers, which are then woken."""
-    capacity = Capacity.locked(session)
+    `scheduled` for the schedulers, which are then woken. One TI (a chain's next) is
+    queued by one statement that checks its room itself (`HAS_ROOM`)."""
     queued: list[tuple[Row[Any], str]] = []
     later: list[int] = []
-    for row in sorted(ready, key=lambda r: (-r.priority_weight, r.id)):
-        if capacity.take(row.pool, row.pool_slots, dag.dag_id, dag.max_active_tasks):
-            queued.append((row, str(uuid.uuid4())))
+    if len(ready) == 1:
+        row, attempt_id = ready[0], str(uuid.uuid4())
+        room = {
+            "r_pool": row.pool,
+            "r_slots": row.pool_slots,
+            "r_pool_total": lock_pools(session).get(row.pool, 0),
+            "r_dag": dag.dag_id,
+            "r_max_active": dag.max_active_tasks,
+        }
+        if queue_ti_if(session, row.id, attempt_id, now=now, condition=HAS_ROOM, params=room):
+            queued.append((row, attempt_id))
         else:
             later.append(row.id)
-    queue_tis(session, [(r.id, a) for r, a in queued], now=now, job_id=None, decided=True)
+    else:
+        capacity = Capacity.locked(session)
+        for row in sorted(ready, key=lambda r: (-r.priority_weight, r.id)):
+            if capacity.take(row.pool, row.pool_slots, dag.dag_id, dag.max_active_tasks):
+                queued.append((row, str(uuid.uuid4())))
+            else:
+                later.append(row.id)
+        queue_tis(session, [(r.id, a) for r, a in queued], now=now, job_id=None, decided=True)
     if later:
         move_tis(session, later, TI.SCHEDULED, expect=[TI.NONE], now=now)
         follow.wake = True

@@ -278,6 +278,29 @@ def queue_tis(
     session.execute(_queue_statement(decided), params)
 
 
+def queue_ti_if(
+    session: Session,
+    ti_id: int,
+    attempt_id: str,
+    *,
+    now: dt.datetime,
+    condition: ColumnElement[bool],
+    params: Mapping[str, Any],
+) -> bool:
+    """`queue_tis(decided=True)` for one TI, made only if `condition` (a module-level
+    constant, bound by `params`) holds in the same statement; True if it was queued."""
+    check_ti_move(TI.NONE, TI.SCHEDULED)
+    check_ti_move(TI.SCHEDULED, TI.QUEUED)
+    stmt = _queue_if_statement(condition)
+    bound = {**params, "b_id": ti_id, "b_attempt": attempt_id, "b_now": now, "b_job": None}
+    return session.execute(stmt, bound).first() is not None
+
+
+@functools.lru_cache(maxsize=8)
+def _queue_if_statement(condition: ColumnElement[bool]) -> Update:
+    return _queue_statement(True).where(condition).returning(TaskInstance.__table__.c.id)
+
+
 @functools.lru_cache(maxsize=2)
 def _queue_statement(decided: bool) -> Update:
     table = TaskInstance.__table__

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, bindparam, func, select
+from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from scheduler.models import Dag, DagRun, Pool, TaskInstance
@@ -36,6 +36,24 @@ _ACTIVE_USAGE = (
     .group_by(_TIS.pool, _TIS.dag_id)
 )
 """Run by every queueing transaction (scheduler pass or worker result): built once."""
+
+_ACTIVE_STATES = sorted(state.value for state in TI_ACTIVE)
+_OTHER = TaskInstance.__table__.alias("active")
+HAS_ROOM = and_(
+    select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0))
+    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.pool == bindparam("r_pool"))
+    .scalar_subquery()
+    + bindparam("r_slots")
+    <= bindparam("r_pool_total"),
+    select(func.count())
+    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.dag_id == bindparam("r_dag"))
+    .scalar_subquery()
+    < bindparam("r_max_active"),
+)
+"""One TI fits: its pool has `r_slots` free of `r_pool_total` and its DAG `r_dag` is under
+`r_max_active` active TIs. Evaluated in the statement that queues it, after the pool rows
+were locked by an earlier statement (a statement that waits for a lock reads with its
+older snapshot), so it counts every TI queued before the lock was granted."""
 
 
 def lock_pools(session: Session) -> dict[str, int]:

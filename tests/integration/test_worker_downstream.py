@@ -245,6 +245,33 @@ def test_a_one_success_join_is_queued_by_its_first_upstream(harness: Harness) ->
     assert harness.states() == {"u0": "queued", "u1": "success", "u2": "queued", "j": "queued"}
 
 
+def test_a_chain_s_next_task_waits_when_its_pool_is_full(harness: Harness) -> None:
+    """The next task of a chain is queued only if its pool has room; otherwise it waits in
+    `scheduled` and the result that frees the slot queues it."""
+    with transaction(harness.factory) as session:
+        session.add(Pool(name="one", slots=1))
+    harness.write(
+        "tight",
+        """
+    from tasks import DAG, task
+    with DAG("tight", schedule=None) as dag:
+        blocker = task(task_id="blocker", pool="one")(lambda: 0)
+        a = task(task_id="a")(lambda: 1)
+        a >> task(task_id="b", pool="one")(lambda: 2)
+    """,
+    )
+    run_pk = harness.trigger("tight")
+    assert sorted(m.task_id for m in harness.by_scheduler) == ["a", "blocker"]
+    harness.run("a")
+    assert harness.states()["b"] == "scheduled"
+    assert harness.worker_queued() == []
+    assert harness.news() == {run_pk}
+    harness.waker.take_news()
+    harness.run("blocker")
+    assert harness.worker_queued() == ["b"]
+    assert harness.states()["b"] == "queued"
+
+
 def test_worker_respects_max_active_tasks(harness: Harness) -> None:
     harness.write(
         "narrow",
