@@ -9,7 +9,8 @@ Invariants:
   while running) is dropped and is `stale` too.
 - The claim is one statement (autocommit on PostgreSQL). The result, the try's log and
   the downstream decision share one transaction, the run's row locked first; what it
-  queued is published after the commit.
+  queued is published after the commit. TIs waiting for the slot the result freed are
+  queued after it, in a transaction of their own (`fill_freed_slots`).
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
@@ -41,7 +42,13 @@ from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import single_statement_factory, transaction, utcnow
-from scheduler.downstream import FollowUp, lock_run, schedule_downstream, write_result
+from scheduler.downstream import (
+    FollowUp,
+    fill_freed_slots,
+    lock_run,
+    schedule_downstream,
+    write_result,
+)
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
@@ -142,13 +149,34 @@ def _follow_up(ctx: WorkerContext, claimed: Claimed, follow: FollowUp | None) ->
 
     A failed publish leaves the TIs queued; the schedulers' queued sweep re-publishes.
     """
-    if follow is not None and follow.messages and ctx.publish is not None:
-        try:
-            ctx.publish(follow.messages)
-        except Exception as exc:
-            log.warning("publishing %d downstream tasks failed: %s", len(follow.messages), exc)
+    if follow is not None and follow.messages:
+        _publish(ctx, follow.messages)
+    if follow is not None and follow.fill and _fill(ctx):
+        follow.wake = True
     if follow is None or follow.wake:
         ctx.waker.wake(claimed.run_pk)
+
+
+def _publish(ctx: WorkerContext, messages: Sequence[RunMessage]) -> None:
+    if ctx.publish is None:
+        return
+    try:
+        ctx.publish(messages)
+    except Exception as exc:
+        log.warning("publishing %d downstream tasks failed: %s", len(messages), exc)
+
+
+def _fill(ctx: WorkerContext) -> bool:
+    """Queue waiting TIs into the slot this result freed (`fill_freed_slots`), publish
+    them; True if the schedulers should look (more may fit, or the fill failed)."""
+    try:
+        with transaction(ctx.session_factory) as session:
+            messages, more = fill_freed_slots(session, now=utcnow(), with_trace=ctx.trace_tis)
+    except OperationalError as exc:
+        log.warning("queueing into the freed slot failed (a scheduler will): %s", exc)
+        return True
+    _publish(ctx, messages)
+    return more
 
 
 def _what(msg: RunMessage) -> str:

@@ -21,8 +21,9 @@ Invariants:
   this cannot deadlock.
 - Priority order holds as in a scheduler pass: a ready TI goes straight to `queued`
   only if its pool has room and no other TI of that pool waits in `scheduled`;
-  otherwise it joins the waiting ones and the free slots (this result's among them)
-  are filled by `queueing.queue_scheduled`, by priority then age, as a scheduler does.
+  otherwise it joins the waiting ones, and after the commit `fill_freed_slots` fills
+  the free slots (this result's among them) by priority then age, as a scheduler does,
+  in a transaction of its own that does not hold the run's lock.
 - Only runs no job has claimed (the scheduler's runs) are driven here: a backfill
   drives its own runs, a run whose DAG changed needs `verify_integrity`, and a
   cascade (a downstream skipped or upstream_failed) or a run whose TIs are all
@@ -150,10 +151,12 @@ _UNFINISHED = (
 @dataclass
 class FollowUp:
     """What the result transaction did for the run: messages to send after the commit,
-    and whether the schedulers must still look at the run (`wake`)."""
+    whether the schedulers must still look at the run (`wake`), and whether TIs wait in
+    the pools for the slot the result freed (`fill`: `fill_freed_slots` after the commit)."""
 
     messages: list[RunMessage] = field(default_factory=list)
     wake: bool = False
+    fill: bool = False
 
 
 @dataclass(frozen=True)
@@ -358,30 +361,34 @@ def schedule_downstream(
         if locked.waiting
         else _decide(session, locked, tasks, downstream, finished, result, now, follow)
     )
-    messages: list[RunMessage] = []
     if ready and not locked.backlog:
-        messages = _queue(session, locked.run_id, dag, ready, now, follow, with_trace)
-    elif ready:
+        follow.messages = _queue(session, locked.run_id, dag, ready, now, follow, with_trace)
+    elif ready:  # they join the TIs waiting in their pools, queued by priority
         move_tis(session, [r.id for r in ready], TI.SCHEDULED, expect=[TI.NONE], now=now)
-    if locked.backlog:
-        # TIs wait in the pools concerned: queue by the schedulers' order (priority,
-        # then age) into the slots free now, this result's among them
-        waiting, left = queue_scheduled(
-            session,
-            job_id=None,
-            now=now,
-            runs=_UNCLAIMED,
-            limit=FILL_LIMIT,
-            with_trace=with_trace,
-        )
-        messages += waiting
-        follow.wake |= left and len(waiting) >= FILL_LIMIT  # more may fit: a full pass
-    follow.messages = messages
-    if with_trace and messages:
-        spans.start_ti_spans(session, [m.ti_id for m in messages], now)
+    follow.fill = locked.backlog
+    if with_trace and follow.messages:
+        spans.start_ti_spans(session, [m.ti_id for m in follow.messages], now)
     if not ready and not locked.waiting and not _has_unfinished(session, locked):
         follow.wake = True  # every TI finished: the scheduler ends the run
     return follow
+
+
+def fill_freed_slots(
+    session: Session, *, now: dt.datetime, with_trace: bool = False
+) -> tuple[list[RunMessage], bool]:
+    """After a result that freed a slot committed: queue TIs waiting in `scheduled` into
+    the slots free now, by the schedulers' order (priority, then age), at most
+    FILL_LIMIT; the messages, and whether more may fit (then a scheduler pass should run).
+
+    Its own transaction, without the run's lock (the pool rows FOR UPDATE, the TIs SKIP
+    LOCKED, as a scheduler's queueing does), so a run's other results do not wait for it.
+    """
+    waiting, left = queue_scheduled(
+        session, job_id=None, now=now, runs=_UNCLAIMED, limit=FILL_LIMIT, with_trace=with_trace
+    )
+    if with_trace and waiting:
+        spans.start_ti_spans(session, [m.ti_id for m in waiting], now)
+    return waiting, left and len(waiting) >= FILL_LIMIT
 
 
 def _decide(
