@@ -44,7 +44,7 @@ from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import single_statement_factory, transaction, utcnow
 from scheduler.downstream import (
     FollowUp,
-    fill_freed_slots,
+    fill_freed_slot,
     lock_run,
     schedule_downstream,
     write_result,
@@ -151,7 +151,7 @@ def _follow_up(ctx: WorkerContext, claimed: Claimed, follow: FollowUp | None) ->
     """
     if follow is not None and follow.messages:
         _publish(ctx, follow.messages)
-    if follow is not None and follow.fill and _fill(ctx):
+    if follow is not None and follow.fill and not _fill(ctx, claimed.pool):
         follow.wake = True
     if follow is None or follow.wake:
         ctx.waker.wake(claimed.run_pk)
@@ -166,17 +166,17 @@ def _publish(ctx: WorkerContext, messages: Sequence[RunMessage]) -> None:
         log.warning("publishing %d downstream tasks failed: %s", len(messages), exc)
 
 
-def _fill(ctx: WorkerContext) -> bool:
-    """Queue waiting TIs into the slot this result freed (`fill_freed_slots`), publish
-    them; True if the schedulers should look (more may fit, or the fill failed)."""
+def _fill(ctx: WorkerContext, pool: str) -> bool:
+    """Queue the TI waiting first for the slot of `pool` this result freed
+    (`fill_freed_slot`) and publish it; False if that failed (a scheduler should look)."""
     try:
         with transaction(ctx.session_factory) as session:
-            messages, more = fill_freed_slots(session, now=utcnow(), with_trace=ctx.trace_tis)
+            messages = fill_freed_slot(session, pool=pool, now=utcnow(), with_trace=ctx.trace_tis)
     except OperationalError as exc:
         log.warning("queueing into the freed slot failed (a scheduler will): %s", exc)
-        return True
+        return False
     _publish(ctx, messages)
-    return more
+    return True
 
 
 def _what(msg: RunMessage) -> str:

@@ -45,8 +45,8 @@ from broker.messages import RunMessage
 from scheduler import spans
 from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.queries.tis import HAS_ROOM, lock_pools
-from scheduler.queueing import Capacity, new_try_message, queue_scheduled
+from scheduler.queries.tis import HAS_ROOM, NEXT_WAITING_FITS, lock_pools
+from scheduler.queueing import Capacity, new_try_message
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
 from scheduler.transitions import (
     move_ti_reading,
@@ -54,6 +54,7 @@ from scheduler.transitions import (
     move_tis,
     queue_ti_if,
     queue_tis,
+    queue_waiting_if,
 )
 from tasks.trigger_rules import TriggerRule
 
@@ -61,9 +62,6 @@ READ_LIMIT = 256
 """Most TIs a worker reads to decide a downstream. Beyond it (the 10,000-way fan-in of a
 big DAG's join, read again on each of its upstreams' results) the schedulers decide:
 their passes coalesce the wake-ups of many results into one read of the run."""
-
-FILL_LIMIT = 16
-"""Most waiting TIs one worker result queues into freed slots (more: a scheduler pass)."""
 
 FEW = 16
 """Up to this many TIs to read, they are named; beyond it (in a DAG of at most
@@ -363,8 +361,9 @@ def schedule_downstream(
     )
     if ready and not locked.backlog:
         follow.messages = _queue(session, locked.run_id, dag, ready, now, follow, with_trace)
-    elif ready:  # they join the TIs waiting in their pools, queued by priority
+    elif ready:  # they join the TIs waiting in their pools: a scheduler queues by priority
         move_tis(session, [r.id for r in ready], TI.SCHEDULED, expect=[TI.NONE], now=now)
+        follow.wake = True
     follow.fill = locked.backlog
     if with_trace and follow.messages:
         spans.start_ti_spans(session, [m.ti_id for m in follow.messages], now)
@@ -373,22 +372,47 @@ def schedule_downstream(
     return follow
 
 
-def fill_freed_slots(
-    session: Session, *, now: dt.datetime, with_trace: bool = False
-) -> tuple[list[RunMessage], bool]:
-    """After a result that freed a slot committed: queue TIs waiting in `scheduled` into
-    the slots free now, by the schedulers' order (priority, then age), at most
-    FILL_LIMIT; the messages, and whether more may fit (then a scheduler pass should run).
+_PICKED = (
+    _TI.id,
+    _TI.dag_id,
+    _TI.run_id,
+    _TI.task_id,
+    (_TI.try_number - 1).label("try_number"),  # as before the queueing bumped it
+    _TI.queue,
+    _TI.context_carrier,
+)
 
-    Its own transaction, without the run's lock (the pool rows FOR UPDATE, the TIs SKIP
-    LOCKED, as a scheduler's queueing does), so a run's other results do not wait for it.
-    """
-    waiting, left = queue_scheduled(
-        session, job_id=None, now=now, runs=_UNCLAIMED, limit=FILL_LIMIT, with_trace=with_trace
+
+def fill_freed_slot(
+    session: Session, *, pool: str, now: dt.datetime, with_trace: bool = False
+) -> list[RunMessage]:
+    """After a result that freed a slot of `pool` committed: queue the first TI waiting
+    in that pool (priority, then age, as a scheduler's order), if it fits; its message.
+
+    Its own transaction, without the run's lock: the pool's row FOR UPDATE, then one
+    statement that picks the TI (SKIP LOCKED), checks its room and queues it. A TI that
+    does not fit (its DAG at max_active_tasks) is left to the schedulers' passes."""
+    total = lock_pools(session, [pool]).get(pool)
+    if total is None:
+        return []
+    attempt_id = str(uuid.uuid4())
+    row = queue_waiting_if(
+        session,
+        attempt_id,
+        now=now,
+        condition=NEXT_WAITING_FITS,
+        params={"r_pool": pool, "r_pool_total": total},
+        returning=_PICKED,
     )
-    if with_trace and waiting:
-        spans.start_ti_spans(session, [m.ti_id for m in waiting], now)
-    return waiting, left and len(waiting) >= FILL_LIMIT
+    if row is None:
+        return []
+    if with_trace:
+        spans.start_ti_spans(session, [row.id], now)
+    return [
+        new_try_message(
+            row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
+        )
+    ]
 
 
 def _decide(
@@ -446,7 +470,7 @@ def _queue(
         room = {
             "r_pool": row.pool,
             "r_slots": row.pool_slots,
-            "r_pool_total": lock_pools(session).get(row.pool, 0),
+            "r_pool_total": lock_pools(session, [row.pool]).get(row.pool, 0),
             "r_dag": dag.dag_id,
             "r_max_active": dag.max_active_tasks,
         }

@@ -301,28 +301,51 @@ def _queue_if_statement(condition: ColumnElement[bool]) -> Update:
     return _queue_statement(True).where(condition).returning(TaskInstance.__table__.c.id)
 
 
-@functools.lru_cache(maxsize=2)
-def _queue_statement(decided: bool) -> Update:
+def queue_waiting_if(
+    session: Session,
+    attempt_id: str,
+    *,
+    now: dt.datetime,
+    condition: ColumnElement[bool],
+    params: Mapping[str, Any],
+    returning: tuple[ColumnElement[Any], ...],
+) -> Row[Any] | None:
+    """Move the `scheduled` TI that `condition` picks (and lets in) to queued, in one
+    statement; `returning` of it, or None. `condition` and `returning` are module-level
+    constants (statements are cached by them)."""
+    check_ti_move(TI.SCHEDULED, TI.QUEUED)
+    stmt = _queue_picked_statement(condition, returning)
+    bound = {**params, "b_attempt": attempt_id, "b_now": now, "b_job": None}
+    return session.execute(stmt, bound).first()
+
+
+@functools.lru_cache(maxsize=8)
+def _queue_picked_statement(
+    condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...]
+) -> Update:
+    return _queue_statement(False, by_id=False).where(condition).returning(*returning)
+
+
+@functools.lru_cache(maxsize=4)
+def _queue_statement(decided: bool, by_id: bool = True) -> Update:
     table = TaskInstance.__table__
     now = bindparam("b_now", type_=table.c.queued_at.type)
     stamps: dict[str, Any] = {"queued_at": now}
     if decided:
         stamps["scheduled_at"] = now
-    return (
-        update(table)  # type: ignore[arg-type]
-        .where(
-            table.c.id == bindparam("b_id"),
-            table.c.state == (TI.NONE if decided else TI.SCHEDULED).value,
-        )
-        .values(
-            state=TI.QUEUED.value,
-            attempt_id=bindparam("b_attempt"),
-            try_number=table.c.try_number + 1,
-            queued_by_job_id=bindparam("b_job", type_=table.c.queued_by_job_id.type),
-            hostname=None,
-            pid=None,
-            **stamps,
-        )
+    stmt = update(table).where(  # type: ignore[arg-type]
+        table.c.state == (TI.NONE if decided else TI.SCHEDULED).value
+    )
+    if by_id:
+        stmt = stmt.where(table.c.id == bindparam("b_id"))
+    return stmt.values(
+        state=TI.QUEUED.value,
+        attempt_id=bindparam("b_attempt"),
+        try_number=table.c.try_number + 1,
+        queued_by_job_id=bindparam("b_job", type_=table.c.queued_by_job_id.type),
+        hostname=None,
+        pid=None,
+        **stamps,
     )
 
 

@@ -22,6 +22,7 @@ from scheduler.states import TI, TI_ACTIVE, DagRunState
 _POOLS = Pool.__table__.c
 _TIS = TaskInstance.__table__.c
 _LOCK_POOLS = select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update()
+_LOCK_NAMED_POOLS = _LOCK_POOLS.where(_POOLS.name.in_(bindparam("names", expanding=True)))
 _DAGS = Dag.__table__.c
 _ACTIVE_USAGE = (
     select(
@@ -56,9 +57,12 @@ were locked by an earlier statement (a statement that waits for a lock reads wit
 older snapshot), so it counts every TI queued before the lock was granted."""
 
 
-def lock_pools(session: Session) -> dict[str, int]:
-    """All pools' slots, rows locked FOR UPDATE in name order."""
-    return {name: slots for name, slots in session.execute(_LOCK_POOLS).all()}
+def lock_pools(session: Session, names: Sequence[str] | None = None) -> dict[str, int]:
+    """The slots of all pools (or of `names`), rows locked FOR UPDATE in name order."""
+    if names is None:
+        return {name: slots for name, slots in session.execute(_LOCK_POOLS).all()}
+    rows = session.execute(_LOCK_NAMED_POOLS, {"names": list(names)}).all()
+    return {name: slots for name, slots in rows}
 
 
 def used_slots_by_pool(session: Session) -> dict[str, int]:
@@ -68,6 +72,38 @@ def used_slots_by_pool(session: Session) -> dict[str, int]:
         .group_by(TaskInstance.pool)
     )
     return {pool: int(n) for pool, n in session.execute(stmt).all()}
+
+
+_WAITING = TaskInstance.__table__.alias("waiting")
+_RUNS = DagRun.__table__.c
+NEXT_WAITING_FITS = and_(
+    _TIS.id
+    == select(_WAITING.c.id)
+    .join(DagRun.__table__, _RUNS.id == _WAITING.c.dag_run_id)
+    .where(
+        _WAITING.c.state == TI.SCHEDULED.value,
+        _WAITING.c.pool == bindparam("r_pool"),
+        _RUNS.state == DagRunState.RUNNING.value,
+        _RUNS.claimed_by_job_id.is_(None),
+    )
+    .order_by(_WAITING.c.priority_weight.desc(), _WAITING.c.scheduled_at, _WAITING.c.id)
+    .limit(1)
+    .with_for_update(of=_WAITING, skip_locked=True)
+    .scalar_subquery(),
+    select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0))
+    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.pool == _TIS.pool)
+    .scalar_subquery()
+    + _TIS.pool_slots
+    <= bindparam("r_pool_total"),
+    select(func.count())
+    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.dag_id == _TIS.dag_id)
+    .scalar_subquery()
+    < select(_DAGS.max_active_tasks).where(_DAGS.dag_id == _TIS.dag_id).scalar_subquery(),
+)
+"""The first TI waiting in pool `r_pool` (of a running run no job claimed; by priority,
+then age; SKIP LOCKED), if it fits: its pool (`r_pool_total` slots) and its DAG's
+max_active_tasks have room for it. For the statement that queues it, after the pool's
+row was locked by an earlier statement (see HAS_ROOM)."""
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ def test_worker_respects_pool_slots_and_fills_the_slot_it_frees(harness: Harness
     assert harness.news() == {run_pk}  # left waiting: a scheduler pass may place them
     harness.job.tick(utcnow())
     assert [m.task_id for m in harness.by_scheduler] == ["root"]  # the pool is full
-    harness.run("p1")  # frees a slot: the same transaction gives it to the first in line
+    harness.run("p1")  # frees a slot: after its commit, the first in line gets it
     assert harness.worker_queued() == ["p0", "p1", "p2"]
     assert harness.news() == set()
     with harness.factory() as session:
