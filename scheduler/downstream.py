@@ -289,20 +289,16 @@ def write_result(
     A success into a fan-in that waits for all its upstreams has its UPDATE count the
     others still unfinished: while one is, the run's TIs are not read (`waiting`)."""
     plan = locked.plan
-    expect = [TI.RUNNING]
+    move: dict[str, Any] = {
+        "expect": [TI.RUNNING],
+        "attempt_id": attempt_id,
+        "now": now,
+        "values": values,
+    }
     if plan.fan_in is not None:
         columns, names = plan.fan_in
-        row = move_ti_returning(
-            session,
-            ti_id,
-            new,
-            expect=expect,
-            attempt_id=attempt_id,
-            now=now,
-            values=values,
-            returning=columns,
-            params={"run_pk": locked.run_pk, "pools": plan.params["pools"], "fan_in": names},
-        )
+        check = {"run_pk": locked.run_pk, "pools": plan.params["pools"], "fan_in": names}
+        row = move_ti_returning(session, ti_id, new, returning=columns, params=check, **move)
         if row is None:
             return None
         if row.unfinished:
@@ -310,17 +306,7 @@ def write_result(
         rows = _read(session, locked.run_pk, plan)  # the last result: the others finished
     else:
         read, params = _read_statement(locked.run_pk, plan)
-        moved = move_ti_reading(
-            session,
-            ti_id,
-            new,
-            expect=expect,
-            attempt_id=attempt_id,
-            now=now,
-            values=values,
-            read=read,
-            params=params,
-        )
+        moved = move_ti_reading(session, ti_id, new, read=read, params=params, **move)
         if moved is None:
             return None
         rows = [row for row in moved if row.task_id in plan.needed]

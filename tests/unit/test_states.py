@@ -129,36 +129,16 @@ def test_a_move_and_a_read_share_one_statement(any_factory) -> None:
     """The read sees the TI as it was before the move; a lost move is None, a won move
     with nothing to read an empty list."""
     ti_id = _one_ti(any_factory)
+
+    def move(session: object, new: TI, expect: TI, x: int) -> list | None:
+        return move_ti_reading(
+            session, ti_id, new, expect=[expect], now=NOW, read=_READ_STATE, params={"x": x}
+        )
+
     with transaction(any_factory) as session:
-        rows = move_ti_reading(
-            session,
-            ti_id,
-            TI.SCHEDULED,
-            expect=[TI.NONE],
-            now=NOW,
-            read=_READ_STATE,
-            params={"x": ti_id},
-        )
+        rows = move(session, TI.SCHEDULED, TI.NONE, ti_id)
         assert [(r.id, r.state) for r in rows or []] == [(ti_id, "none")]
-        lost = move_ti_reading(
-            session,
-            ti_id,
-            TI.SCHEDULED,
-            expect=[TI.NONE],
-            now=NOW,
-            read=_READ_STATE,
-            params={"x": ti_id},
-        )
-        assert lost is None
-        empty = move_ti_reading(
-            session,
-            ti_id,
-            TI.QUEUED,
-            expect=[TI.SCHEDULED],
-            now=NOW,
-            read=_READ_STATE,
-            params={"x": -1},
-        )
-        assert empty == []
+        assert move(session, TI.SCHEDULED, TI.NONE, ti_id) is None
+        assert move(session, TI.QUEUED, TI.SCHEDULED, -1) == []
     with any_factory() as session:
         assert session.get(TaskInstance, ti_id).state == TI.QUEUED
