@@ -9,8 +9,7 @@ Invariants:
   while running) is dropped and is `stale` too.
 - The claim is one statement (autocommit on PostgreSQL). The result, the try's log and
   the downstream decision share one transaction, the run's row locked first; what it
-  queued is published after the commit. TIs waiting for the slot the result freed are
-  queued after it, in a transaction of their own (`fill_freed_slots`).
+  queued is published after the commit.
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
@@ -44,7 +43,6 @@ from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import single_statement_factory, transaction, utcnow
 from scheduler.downstream import (
     FollowUp,
-    fill_freed_slot,
     lock_run,
     schedule_downstream,
     write_result,
@@ -149,34 +147,13 @@ def _follow_up(ctx: WorkerContext, claimed: Claimed, follow: FollowUp | None) ->
 
     A failed publish leaves the TIs queued; the schedulers' queued sweep re-publishes.
     """
-    if follow is not None and follow.messages:
-        _publish(ctx, follow.messages)
-    if follow is not None and follow.fill and not _fill(ctx, claimed.pool):
-        follow.wake = True
+    if follow is not None and follow.messages and ctx.publish is not None:
+        try:
+            ctx.publish(follow.messages)
+        except Exception as exc:
+            log.warning("publishing %d downstream tasks failed: %s", len(follow.messages), exc)
     if follow is None or follow.wake:
         ctx.waker.wake(claimed.run_pk)
-
-
-def _publish(ctx: WorkerContext, messages: Sequence[RunMessage]) -> None:
-    if ctx.publish is None:
-        return
-    try:
-        ctx.publish(messages)
-    except Exception as exc:
-        log.warning("publishing %d downstream tasks failed: %s", len(messages), exc)
-
-
-def _fill(ctx: WorkerContext, pool: str) -> bool:
-    """Queue the TI waiting first for the slot of `pool` this result freed
-    (`fill_freed_slot`) and publish it; False if that failed (a scheduler should look)."""
-    try:
-        with transaction(ctx.session_factory) as session:
-            messages = fill_freed_slot(session, pool=pool, now=utcnow(), with_trace=ctx.trace_tis)
-    except OperationalError as exc:
-        log.warning("queueing into the freed slot failed (a scheduler will): %s", exc)
-        return False
-    _publish(ctx, messages)
-    return True
 
 
 def _what(msg: RunMessage) -> str:

@@ -21,9 +21,10 @@ Invariants:
   this cannot deadlock.
 - Priority order holds as in a scheduler pass: a ready TI goes straight to `queued`
   only if its pool has room and no other TI of that pool waits in `scheduled`;
-  otherwise it joins the waiting ones, and after the commit `fill_freed_slots` fills
-  the free slots (this result's among them) by priority then age, as a scheduler does,
-  in a transaction of its own that does not hold the run's lock.
+  otherwise it joins the waiting ones and the free slots (this result's among them)
+  are filled by `queueing.queue_scheduled`, by priority then age, as a scheduler does;
+  a result with nothing ready gives the slot it freed to the first TI waiting in its
+  pool (`fill_freed_slot`).
 - Only runs no job has claimed (the scheduler's runs) are driven here: a backfill
   drives its own runs, a run whose DAG changed needs `verify_integrity`, and a
   cascade (a downstream skipped or upstream_failed) or a run whose TIs are all
@@ -46,7 +47,7 @@ from scheduler import spans
 from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.tis import HAS_ROOM, NEXT_WAITING_FITS, lock_pools
-from scheduler.queueing import Capacity, new_try_message
+from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
 from scheduler.transitions import (
     move_ti_reading,
@@ -62,6 +63,9 @@ READ_LIMIT = 256
 """Most TIs a worker reads to decide a downstream. Beyond it (the 10,000-way fan-in of a
 big DAG's join, read again on each of its upstreams' results) the schedulers decide:
 their passes coalesce the wake-ups of many results into one read of the run."""
+
+FILL_LIMIT = 16
+"""Most waiting TIs one worker result queues by priority (more: a scheduler pass)."""
 
 FEW = 16
 """Up to this many TIs to read, they are named; beyond it (in a DAG of at most
@@ -149,12 +153,10 @@ _UNFINISHED = (
 @dataclass
 class FollowUp:
     """What the result transaction did for the run: messages to send after the commit,
-    whether the schedulers must still look at the run (`wake`), and whether TIs wait in
-    the pools for the slot the result freed (`fill`: `fill_freed_slots` after the commit)."""
+    and whether the schedulers must still look at the run (`wake`)."""
 
     messages: list[RunMessage] = field(default_factory=list)
     wake: bool = False
-    fill: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,8 @@ class LockedRun:
     run_id: str
     dag: Dag
     task_id: str
+    pool: str
+    """The finished TI's pool: the slot its result frees."""
     plan: Plan
     rows: list[Row[Any]] = field(default_factory=list)
     backlog: bool = False
@@ -270,7 +274,7 @@ def lock_run(
         return None
     if run.span_status == SpanStatus.NEEDS_CONTINUANCE:
         return None  # its spans' owner exited: TIs must nest under the continuing span
-    return LockedRun(run_pk, run.run_id, dag, task_id, plan)
+    return LockedRun(run_pk, run.run_id, dag, task_id, pool, plan)
 
 
 def write_result(
@@ -347,10 +351,21 @@ def schedule_downstream(
     )
     if ready and not locked.backlog:
         follow.messages = _queue(session, locked.run_id, dag, ready, now, follow, with_trace)
-    elif ready:  # they join the TIs waiting in their pools: a scheduler queues by priority
+    elif ready:
+        # they join the TIs waiting in their pools: queue by the schedulers' order
+        # (priority, then age) into the slots free now, this result's among them
         move_tis(session, [r.id for r in ready], TI.SCHEDULED, expect=[TI.NONE], now=now)
-        follow.wake = True
-    follow.fill = locked.backlog
+        follow.messages, left = queue_scheduled(
+            session,
+            job_id=None,
+            now=now,
+            runs=_UNCLAIMED,
+            limit=FILL_LIMIT,
+            with_trace=with_trace,
+        )
+        follow.wake |= left and len(follow.messages) >= FILL_LIMIT  # more may fit: a pass
+    elif locked.backlog:  # the slot this result freed goes to the first in line
+        follow.messages = fill_freed_slot(session, pool=locked.pool, now=now, with_trace=with_trace)
     if with_trace and follow.messages:
         spans.start_ti_spans(session, [m.ti_id for m in follow.messages], now)
     if not ready and not locked.waiting and not _has_unfinished(session, locked):
@@ -372,12 +387,12 @@ _PICKED = (
 def fill_freed_slot(
     session: Session, *, pool: str, now: dt.datetime, with_trace: bool = False
 ) -> list[RunMessage]:
-    """After a result that freed a slot of `pool` committed: queue the first TI waiting
-    in that pool (priority, then age, as a scheduler's order), if it fits; its message.
+    """Queue the first TI waiting in `pool` (priority, then age: the schedulers' order)
+    into the slot the result freed, if it fits; its message.
 
-    Its own transaction, without the run's lock: the pool's row FOR UPDATE, then one
-    statement that picks the TI (SKIP LOCKED), checks its room and queues it. A TI that
-    does not fit (its DAG at max_active_tasks) is left to the schedulers' passes."""
+    The pool's row FOR UPDATE, then one statement that picks the TI (SKIP LOCKED),
+    checks its room and queues it. A TI that does not fit (its DAG at max_active_tasks)
+    is left to the schedulers' passes."""
     total = lock_pools(session, [pool]).get(pool)
     if total is None:
         return []
@@ -392,12 +407,8 @@ def fill_freed_slot(
     )
     if row is None:
         return []
-    if with_trace:
-        spans.start_ti_spans(session, [row.id], now)
     return [
-        new_try_message(
-            row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
-        )
+        new_try_message(row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=False)
     ]
 
 
