@@ -152,3 +152,15 @@ def run_seconds(runs: Sequence[RunTimes]) -> float:
     if not starts or not ends:
         return math.nan
     return (max(ends) - min(starts)).total_seconds()
+
+
+def median_run(runs: Sequence[dict[str, float]], key: str) -> dict[str, float]:
+    """The figures of the run whose `key` is the median (the lower middle of an even
+    count); every run's `key` goes beside them, as `runs_of(runs, key)`."""
+    ordered = sorted(runs, key=lambda figures: figures[key])
+    return dict(ordered[(len(ordered) - 1) // 2])
+
+
+def runs_of(runs: Sequence[dict[str, float]], key: str) -> dict[str, list[float]]:
+    """`{key: [each run's key]}`, for a workload entry's `runs`."""
+    return {key: [figures[key] for figures in runs]}

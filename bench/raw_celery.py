@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from bench.metrics import summary_ms
+from bench.metrics import median_run, runs_of, summary_ms
 from bench.procs import Proc, clean_env
 
 BROKER_ENV = "BENCH_RAW_BROKER"
@@ -101,9 +101,11 @@ def start_raw_worker(broker_url: str, queue: str, log_dir: Path, concurrency: in
     return proc
 
 
-def measure_floor(app: Celery, queue: str, drain_n: int, rtt_n: int) -> dict[str, Any]:
-    """Drain rate of `drain_n` no-op tasks and `rtt_n` sequential round trips."""
-    stamp = app.tasks["bench.stamp"]
+def measure_floor(
+    app: Celery, queue: str, drain_n: int, rtt_n: int, repeats: int = 1
+) -> dict[str, Any]:
+    """Drain rate of `drain_n` no-op tasks (the median of `repeats` drains) and `rtt_n`
+    sequential round trips."""
     noop = app.tasks["bench.noop"]
     ids: list[str] = []
     for _ in range(8):  # warm every pool child and the connections
@@ -111,15 +113,8 @@ def measure_floor(app: Celery, queue: str, drain_n: int, rtt_n: int) -> dict[str
         result.get(timeout=30)
         ids.append(result.id)
 
-    sent_at = time.time()
-    with app.producer_or_acquire() as producer:
-        pending = [stamp.apply_async(queue=queue, producer=producer) for _ in range(drain_n)]
-    stamps = [r.get(timeout=120) for r in pending]
-    collected_at = time.time()
-    ids += [r.id for r in pending]
-    first_start = min(s[0] for s in stamps)
-    last_end = max(s[1] for s in stamps)
-    drain_s = last_end - first_start
+    drains = [_drain(app, queue, drain_n, ids) for _ in range(repeats)]
+    drain = median_run(drains, "drain_tasks_per_s")
 
     rtts: list[float] = []
     for _ in range(rtt_n):
@@ -131,14 +126,30 @@ def measure_floor(app: Celery, queue: str, drain_n: int, rtt_n: int) -> dict[str
     _forget(app, ids)
     rtt = summary_ms(rtts)
     return {
-        "drain_tasks": drain_n,
-        "drain_seconds": drain_s,
-        "drain_tasks_per_s": drain_n / drain_s if drain_s > 0 else float("nan"),
-        "drain_wall_tasks_per_s": drain_n / (collected_at - sent_at),
+        **drain,
+        "drain_runs": runs_of(drains, "drain_tasks_per_s"),
         "rtt_median_ms": rtt["median_ms"],
         "rtt_p95_ms": rtt["p95_ms"],
         "rtt_min_ms": rtt["min_ms"],
         "rtt_n": rtt_n,
+    }
+
+
+def _drain(app: Celery, queue: str, drain_n: int, ids: list[str]) -> dict[str, float]:
+    """Send `drain_n` stamping no-ops at once; first start → last end, by the tasks' clocks."""
+    stamp = app.tasks["bench.stamp"]
+    sent_at = time.time()
+    with app.producer_or_acquire() as producer:
+        pending = [stamp.apply_async(queue=queue, producer=producer) for _ in range(drain_n)]
+    stamps = [r.get(timeout=120) for r in pending]
+    collected_at = time.time()
+    ids += [r.id for r in pending]
+    drain_s = max(s[1] for s in stamps) - min(s[0] for s in stamps)
+    return {
+        "drain_tasks": float(drain_n),
+        "drain_seconds": drain_s,
+        "drain_tasks_per_s": drain_n / drain_s if drain_s > 0 else float("nan"),
+        "drain_wall_tasks_per_s": drain_n / (collected_at - sent_at),
     }
 
 

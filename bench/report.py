@@ -284,10 +284,27 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
             "",
             f"Disturbed (another process flushed a bench Redis db): {', '.join(disturbed)}.",
         ]
+    lines += _runs_lines(results)
     lines += ["", "Details per workload (every figure) are in `results.json`.", ""]
     lines += _settings_lines(results)
     body = "\n".join(lines) + "\n"
     return body + ("\n" + kept if kept else "")
+
+
+def _runs_lines(results: dict[str, Any]) -> list[str]:
+    """Each repeated measurement's runs, in the order they ran (the table has the median)."""
+    found = [("floor drain", (results.get("floor") or {}).get("drain_runs"))]
+    found += [(name, entry.get("runs")) for name, entry in results["workloads"].items()]
+    parts = []
+    for name, runs in found:
+        for metric, values in (runs or {}).items():
+            if len(values) > 1:
+                listed = ", ".join(_fmt(v) for v in values)
+                unit = "tasks/s" if metric.endswith("tasks_per_s") else metric
+                parts.append(f"{name} {unit} {listed}")
+    if not parts:
+        return []
+    return ["", f"Runs behind the medians: {'; '.join(parts)}."]
 
 
 def _settings_lines(results: dict[str, Any]) -> list[str]:

@@ -205,7 +205,7 @@ class Bench:
         try:
             return {
                 "floor": raw_celery.measure_floor(
-                    app, queue, self.sizes.floor_drain, self.sizes.floor_rtt
+                    app, queue, self.sizes.floor_drain, self.sizes.floor_rtt, self.sizes.repeats
                 )
             }
         finally:

@@ -17,9 +17,11 @@ from bench.dagfiles import fanout_tasks
 from bench.live import LiveEnv
 from bench.metrics import (
     chain_hops,
+    median_run,
     read_runs,
     read_tis,
     run_seconds,
+    runs_of,
     summary_ms,
     throughput,
 )
@@ -64,48 +66,58 @@ def w1_and_w6(
     c0 = env.db.xact_commit()
     t0 = time.monotonic()
     with profiled(prof, env, "W1"):
-        pks = env.trigger(DAG_W1, 1, "w1")
-        env.wait_runs(pks, sizes.run_timeout)
-    tis = read_tis(env.factory, pks)
-    runs = read_runs(env.factory, pks)
-    out: dict[str, Result] = {
-        "W1": {
-            "title": f"fan-out: start → {sizes.w1_width} parallel → join, one run",
+        first = _w1_run(env, sizes, "w1")
+    out: dict[str, Result] = {}
+    if with_commits:  # before the repeats: the idle baseline follows this run alone
+        time.sleep(sizes.w6_settle)
+        c1 = env.db.xact_commit()
+        window = time.monotonic() - t0
+        time.sleep(window)  # the same duration with everything idle
+        c2 = env.db.xact_commit()
+        busy, idle = c1 - c0, c2 - c1
+        out["W6"] = {
+            "title": f"database commits per task over W1 ({tasks} tasks), idle baseline subtracted",
             "figures": {
-                **throughput(tis),
-                "run_seconds": run_seconds(runs),
+                "commits_per_task": (busy - idle) / tasks,
+                "commits_during_w1": float(busy),
+                "idle_commits_same_duration": float(idle),
+                "window_seconds": window,
+                "tasks": float(tasks),
             },
         }
-    }
-    if not with_commits:
-        return out
-    time.sleep(sizes.w6_settle)
-    c1 = env.db.xact_commit()
-    window = time.monotonic() - t0
-    time.sleep(window)  # the same duration with everything idle
-    c2 = env.db.xact_commit()
-    busy, idle = c1 - c0, c2 - c1
-    out["W6"] = {
-        "title": f"database commits per task over W1 ({tasks} tasks), idle baseline subtracted",
-        "figures": {
-            "commits_per_task": (busy - idle) / tasks,
-            "commits_during_w1": float(busy),
-            "idle_commits_same_duration": float(idle),
-            "window_seconds": window,
-            "tasks": float(tasks),
-        },
+    more = [_w1_run(env, sizes, f"w1-{i}") for i in range(1, sizes.repeats)]
+    title = f"fan-out: start → {sizes.w1_width} parallel → join, one run"
+    if sizes.repeats > 1:
+        title += f" (the median of {sizes.repeats})"
+    every = [first, *more]
+    out["W1"] = {
+        "title": title,
+        "figures": median_run(every, "tasks_per_s"),
+        "runs": runs_of(every, "tasks_per_s"),
     }
     return out
 
 
+def _w1_run(env: LiveEnv, sizes: Sizes, prefix: str) -> dict[str, float]:
+    pks = env.trigger(DAG_W1, 1, prefix)
+    env.wait_runs(pks, sizes.run_timeout)
+    runs = read_runs(env.factory, pks)
+    return {**throughput(read_tis(env.factory, pks)), "run_seconds": run_seconds(runs)}
+
+
 def w2_chain(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
+    """`repeats` runs of the chain, one after another; the hops of all of them pooled."""
+    pks: list[int] = []
     with profiled(prof, env, "W2"):
-        pks = env.trigger(DAG_W2, 1, "w2")
-        env.wait_runs(pks, sizes.run_timeout)
+        for i in range(sizes.repeats):
+            run = env.trigger(DAG_W2, 1, f"w2-{i}")
+            env.wait_runs(run, sizes.run_timeout)
+            pks += run
     hops = chain_hops(read_tis(env.factory, pks))
     hop = summary_ms(hops["hop"])
+    runs = f" ({sizes.repeats} runs)" if sizes.repeats > 1 else ""
     return {
-        "title": f"chain of {sizes.w2_length} no-op tasks: start(i) − end(i−1)",
+        "title": f"chain of {sizes.w2_length} no-op tasks: start(i) − end(i−1){runs}",
         "figures": {
             "hop_median_ms": hop["median_ms"],
             "hop_p95_ms": hop["p95_ms"],
@@ -119,13 +131,21 @@ def w2_chain(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
 
 
 def w3_many_runs(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
+    """`repeats` batches of runs, one after another; the median batch."""
+    batches: list[dict[str, float]] = []
     with profiled(prof, env, "W3"):
-        pks = env.trigger(DAG_W3, sizes.w3_runs, "w3")
-        env.wait_runs(pks, sizes.run_timeout)
-    tis = read_tis(env.factory, pks)
+        for i in range(sizes.repeats):
+            pks = env.trigger(DAG_W3, sizes.w3_runs, f"w3-{i}")
+            env.wait_runs(pks, sizes.run_timeout)
+            runs = run_seconds(read_runs(env.factory, pks))
+            batches.append({**throughput(read_tis(env.factory, pks)), "runs_seconds": runs})
+    title = f"{sizes.w3_runs} runs at once of a {fanout_tasks(sizes.w3_width)}-task diamond"
+    if sizes.repeats > 1:
+        title += f" (the median of {sizes.repeats} batches)"
     return {
-        "title": f"{sizes.w3_runs} runs at once of a {fanout_tasks(sizes.w3_width)}-task diamond",
-        "figures": {**throughput(tis), "runs_seconds": run_seconds(read_runs(env.factory, pks))},
+        "title": title,
+        "figures": median_run(batches, "tasks_per_s"),
+        "runs": runs_of(batches, "tasks_per_s"),
     }
 
 
