@@ -1,0 +1,164 @@
+"""`python -m bench.probe`: one workload run again and again on a live deployment, and
+where its time goes. For comparing two versions of the code on this noisy VM: run the
+probe of each alternately (a checkout's probe runs that checkout's code).
+
+Prints tasks/s over all runs; CPU per task of the worker's main process, its pool
+processes, the scheduler and PostgreSQL (from /proc); the pool processes' median gap
+between two tasks and their claim → result time (from the TIs' own stamps); and how
+many PostgreSQL backends were waiting on a lock or idle inside a transaction, on
+average (sampled from pg_stat_activity). Uses Redis db 14 and its own database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+from sqlalchemy import text
+
+from bench.dagfiles import chain_call, fanout_call, write_dag_file
+from bench.live import LiveEnv
+from bench.metrics import median
+from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag
+
+DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 50)}
+DAGS["w3"] = (fanout_call("w3", 8), 20, 200)
+"""name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return found
+
+
+def postgres_cpu() -> float:
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and "postgres" in (entry / "comm").read_text():
+                total += cpu_seconds(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+class Backends(threading.Thread):
+    """Samples the bench database's client backends every 2 ms until stopped."""
+
+    def __init__(self, database: str) -> None:
+        super().__init__(daemon=True)
+        self.database, self.samples, self.counts = database, 0, Counter[str]()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        query = (
+            "SELECT state, wait_event_type FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()"
+        )
+        with psycopg.connect(ADMIN_URL.replace("+psycopg", ""), autocommit=True) as conn:
+            while not self.stop.wait(0.002):
+                for state, wait in conn.execute(query, (self.database,)):
+                    if wait == "Lock":
+                        self.counts["waiting on a lock"] += 1
+                    elif state == "idle in transaction":
+                        self.counts["idle in a transaction"] += 1
+                self.samples += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.probe")
+    p.add_argument("--dag", choices=sorted(DAGS), default="w1")
+    p.add_argument("--runs", type=int, default=10, help="triggers, one after another")
+    p.add_argument("--slots", type=int, help="the default pool's slots (128 by default)")
+    args = p.parse_args(argv)
+    call, per_trigger, tasks = DAGS[args.dag]
+    tag = new_run_tag()
+    db = BenchDb.create(admin_engine(), tag)
+    work = Path(tempfile.mkdtemp(prefix=f"sluice-probe-{tag}-"))
+    (work / "dags").mkdir()
+    write_dag_file(work / "dags" / "probe.py", [call])
+    env = LiveEnv(db, "redis://127.0.0.1:6379/14", f"probe-{tag}", work / "dags", work, 1.0)
+    try:
+        env.migrate()
+        env.sync_dags([args.dag])
+        if args.slots:
+            with env.factory() as session, session.begin():
+                session.execute(text("UPDATE pool SET slots = :n"), {"n": args.slots})
+        worker, scheduler = env.start_worker(4), env.start_scheduler()
+        env.wait_runs(env.trigger(args.dag, per_trigger, "warm"), 120)
+        pools = children(worker.pid)
+        procs = {"worker main": [worker.pid], "pool processes": pools, "scheduler": [scheduler.pid]}
+        before = {k: sum(map(cpu_seconds, v)) for k, v in procs.items()} | {
+            "PostgreSQL": postgres_cpu()
+        }
+        backends = Backends(db.name)
+        backends.start()
+        started = time.monotonic()
+        for i in range(args.runs):
+            env.wait_runs(env.trigger(args.dag, per_trigger, f"probe-{i}"), 120, every=0.01)
+        seconds = time.monotonic() - started
+        backends.stop.set()
+        backends.join()
+        after = {k: sum(map(cpu_seconds, v)) for k, v in procs.items()} | {
+            "PostgreSQL": postgres_cpu()
+        }
+        total = tasks * args.runs
+        print(f"{args.dag}: {total} tasks in {seconds:.2f} s = {total / seconds:.0f} tasks/s")
+        for name in after:
+            print(f"  CPU {name}: {1000 * (after[name] - before[name]) / total:.2f} ms/task")
+        gaps, busy = _stamps(env)
+        print(
+            f"  pool process: gap between tasks median {median(gaps):.2f} ms, "
+            f"claim → result median {median(busy):.2f} ms"
+        )
+        for what, n in sorted(backends.counts.items()):
+            print(f"  backends {what}: {n / max(backends.samples, 1):.2f} on average")
+    finally:
+        env.stop_all()
+        db.drop()
+    return 0
+
+
+def _cpu(procs: dict[str, list[int]]) -> dict[str, float]:
+    found = {name: sum(map(cpu_seconds, pids)) for name, pids in procs.items()}
+    return found | {"PostgreSQL": postgres_cpu()}
+
+
+def _stamps(env: LiveEnv) -> tuple[list[float], list[float]]:
+    """Per pool process: end of a task → start of its next (under 50 ms), start → end."""
+    query = text(
+        "SELECT pid, start_date, end_date FROM task_instance "
+        "WHERE pid IS NOT NULL AND end_date IS NOT NULL ORDER BY pid, start_date"
+    )
+    with env.factory() as session:
+        rows = session.execute(query).all()
+    gaps = [
+        ms
+        for a, b in zip(rows, rows[1:], strict=False)
+        if a.pid == b.pid and 0 <= (ms := (b.start_date - a.end_date).total_seconds() * 1000) < 50
+    ]
+    busy = [(r.end_date - r.start_date).total_seconds() * 1000 for r in rows]
+    return gaps, busy
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
