@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import textwrap
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -154,12 +155,33 @@ def start_owner(traced: Sluice, sleep: float) -> tuple[object, str]:
     return a, run_id
 
 
+def pause_between_transactions(sluice: Sluice, proc: object, app: str) -> None:
+    """SIGSTOP `proc` at a moment none of its connections (`application_name` `app`) is in
+    a transaction: paused inside one, it would keep its row locks (the run's) until resumed."""
+    engine = create_engine(sluice.database_url)
+    busy = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = :app AND state <> 'idle'"
+    )
+    try:
+        for _ in range(200):
+            proc.send_signal(signal.SIGSTOP)  # type: ignore[attr-defined]
+            with engine.connect() as conn:
+                if not conn.execute(busy, {"app": app}).scalar():
+                    return
+            proc.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
+            time.sleep(0.005)
+    finally:
+        engine.dispose()
+    raise AssertionError(f"{app} was always inside a transaction")
+
+
 def test_paused_owner_ends_its_span_after_another_finishes(
     traced: Sluice, receiver: OtlpReceiver
 ) -> None:
     traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "60"  # A is paused, not dead
     a, run_id = start_owner(traced, sleep=1.0)
-    a.send_signal(signal.SIGSTOP)  # type: ignore[attr-defined]  # before it can finish the run
+    pause_between_transactions(traced, a, "sluice-scheduler")  # before it can finish the run
     traced.scheduler()  # B
     try:
         assert traced.wait_run("traced", run_id, timeout=60) == "success"
