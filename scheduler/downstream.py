@@ -407,9 +407,10 @@ def fill_freed_slot(
     )
     if row is None:
         return []
-    return [
-        new_try_message(row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=False)
-    ]
+    message = new_try_message(
+        row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
+    )
+    return [message]
 
 
 def _decide(

@@ -272,6 +272,37 @@ def test_a_chain_s_next_task_waits_when_its_pool_is_full(harness: Harness) -> No
     assert harness.states()["b"] == "queued"
 
 
+def test_a_freed_slot_s_message_carries_the_waiting_ti_s_span(harness: Harness) -> None:
+    """With tracing, the TI queued into a freed slot is sent with its span carrier (the
+    worker's span nests under it), as a scheduler's queueing sends it."""
+    from scheduler.downstream import fill_freed_slot
+
+    with transaction(harness.factory) as session:
+        session.add(Pool(name="one", slots=1))
+    harness.write(
+        "traced_pool",
+        """
+    from tasks import DAG, task
+    with DAG("traced_pool", schedule=None) as dag:
+        task(task_id="p0", pool="one", priority_weight=2)(lambda: 0)
+        task(task_id="p1", pool="one", priority_weight=1)(lambda: 1)
+    """,
+    )
+    harness.trigger("traced_pool")
+    assert harness.states() == {"p0": "queued", "p1": "scheduled"}
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with transaction(harness.factory) as session:  # p0 finished, p1 waits with its span
+        session.execute(
+            update(TaskInstance).where(TaskInstance.task_id == "p0").values(state="success")
+        )
+        session.execute(
+            update(TaskInstance).where(TaskInstance.task_id == "p1").values(context_carrier=carrier)
+        )
+    with transaction(harness.factory) as session:
+        traced = fill_freed_slot(session, pool="one", now=utcnow(), with_trace=True)
+    assert [(m.task_id, m.trace) for m in traced] == [("p1", carrier)]
+
+
 def test_worker_respects_max_active_tasks(harness: Harness) -> None:
     harness.write(
         "narrow",
