@@ -40,16 +40,35 @@ _ACTIVE_USAGE = (
 
 _ACTIVE_STATES = sorted(state.value for state in TI_ACTIVE)
 _OTHER = TaskInstance.__table__.alias("active")
-HAS_ROOM = and_(
-    select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0))
-    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.pool == bindparam("r_pool"))
-    .scalar_subquery()
-    + bindparam("r_slots")
-    <= bindparam("r_pool_total"),
-    select(func.count())
-    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.dag_id == bindparam("r_dag"))
-    .scalar_subquery()
-    < bindparam("r_max_active"),
+
+
+def _room_for(
+    pool: ColumnElement[Any],
+    pool_slots: ColumnElement[Any],
+    pool_total: ColumnElement[Any],
+    dag_id: ColumnElement[Any],
+    max_active: ColumnElement[Any],
+) -> ColumnElement[bool]:
+    """A TI of `pool_slots` fits: its pool's active TIs leave that many of `pool_total`
+    free, and its DAG has fewer than `max_active` active TIs."""
+    used = select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0)).where(
+        _OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.pool == pool
+    )
+    active = select(func.count()).where(
+        _OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.dag_id == dag_id
+    )
+    return and_(
+        used.scalar_subquery() + pool_slots <= pool_total,
+        active.scalar_subquery() < max_active,
+    )
+
+
+HAS_ROOM = _room_for(
+    bindparam("r_pool"),
+    bindparam("r_slots"),
+    bindparam("r_pool_total"),
+    bindparam("r_dag"),
+    bindparam("r_max_active"),
 )
 """One TI fits: its pool has `r_slots` free of `r_pool_total` and its DAG `r_dag` is under
 `r_max_active` active TIs. Evaluated in the statement that queues it, after the pool rows
@@ -90,15 +109,13 @@ NEXT_WAITING_FITS = and_(
     .limit(1)
     .with_for_update(of=_WAITING, skip_locked=True)
     .scalar_subquery(),
-    select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0))
-    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.pool == _TIS.pool)
-    .scalar_subquery()
-    + _TIS.pool_slots
-    <= bindparam("r_pool_total"),
-    select(func.count())
-    .where(_OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.dag_id == _TIS.dag_id)
-    .scalar_subquery()
-    < select(_DAGS.max_active_tasks).where(_DAGS.dag_id == _TIS.dag_id).scalar_subquery(),
+    _room_for(
+        _TIS.pool,
+        _TIS.pool_slots,
+        bindparam("r_pool_total"),
+        _TIS.dag_id,
+        select(_DAGS.max_active_tasks).where(_DAGS.dag_id == _TIS.dag_id).scalar_subquery(),
+    ),
 )
 """The first TI waiting in pool `r_pool` (of a running run no job claimed; by priority,
 then age; SKIP LOCKED), if it fits: its pool (`r_pool_total` slots) and its DAG's
