@@ -45,6 +45,8 @@ class LiveEnv:
         self.dags_folder = dags_folder
         self.log_dir = log_dir
         self.loop_interval = loop_interval
+        self.extra_env: dict[str, str] = {}
+        """More settings for every process (e.g. SLUICE_SCHEDULE_AFTER_TASK)."""
         self.schedulers: list[Proc] = []
         self.workers: list[Proc] = []
         self._engine: Engine | None = None
@@ -62,7 +64,7 @@ class LiveEnv:
             "SLUICE_LOOP_INTERVAL": f"{self.loop_interval:g}",
             "SLUICE_DAG_REFRESH_INTERVAL": "0.5",
             "SLUICE_PARSE_TIMEOUT": "120",
-        }
+        } | self.extra_env
 
     @property
     def env(self) -> dict[str, str]:

@@ -29,7 +29,8 @@ from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag
 
 DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 50)}
 DAGS["w3"] = (fanout_call("w3", 8), 20, 200)
-"""name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3."""
+DAGS["w7"] = (chain_call("w7", 5), 40, 200)
+"""name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3, W7."""
 
 
 def cpu_seconds(pid: int) -> float:
@@ -89,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dag", choices=sorted(DAGS), default="w1")
     p.add_argument("--runs", type=int, default=10, help="triggers, one after another")
     p.add_argument("--slots", type=int, help="the default pool's slots (128 by default)")
+    p.add_argument("--schedulers", type=int, default=1, help="sluice scheduler processes")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for all"
+    )
     args = p.parse_args(argv)
     call, per_trigger, tasks = DAGS[args.dag]
     tag = new_run_tag()
@@ -97,19 +102,22 @@ def main(argv: list[str] | None = None) -> int:
     (work / "dags").mkdir()
     write_dag_file(work / "dags" / "probe.py", [call])
     env = LiveEnv(db, "redis://127.0.0.1:6379/14", f"probe-{tag}", work / "dags", work, 1.0)
+    env.extra_env = dict(item.split("=", 1) for item in args.env)
     try:
         env.migrate()
         env.sync_dags([args.dag])
         if args.slots:
             with env.factory() as session, session.begin():
                 session.execute(text("UPDATE pool SET slots = :n"), {"n": args.slots})
-        worker, scheduler = env.start_worker(4), env.start_scheduler()
+        worker = env.start_worker(4)
+        schedulers = [env.start_scheduler() for _ in range(args.schedulers)]
         env.wait_runs(env.trigger(args.dag, per_trigger, "warm"), 120)
-        pools = children(worker.pid)
-        procs = {"worker main": [worker.pid], "pool processes": pools, "scheduler": [scheduler.pid]}
-        before = {k: sum(map(cpu_seconds, v)) for k, v in procs.items()} | {
-            "PostgreSQL": postgres_cpu()
+        procs = {
+            "worker main": [worker.pid],
+            "pool processes": children(worker.pid),
+            "schedulers": [s.pid for s in schedulers],
         }
+        before = _cpu(procs)
         backends = Backends(db.name)
         backends.start()
         started = time.monotonic()
@@ -118,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.monotonic() - started
         backends.stop.set()
         backends.join()
-        after = {k: sum(map(cpu_seconds, v)) for k, v in procs.items()} | {
-            "PostgreSQL": postgres_cpu()
-        }
+        after = _cpu(procs)
         total = tasks * args.runs
         print(f"{args.dag}: {total} tasks in {seconds:.2f} s = {total / seconds:.0f} tasks/s")
         for name in after:
