@@ -46,6 +46,7 @@ from broker.messages import RunMessage
 from scheduler import spans
 from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, TaskInstance
+from scheduler.queries.sql import one_of
 from scheduler.queries.tis import HAS_ROOM, NEXT_WAITING_FITS, lock_pools
 from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
@@ -111,7 +112,7 @@ _READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
 _OTHER = TaskInstance.__table__.alias("other")
 _OF_RUN_UNFINISHED = (
     _OTHER.c.dag_run_id == bindparam("run_pk"),
-    _OTHER.c.state.in_(sorted(state.value for state in TI_UNFINISHED)),
+    one_of(_OTHER.c.state, [state.value for state in TI_UNFINISHED]),
 )
 
 
@@ -144,7 +145,7 @@ _UNFINISHED = (
     select(_TI.id)
     .where(
         _TI.dag_run_id == bindparam("run_pk"),
-        _TI.state.in_(sorted(state.value for state in TI_UNFINISHED)),
+        one_of(_TI.state, [state.value for state in TI_UNFINISHED]),
     )
     .limit(1)
 )

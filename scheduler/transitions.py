@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from scheduler.models import DagRun, TaskInstance
+from scheduler.queries.sql import one_of
 from scheduler.states import (
     TI,
     TI_TERMINAL,
@@ -72,7 +73,7 @@ def move_tis(
 
     With `attempt_id`, only the try holding that id moves (the worker's guard).
     """
-    stmt, params = _prepared_move(new, expect, now, attempt_id, values, ())
+    stmt, params = _prepared_move(new, expect, now, attempt_id, values, (), one=False)
     id_list = list(ids)
     moved: list[int] = []
     for start in range(0, len(id_list), _CHUNK):
@@ -88,13 +89,16 @@ def _prepared_move(
     attempt_id: str | None,
     values: Mapping[str, Any] | None,
     returning: tuple[ColumnElement[Any], ...],
+    *,
+    one: bool,
 ) -> tuple[Update, dict[str, Any]]:
-    """The checked move's statement and its parameters (all but the ids, `b_ids`)."""
+    """The checked move's statement and its parameters (all but the TI's id, `b_id`, or
+    with `one=False` the ids, `b_ids`)."""
     expected = tuple(sorted(frozenset(expect)))
     for old in expected:
         check_ti_move(old, new)
     written = {**_ti_stamps(new, now), **(values or {})}
-    stmt = _move_statement(new, expected, attempt_id is not None, written, returning)
+    stmt = _move_statement(new, expected, attempt_id is not None, written, returning, one)
     params = {f"v_{k}": v for k, v in written.items() if not isinstance(v, ClauseElement)}
     if attempt_id is not None:
         params["b_attempt"] = attempt_id
@@ -117,8 +121,8 @@ def move_ti_returning(
     same statement; `params` bind the parameters of `returning` (subqueries). `returning`
     must be a module-level constant: statements are cached by it.
     """
-    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, returning)
-    params = {**(params or {}), **bound, "b_ids": [ti_id]}
+    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, returning, one=True)
+    params = {**(params or {}), **bound, "b_id": ti_id}
     return session.execute(stmt, params).first()
 
 
@@ -139,8 +143,8 @@ def move_ti_reading(
     as it was before the move; it must be a module-level constant (statements are cached
     by it). SQLite (no UPDATE in WITH, one writer at a time) runs `read`, then the move.
     """
-    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, ())
-    bound["b_ids"] = [ti_id]
+    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, (), one=True)
+    bound["b_id"] = ti_id
     if session.get_bind().dialect.name == "sqlite":
         before = list(session.execute(read, params))
         return before if session.execute(stmt, bound).first() is not None else None
@@ -166,15 +170,17 @@ def _move_statement(
     with_attempt: bool,
     written: Mapping[str, Any],
     returning: tuple[ColumnElement[Any], ...],
+    one: bool,
 ) -> Update:
-    """The compare-and-set UPDATE for one kind of move. Plain values are bound, so the
-    statement is built once per kind (`_cached_move`); a SQL expression among the values
-    (`try_number + 1`) is inlined in a statement built for this call."""
+    """The compare-and-set UPDATE for one kind of move (of one TI, or of a list). Plain
+    values are bound, so the statement is built once per kind (`_cached_move`); a SQL
+    expression among the values (`try_number + 1`) is inlined in a statement built for
+    this call."""
     inline = {k: v for k, v in written.items() if isinstance(v, ClauseElement)}
     keys = tuple(sorted(k for k in written if k not in inline))
     if not inline:
-        return _cached_move(new, expected, with_attempt, keys, returning)
-    return _build_move(new, expected, with_attempt, keys, returning).values(inline)
+        return _cached_move(new, expected, with_attempt, keys, returning, one)
+    return _build_move(new, expected, with_attempt, keys, returning, one).values(inline)
 
 
 def _build_move(
@@ -183,13 +189,16 @@ def _build_move(
     with_attempt: bool,
     keys: tuple[str, ...],
     returning: tuple[ColumnElement[Any], ...],
+    one: bool,
 ) -> Update:
     table = TaskInstance.__table__
     stmt = (
         update(table)  # type: ignore[arg-type]
         .where(
-            table.c.id.in_(bindparam("b_ids", expanding=True)),
-            table.c.state.in_([TI(state).value for state in expected]),
+            table.c.id == bindparam("b_id")
+            if one
+            else table.c.id.in_(bindparam("b_ids", expanding=True)),
+            one_of(table.c.state, [TI(state).value for state in expected]),
         )
         .values(
             state=TI(new).value, **{k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys}
@@ -215,10 +224,9 @@ def move_ti(
     values: Mapping[str, Any] | None = None,
 ) -> bool:
     """`move_tis` for one TI; True if this writer won the move."""
-    moved = move_tis(
-        session, [ti_id], new, expect=expect, now=now, attempt_id=attempt_id, values=values
-    )
-    return bool(moved)
+    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, (), one=True)
+    bound["b_id"] = ti_id
+    return session.execute(stmt, bound).first() is not None
 
 
 def _run_stamps(new: DagRunState, now: dt.datetime) -> dict[str, Any]:

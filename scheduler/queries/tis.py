@@ -17,12 +17,14 @@ from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from scheduler.models import Dag, DagRun, Pool, TaskInstance
+from scheduler.queries.sql import one_of
 from scheduler.states import TI, TI_ACTIVE, DagRunState
 
 _POOLS = Pool.__table__.c
 _TIS = TaskInstance.__table__.c
 _LOCK_POOLS = select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update()
 _LOCK_NAMED_POOLS = _LOCK_POOLS.where(_POOLS.name.in_(bindparam("names", expanding=True)))
+_LOCK_ONE_POOL = _LOCK_POOLS.where(_POOLS.name == bindparam("name"))
 _DAGS = Dag.__table__.c
 _ACTIVE_USAGE = (
     select(
@@ -33,7 +35,7 @@ _ACTIVE_USAGE = (
         func.max(_DAGS.max_active_tasks),
     )
     .join_from(TaskInstance.__table__, Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
-    .where(_TIS.state.in_(sorted(state.value for state in TI_ACTIVE)))
+    .where(one_of(_TIS.state, [state.value for state in TI_ACTIVE]))
     .group_by(_TIS.pool, _TIS.dag_id)
 )
 """Run by every queueing transaction (scheduler pass or worker result): built once."""
@@ -52,10 +54,10 @@ def _room_for(
     """A TI of `pool_slots` fits: its pool's active TIs leave that many of `pool_total`
     free, and its DAG has fewer than `max_active` active TIs."""
     used = select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0)).where(
-        _OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.pool == pool
+        one_of(_OTHER.c.state, _ACTIVE_STATES), _OTHER.c.pool == pool
     )
     active = select(func.count()).where(
-        _OTHER.c.state.in_(_ACTIVE_STATES), _OTHER.c.dag_id == dag_id
+        one_of(_OTHER.c.state, _ACTIVE_STATES), _OTHER.c.dag_id == dag_id
     )
     return and_(
         used.scalar_subquery() + pool_slots <= pool_total,
@@ -80,7 +82,10 @@ def lock_pools(session: Session, names: Sequence[str] | None = None) -> dict[str
     """The slots of all pools (or of `names`), rows locked FOR UPDATE in name order."""
     if names is None:
         return {name: slots for name, slots in session.execute(_LOCK_POOLS).all()}
-    rows = session.execute(_LOCK_NAMED_POOLS, {"names": list(names)}).all()
+    if len(names) == 1:
+        rows = session.execute(_LOCK_ONE_POOL, {"name": names[0]}).all()
+    else:
+        rows = session.execute(_LOCK_NAMED_POOLS, {"names": list(names)}).all()
     return {name: slots for name, slots in rows}
 
 
