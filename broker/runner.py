@@ -119,6 +119,8 @@ class Claimed:
     try_number: int
     max_tries: int
     context: dict[str, Any]
+    run_claimed: bool
+    """The run was claimed by a job (a backfill) at the claim: its news is broadcast."""
 
 
 def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
@@ -153,7 +155,7 @@ def _follow_up(ctx: WorkerContext, claimed: Claimed, follow: FollowUp | None) ->
         except Exception as exc:
             log.warning("publishing %d downstream tasks failed: %s", len(follow.messages), exc)
     if follow is None or follow.wake:
-        ctx.waker.wake(claimed.run_pk)
+        ctx.waker.wake(claimed.run_pk, shared=not claimed.run_claimed)
 
 
 def _what(msg: RunMessage) -> str:
@@ -217,6 +219,7 @@ _CLAIMED = (
     _of_run(_RUN.c.logical_date).label("logical_date"),
     _of_run(_RUN.c.conf).label("conf"),
     _of_run(_RUN.c.dag_hash).label("dag_hash"),
+    _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
 )
 _UPSTREAM_RESULTS = select(_TI.c.task_id, _TI.c.result).where(
     _TI.c.dag_run_id == bindparam("run_pk"),
@@ -260,6 +263,7 @@ def _read_context(
         try_number=row.try_number,
         max_tries=row.max_tries,
         context=context,
+        run_claimed=row.claimed_by_job_id is not None,
     )
 
 

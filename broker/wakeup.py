@@ -8,6 +8,13 @@ drains every pending one, so one wait covers a burst of finishing tasks.
 A wake-up may name the DagRun that has news (a worker finished one of its
 tasks); `take_news()` returns the run ids heard since the last call, or None
 when some wake-up named no run (look at everything).
+
+Over Redis, the news of an unclaimed run (the schedulers' runs) is shared, not
+broadcast: the run id goes into one Redis set and the wake-up only says "news";
+the first scheduler to take news pops the set (SPOP), so each run's news is
+examined by one scheduler and several schedulers split the work instead of all
+examining every run. The news of a run claimed by a job (a backfill) is
+broadcast with its id, as the claiming job may be any of the listeners.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 import redis
@@ -31,8 +38,11 @@ _SOCKET_TIMEOUT = 2.0
 
 
 class Waker(Protocol):
-    def wake(self, run_id: int | None = None) -> None:
-        """Wake every waiting scheduler, naming the run with news; never raises."""
+    def wake(self, run_id: int | None = None, *, shared: bool = False) -> None:
+        """Wake every waiting scheduler, naming the run with news; never raises.
+
+        `shared`: the run's news is for one scheduler, whichever takes it first.
+        """
 
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` seconds; True if woken (all pending wake-ups are drained)."""
@@ -71,6 +81,14 @@ def _payload(run_id: int | None) -> bytes:
     return b"*" if run_id is None else str(run_id).encode()
 
 
+_SHARED = b"+"
+"""The wake-up payload that says: news are in the shared set."""
+_NEWS_BATCH = 10_000
+"""Run ids popped from the shared set at most per `take_news`."""
+_NEWS_TTL = 3600
+"""Seconds the shared set outlives its last addition (no scheduler running)."""
+
+
 class LocalWaker:
     """An in-process waker for the embedded mode (scheduler and worker in one process).
 
@@ -82,8 +100,8 @@ class LocalWaker:
         self._event = threading.Event()
         self._news = News()
 
-    def wake(self, run_id: int | None = None) -> None:
-        self._news.add(_payload(run_id))
+    def wake(self, run_id: int | None = None, *, shared: bool = False) -> None:
+        self._news.add(_payload(run_id))  # one scheduler per process: nothing to share
         self._event.set()
 
     def take_news(self) -> set[int] | None:
@@ -119,15 +137,18 @@ class RedisWaker:
     """Wake-ups over Redis pub/sub, across processes and hosts.
 
     The subscription is opened on the first `wait()`; wake-ups published before it
-    are not seen. After a lost connection the next `wait()` subscribes again; while
-    Redis is down `wait()` sleeps its timeout and returns False. Not thread-safe for
-    concurrent `wait()` calls; `wake()` may be called from any thread.
+    are not seen (shared news stay in the set for the next `take_news`). After a lost
+    connection the next `wait()` subscribes again; while Redis is down `wait()` sleeps
+    its timeout and returns False. Not thread-safe for concurrent `wait()` calls;
+    `wake()` may be called from any thread.
     """
 
     def __init__(self, url: str, namespace: str) -> None:
         self.url = url
         self.namespace = namespace
         self.channel = wakeup_channel(url, namespace)
+        self.news_key = f"{namespace}:news"
+        self._shared_news = False
         self._client: redis.Redis | None = None
         self._pubsub: PubSub | None = None
         self._lock = threading.Lock()
@@ -147,11 +168,36 @@ class RedisWaker:
             return self._client
 
     def take_news(self) -> set[int] | None:
-        return self._news.take()
+        """Broadcast news, plus the shared set's (popped when a wake-up said so, and
+        when looking at everything, so that news already covered are not kept)."""
+        runs = self._news.take()
+        pending, self._shared_news = self._shared_news, False
+        if not pending and runs is not None:
+            return runs
+        popped = self._pop_shared()
+        return None if runs is None or popped is None else runs | popped
 
-    def wake(self, run_id: int | None = None) -> None:
+    def _pop_shared(self) -> set[int] | None:
+        """Pop the shared news; None if Redis failed (then look at everything)."""
         try:
-            self._redis().publish(self.channel, _payload(run_id))
+            popped: Any = self._redis().spop(self.news_key, _NEWS_BATCH)
+        except Exception as exc:
+            log.debug("shared news %s not read: %s", self.news_key, exc)
+            return None
+        members = list(popped or [])  # SPOP with a count: a list of members
+        self._shared_news = len(members) >= _NEWS_BATCH  # more left: pop again next time
+        return {int(m) for m in members}
+
+    def wake(self, run_id: int | None = None, *, shared: bool = False) -> None:
+        try:
+            if run_id is None or not shared:
+                self._redis().publish(self.channel, _payload(run_id))
+                return
+            pipe = self._redis().pipeline(transaction=False)
+            pipe.sadd(self.news_key, run_id)
+            pipe.expire(self.news_key, _NEWS_TTL)
+            pipe.publish(self.channel, _SHARED)
+            pipe.execute()
         except Exception as exc:  # best-effort by contract
             log.debug("wake-up on %s not sent: %s", self.channel, exc)
 
@@ -168,7 +214,11 @@ class RedisWaker:
                 )
                 if message is not None:
                     woken = True
-                    self._news.add(message.get("data"))
+                    data = message.get("data")
+                    if data == _SHARED:
+                        self._shared_news = True
+                    else:
+                        self._news.add(data)
                     continue
                 if woken or left <= 0:
                     return woken

@@ -574,6 +574,29 @@ def test_redis_waker_wakes_another_thread(redis_ns: str) -> None:
             w.close()
 
 
+def test_shared_news_go_to_one_scheduler_broadcast_news_to_all(redis_ns: str) -> None:
+    first, second = RedisWaker(REDIS_URL, redis_ns), RedisWaker(REDIS_URL, redis_ns)
+    waker = RedisWaker(REDIS_URL, redis_ns)
+    try:
+        for w in (first, second):
+            assert not w.wait(0.01)  # subscribes
+            assert w.take_news() is None  # a new scheduler looks at everything once
+        waker.wake(5, shared=True)
+        waker.wake(6, shared=True)
+        waker.wake(7)  # a run claimed by a backfill: every listener hears it
+        assert first.wait(2) and second.wait(2)
+        assert first.take_news() == {5, 6, 7}
+        assert second.take_news() == {7}  # 5 and 6 were taken by the first
+        assert first.take_news() == set()
+        # With one scheduler gone, the other takes all the shared news.
+        first.close()
+        waker.wake(8, shared=True)
+        assert second.wait(2) and second.take_news() == {8}
+    finally:
+        for w in (first, second, waker):
+            w.close()
+
+
 def test_redis_waker_survives_lost_connection_and_dead_server(redis_ns: str) -> None:
     waiter = RedisWaker(REDIS_URL, redis_ns)
     waker = RedisWaker(REDIS_URL, redis_ns)
