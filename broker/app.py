@@ -42,8 +42,10 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> Celery:
     `broker_url` overrides `settings.broker_url` (the embedded broker uses memory://).
     The settings are kept on `app.conf.sluice_settings` (see `settings_of`).
     """
+    from broker.kombu_fixes import reuse_redis_clients
     from broker.worker_task import register
 
+    reuse_redis_clients()  # Sluice's own processes only: an attached app keeps kombu's way
     url = broker_url or settings.broker_url
     app = Celery("sluice", broker=url, set_as_current=False)
     app.conf.update(

@@ -1,4 +1,5 @@
-"""A guard for a kombu/Celery 5.7 crash when the Redis broker goes away.
+"""Fixes to kombu's Redis transport: a guard for a kombu/Celery 5.7 crash when the Redis
+broker goes away, and reusing Redis clients (`reuse_redis_clients`).
 
 When a worker loses its broker connection while it holds an unacknowledged message
 (always, with `acks_late`, while a task runs), Celery's consumer collects the
@@ -40,3 +41,38 @@ def guard_closed_redis_transport() -> None:
 
     channel._connparams = _connparams  # type: ignore[method-assign]
     setattr(channel, _APPLIED, True)
+
+
+_REUSE_APPLIED = "_sluice_reuses_redis_client"
+_CLIENT = "_sluice_sync_client"
+
+
+def reuse_redis_clients() -> None:
+    """Make kombu's Redis channel reuse one client object per connection pool (idempotent).
+
+    kombu builds a new `redis.Redis` around the channel's pool for every publish and
+    every acknowledgement (`Channel.conn_or_acquire`); with redis-py 8 each build fills
+    a table of ~200 response callbacks, which cost more CPU than the command it serves.
+    A client holds no connection of its own (each command checks one out of the pool),
+    so one per pool is what kombu meant. A new pool (after a fork or a reconnect) gets a
+    new client.
+    """
+    from kombu.transport import redis as kombu_redis
+
+    channel = kombu_redis.Channel
+    if getattr(channel, _REUSE_APPLIED, False):
+        return
+    original = channel._create_client
+
+    def _create_client(self: Any, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return original(self, asynchronous=True)
+        pool = self.pool
+        cached = self.__dict__.get(_CLIENT)
+        if cached is None or cached[0] is not pool:
+            cached = (pool, original(self, asynchronous=False))
+            self.__dict__[_CLIENT] = cached
+        return cached[1]
+
+    channel._create_client = _create_client  # type: ignore[method-assign]
+    setattr(channel, _REUSE_APPLIED, True)

@@ -1,5 +1,5 @@
-"""The guard of `broker.kombu_fixes`: a closed Redis transport gives a connection error
-(recoverable for Celery's consumer) instead of an AttributeError (fatal)."""
+"""`broker.kombu_fixes`: a closed Redis transport gives a connection error (recoverable
+for Celery's consumer) instead of an AttributeError (fatal); one Redis client per pool."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from kombu import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.kombu_fixes import guard_closed_redis_transport
+from broker.kombu_fixes import guard_closed_redis_transport, reuse_redis_clients
 
 
 def test_a_channel_of_a_collected_connection_raises_a_connection_error(redis_url: str) -> None:
@@ -22,3 +22,21 @@ def test_a_channel_of_a_collected_connection_raises_a_connection_error(redis_url
         channel._connparams()
     assert isinstance(raised.value, errors)  # so closing the channel ignores it
     connection.release()
+
+
+def test_a_channel_reuses_its_redis_client_until_its_pool_changes(redis_url: str) -> None:
+    reuse_redis_clients()
+    reuse_redis_clients()  # idempotent
+    connection = Connection(redis_url)
+    try:
+        channel = connection.default_channel
+        queue = f"sluicetest-reuse-{id(channel)}"
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second
+            first.lpush(queue, b"x")  # usable: commands check a connection out of the pool
+            assert second.rpop(queue) == b"x"
+        channel._after_fork()  # a forked child drops the parent's pools
+        with channel.conn_or_acquire() as after_fork:
+            assert after_fork is not first and after_fork.ping()
+    finally:
+        connection.release()
