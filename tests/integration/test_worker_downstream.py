@@ -272,6 +272,50 @@ def test_a_chain_s_next_task_waits_when_its_pool_is_full(harness: Harness) -> No
     assert harness.states()["b"] == "queued"
 
 
+def test_a_chain_result_counts_its_pool_after_the_lock_holder_committed(
+    harness: Harness,
+) -> None:
+    """The result's read waits for the pool's row (held by another queuer); the room is
+    counted after that holder's commit, so what it queued meanwhile is seen: the freed
+    slot went to the holder's TI, and the chain's next task waits."""
+    with transaction(harness.factory) as session:
+        session.add(Pool(name="one", slots=1))
+    harness.write(
+        "pair",
+        """
+    from tasks import DAG, task
+    with DAG("pair", schedule=None) as dag:
+        task(task_id="a", pool="one")(lambda: 1) >> task(task_id="b", pool="one")(lambda: 2)
+    with DAG("rival", schedule=None) as rival:
+        task(task_id="r0")(lambda: 3) >> task(task_id="r", pool="one")(lambda: 4)
+    """,
+    )
+    harness.trigger("pair")
+    harness.trigger("rival")
+    assert sorted(m.task_id for m in harness.by_scheduler) == ["a", "r0"]
+    held, release = threading.Event(), threading.Event()
+
+    def rival_queuer() -> None:
+        with transaction(harness.factory) as session:
+            session.execute(select(Pool.name).where(Pool.name == "one").with_for_update())
+            held.set()
+            release.wait(10)
+            session.execute(
+                update(TaskInstance).where(TaskInstance.task_id == "r").values(state="queued")
+            )
+
+    holder = threading.Thread(target=rival_queuer)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    started = time.monotonic()
+    assert harness.run("a") is Outcome.SUCCESS
+    assert time.monotonic() - started >= 0.25  # it waited for the pool's row
+    holder.join()
+    assert harness.worker_queued() == []
+    assert harness.states() == {"a": "success", "b": "scheduled", "r0": "queued", "r": "queued"}
+
+
 def test_a_freed_slot_s_message_carries_the_waiting_ti_s_span(harness: Harness) -> None:
     """With tracing, the TI queued into a freed slot is sent with its span carrier (the
     worker's span nests under it), as a scheduler's queueing sends it."""
