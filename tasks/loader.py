@@ -101,11 +101,17 @@ class DagCache:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._resolved: dict[str, str] = {}
+        """fileloc → its resolved path: resolving walks every component (a syscall each),
+        and a worker asks for the same few files on every task."""
         self._lock = threading.Lock()
 
     def get_dag(self, fileloc: str | os.PathLike[str], dag_id: str) -> DAG:
         """The DAG ``dag_id`` defined in ``fileloc``; ``KeyError`` if the file lacks it."""
-        path = str(Path(fileloc).resolve())
+        key = os.fspath(fileloc)
+        path = self._resolved.get(key)
+        if path is None:
+            path = self._resolved[key] = str(Path(key).resolve())
         stat = os.stat(path)
         with self._lock:
             entry = self._entries.get(path)
@@ -125,3 +131,4 @@ class DagCache:
         """Forget every loaded file."""
         with self._lock:
             self._entries.clear()
+            self._resolved.clear()
