@@ -40,10 +40,12 @@ from broker.messages import RunMessage
 from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
-from scheduler.db import single_statement_factory, transaction, utcnow
+from scheduler.db import single_statement_factory, transaction, transaction_opened_by, utcnow
 from scheduler.downstream import (
     FollowUp,
+    decidable,
     lock_run,
+    run_lock_sql,
     schedule_downstream,
     write_result,
 )
@@ -412,12 +414,15 @@ def _record(
     downstream = ctx.publish is not None and ctx.settings.schedule_after_task
     downstream = downstream and new in _SCHEDULES_DOWNSTREAM
 
+    # the run's lock goes with the transaction's BEGIN (one round trip fewer)
+    opener = None
+    if downstream and decidable(claimed.dag, msg.task_id, claimed.pool, new) is not None:
+        opener = run_lock_sql(claimed.run_pk)
+
     def write() -> bool:
         follow.clear()
-        with transaction(ctx.session_factory) as session:
+        with transaction_opened_by(ctx.session_factory, opener) as (session, opened):
             now = utcnow()
-            if task_log is not None:
-                save_task_log(session, task_log, now=now)
             locked = None
             if downstream:
                 locked = lock_run(
@@ -427,7 +432,10 @@ def _record(
                     pool=claimed.pool,
                     dag=claimed.dag,
                     finished=new,
+                    opened=opened,
                 )
+            if task_log is not None:
+                save_task_log(session, task_log, now=now)
             known = None
             if locked is not None:
                 known = write_result(

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
+from sqlalchemy import Connection, DateTime, Engine, TypeDecorator, create_engine, event
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -147,3 +147,59 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """One short transaction: commits on success, rolls back on any error."""
     with factory() as session, session.begin():
         yield session
+
+
+@contextmanager
+def transaction_opened_by(
+    factory: sessionmaker[Session], opener: str | None
+) -> Iterator[tuple[Session, list[Any] | None]]:
+    """One short transaction, like `transaction`; on PostgreSQL with `opener` (plain SQL,
+    no parameters), its BEGIN travels with that first statement in one simple-protocol
+    query: one round trip fewer. Yields the session and `opener`'s rows (None when it
+    was not run: no opener, or SQLite).
+
+    Invariant: the session's connection is in autocommit mode and the transaction is the
+    server's, opened and ended here (COMMIT on success, ROLLBACK on any error); the body
+    only executes statements (no ORM flush, no `session.commit()`). A database error of
+    the opener is raised as SQLAlchemy's (an OperationalError when the connection broke,
+    which is then invalidated), as for any statement.
+    """
+    single = single_statement_factory(factory)
+    if opener is None or single is factory:
+        with transaction(factory) as session:
+            yield session, None
+        return
+    with single() as session:
+        connection = session.connection()
+        rows = _open(connection, opener)
+        try:
+            yield session, rows
+        except BaseException:
+            if not connection.invalidated:
+                try:
+                    connection.exec_driver_sql("ROLLBACK")
+                except DBAPIError:
+                    connection.invalidate()
+            raise
+        connection.exec_driver_sql("COMMIT")
+
+
+def _open(connection: Connection, opener: str) -> list[Any]:
+    """BEGIN and `opener` in one query on `connection`'s psycopg connection; its rows
+    (named tuples). psycopg's errors come back as SQLAlchemy's."""
+    import psycopg
+    from psycopg.rows import namedtuple_row
+
+    raw = connection.connection.dbapi_connection
+    try:
+        with raw.cursor(row_factory=namedtuple_row) as cursor:  # type: ignore[union-attr]
+            cursor.execute(f"BEGIN; {opener}")
+            cursor.nextset()
+            return list(cursor.fetchall())
+    except psycopg.Error as exc:
+        broken = isinstance(exc, psycopg.OperationalError) or raw.closed  # type: ignore[union-attr]
+        if broken:
+            connection.invalidate(exc)
+            raise OperationalError(opener, None, exc) from exc
+        connection.exec_driver_sql("ROLLBACK")
+        raise DBAPIError(opener, None, exc) from exc

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, Select, bindparam, case, exists, func, select
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -88,6 +89,20 @@ _LOCK_RUN = (
 )
 """Its own statement: a statement that waits for a row lock keeps the snapshot it
 started with for its other rows, so TIs read in it could miss the holder's result."""
+_RUN_PK_MARK = 918273645546372819
+_LOCK_RUN_SQL = str(
+    _LOCK_RUN.params(run_pk=_RUN_PK_MARK).compile(
+        dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}
+    )
+).replace(str(_RUN_PK_MARK), "{run_pk:d}")
+
+
+def run_lock_sql(run_pk: int) -> str:
+    """`_LOCK_RUN` of `run_pk` as plain PostgreSQL text (the id is an int, inlined): the
+    first statement of a result transaction, sent with its BEGIN (`transaction_opened_by`)."""
+    return _LOCK_RUN_SQL.format(run_pk=int(run_pk))
+
+
 _IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
 _READ_RUN = select(
     _TI.id,
@@ -275,6 +290,15 @@ def _fan_in(
     return _FAN_IN_ALL_BUT, sorted(rest)  # a wide fan-in: name the few that are not
 
 
+def decidable(dag: Dag | None, task_id: str, pool: str, finished: TaskInstanceState) -> Plan | None:
+    """The plan of deciding `task_id`'s downstream after `finished` from `dag` (the
+    DAG row the worker ran it from); None if a worker does not decide it (no DAG row,
+    more than READ_LIMIT TIs to read): `lock_run` then locks nothing."""
+    if dag is None or not dag.serialized:
+        return None
+    return _plan(dag, task_id, pool, finished is TI.SUCCESS)
+
+
 def lock_run(
     session: Session,
     *,
@@ -283,23 +307,26 @@ def lock_run(
     pool: str,
     dag: Dag | None,
     finished: TaskInstanceState = TI.SUCCESS,
+    opened: list[Any] | None = None,
 ) -> LockedRun | None:
     """Lock run `run_pk` (FOR UPDATE) to decide `task_id`'s downstream after its
     `finished` result; None if this worker may not decide the run (claimed by a job,
     not running, of another DAG version, its spans waiting for a scheduler to continue
-    them, or more than READ_LIMIT TIs to read).
+    them, or more than READ_LIMIT TIs to read). `opened`: the rows of `run_lock_sql`,
+    when the transaction was opened with it (the lock is then held already).
 
     Called in the result transaction BEFORE the result is written (`write_result`), so
     the lock is held when the result becomes visible to others: every decision sees
     every result. `dag` is the (cached, read-only) DAG row the worker ran the task from;
     `pool` is the finished TI's pool, whose freed slot waiting TIs may want.
     """
-    if dag is None or not dag.serialized:
+    plan = decidable(dag, task_id, pool, finished)
+    if dag is None or plan is None:
         return None
-    plan = _plan(dag, task_id, pool, finished is TI.SUCCESS)
-    if plan is None:
-        return None
-    run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
+    if opened is None:
+        run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
+    else:
+        run = opened[0] if opened else None
     if run is None or run.claimed_by_job_id is not None or run.dag_hash != dag.version_hash:
         return None
     if run.span_status == SpanStatus.NEEDS_CONTINUANCE:

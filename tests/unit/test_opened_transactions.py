@@ -1,0 +1,96 @@
+"""`scheduler.db.transaction_opened_by`: a transaction whose BEGIN travels with its first
+statement commits, rolls back and fails as a plain transaction does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select, text, update
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from scheduler.db import make_engine, make_session_factory, transaction, transaction_opened_by
+from scheduler.migrate import upgrade
+from scheduler.models import Pool
+
+LOCK = "SELECT name, slots FROM pool WHERE name = 'p' FOR UPDATE"
+TRY_LOCK = text("SELECT 1 FROM pool WHERE name = 'p' FOR UPDATE NOWAIT")
+
+
+@pytest.fixture
+def factory(pg_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(pg_url)
+    made = make_session_factory(engine)
+    with transaction(made) as session:
+        session.add(Pool(name="p", slots=1))
+    yield made
+    engine.dispose()
+
+
+def slots(factory: sessionmaker[Session]) -> int:
+    with factory() as session:
+        return int(session.scalar(select(Pool.slots).where(Pool.name == "p")) or 0)
+
+
+def lock_is_free(factory: sessionmaker[Session]) -> bool:
+    engine = factory.kw["bind"]
+    with engine.connect() as other:
+        try:
+            other.execute(TRY_LOCK)
+            return True
+        except OperationalError:
+            return False
+
+
+def test_the_opener_s_rows_its_lock_and_the_commit(factory: sessionmaker[Session]) -> None:
+    with transaction_opened_by(factory, LOCK) as (session, rows):
+        assert rows is not None and [(r.name, r.slots) for r in rows] == [("p", 1)]
+        assert not lock_is_free(factory)  # held from the opener on
+        session.execute(update(Pool).where(Pool.name == "p").values(slots=2))
+    assert slots(factory) == 2 and lock_is_free(factory)
+
+
+def test_an_error_in_the_body_rolls_everything_back(factory: sessionmaker[Session]) -> None:
+    with pytest.raises(RuntimeError), transaction_opened_by(factory, LOCK) as (session, _):
+        session.execute(update(Pool).where(Pool.name == "p").values(slots=3))
+        raise RuntimeError("the body failed")
+    assert slots(factory) == 1 and lock_is_free(factory)
+    with transaction_opened_by(factory, LOCK) as (_, rows):  # the pooled connection is fine
+        assert rows is not None and len(rows) == 1
+
+
+def test_a_failing_opener_is_a_database_error(factory: sessionmaker[Session]) -> None:
+    failing = transaction_opened_by(factory, "SELECT no_such_column FROM pool")
+    with pytest.raises(DBAPIError, match="no_such_column"), failing:
+        pass
+    with transaction_opened_by(factory, LOCK) as (_, rows):
+        assert rows is not None and len(rows) == 1
+
+
+def test_a_dropped_connection_is_an_operational_error_then_replaced(
+    factory: sessionmaker[Session], pg_url: str
+) -> None:
+    with transaction(factory) as session:
+        pid = session.scalar(text("SELECT pg_backend_pid()"))
+    admin = make_engine(pg_url)  # its own pool: not the connection it terminates
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    admin.dispose()
+    with pytest.raises(OperationalError), transaction_opened_by(factory, LOCK):
+        pass
+    with transaction_opened_by(factory, LOCK) as (_, rows):  # a new connection
+        assert rows is not None and len(rows) == 1
+
+
+def test_sqlite_runs_a_plain_transaction(sqlite_url: str) -> None:
+    engine = make_engine(sqlite_url)
+    upgrade(engine)
+    factory = make_session_factory(engine)
+    with transaction(factory) as session:
+        session.add(Pool(name="p", slots=1))
+    with transaction_opened_by(factory, LOCK) as (session, rows):
+        assert rows is None  # not run: the caller locks as it would without it
+        session.execute(update(Pool).where(Pool.name == "p").values(slots=5))
+    assert slots(factory) == 5
+    engine.dispose()
