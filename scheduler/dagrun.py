@@ -12,7 +12,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -22,6 +22,20 @@ from scheduler.models import DEFAULT_POOL, Dag, DagRun, TaskInstance
 from scheduler.states import TI, DagRunState, RunType
 from scheduler.tracing_ids import new_carrier, trace_id_of
 from scheduler.transitions import move_run, move_tis
+
+_TIS = TaskInstance.__table__.c
+_RUNS = DagRun.__table__
+_RUN_TIS = select(_TIS.id, _TIS.task_id, _TIS.state, _TIS.next_retry_at, _TIS.result).where(
+    _TIS.dag_run_id == bindparam("run_pk")
+)
+_STAMP_DECISION = (
+    update(_RUNS)  # type: ignore[arg-type]
+    .where(_RUNS.c.id == bindparam("b_run"))
+    .values(
+        last_scheduling_decision=bindparam("b_now", type_=_RUNS.c.last_scheduling_decision.type)
+    )
+)
+"""`update_state`'s statements, built once (building one cost as much as running it)."""
 
 
 class RunExists(ValueError):
@@ -158,15 +172,7 @@ def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> R
     """
     if run.dag_hash != dag.version_hash:
         verify_integrity(session, run, dag, now)
-    rows = session.execute(
-        select(
-            TaskInstance.id,
-            TaskInstance.task_id,
-            TaskInstance.state,
-            TaskInstance.next_retry_at,
-            TaskInstance.result,
-        ).where(TaskInstance.dag_run_id == run.id)
-    ).all()
+    rows = session.execute(_RUN_TIS, {"run_pk": run.id}).all()
     tis = [
         TiView(id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4]) for r in rows
     ]
@@ -196,5 +202,6 @@ def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> R
     if moved or last is None or (now - last).total_seconds() >= 1.0:
         # the stamp orders the claim (oldest first, so no run starves); rewriting it
         # when nothing moved is needed at most once a second
-        session.execute(update(DagRun).where(DagRun.id == run.id).values(**values))
+        session.execute(_STAMP_DECISION, {"b_run": run.id, "b_now": now})
+        set_committed_value(run, "last_scheduling_decision", now)  # written; not dirty
     return outcome

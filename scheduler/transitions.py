@@ -246,18 +246,40 @@ def move_run(
     now: dt.datetime,
     values: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Compare-and-set a DagRun's state; True if it moved."""
-    expected = frozenset(expect)
+    """Compare-and-set a DagRun's state; True if it moved. Loaded DagRun objects are
+    not updated (no ORM synchronisation): callers read the outcome, not the object."""
+    expected = tuple(sorted(frozenset(expect)))
     for old in expected:
         check_run_move(old, new)
-    stmt = (
-        update(DagRun)
-        .where(DagRun.id == run_id, DagRun.state.in_(list(expected)))
-        .values(state=new, **_run_stamps(new, now), **(values or {}))
-        .returning(DagRun.id)
-        .execution_options(synchronize_session=False)
+    written = {**_run_stamps(new, now), **(values or {})}
+    inline = {k: v for k, v in written.items() if isinstance(v, ClauseElement)}
+    keys = tuple(sorted(k for k in written if k not in inline))
+    stmt = _cached_run_move(new, expected, keys)
+    if inline:
+        stmt = stmt.values(inline)
+    params = {f"v_{k}": v for k, v in written.items() if k not in inline}
+    return session.execute(stmt, {**params, "b_run": run_id}).first() is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_run_move(
+    new: DagRunState, expected: tuple[DagRunState, ...], keys: tuple[str, ...]
+) -> Update:
+    """The compare-and-set UPDATE of one kind of run move, plain values bound: built once
+    (building an ORM-enabled UPDATE cost more than running it)."""
+    table = DagRun.__table__
+    return (
+        update(table)  # type: ignore[arg-type]
+        .where(
+            table.c.id == bindparam("b_run"),
+            one_of(table.c.state, [DagRunState(s).value for s in expected]),
+        )
+        .values(
+            state=DagRunState(new).value,
+            **{k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys},
+        )
+        .returning(table.c.id)
     )
-    return session.scalar(stmt) is not None
 
 
 def queue_tis(
