@@ -81,7 +81,7 @@ class BackfillJob(DagRunJob):
         self._finished = False
 
     # -- what this job drives ----------------------------------------------------------------
-    def runs_i_drive(self) -> ColumnElement[bool]:
+    def drivable(self) -> ColumnElement[bool]:
         return DagRun.claimed_by_job_id == self.job_id
 
     def dag_for(self, run: DagRun, dags: dict[str, Dag]) -> Dag | None:

@@ -93,6 +93,7 @@ class DagRunJob:
         self._started_now: set[int] = set()
         self._look_at_everything = True
         self._runs_finished_last_pass = False
+        self._drivable: tuple[int | None, ColumnElement[bool]] | None = None
         self.stopping = False
 
     # -- the loop ----------------------------------------------------------------------------
@@ -204,7 +205,14 @@ class DagRunJob:
 
     # -- driving runs ------------------------------------------------------------------------
     def runs_i_drive(self) -> ColumnElement[bool]:
-        """Which runs this job examines and queues for: unclaimed ones and its own.
+        """Which runs this job examines and queues for (`drivable`): one clause object
+        per job id, as the statements built from it are cached by it."""
+        if self._drivable is None or self._drivable[0] != self.job_id:
+            self._drivable = (self.job_id, self.drivable())
+        return self._drivable[1]
+
+    def drivable(self) -> ColumnElement[bool]:
+        """Unclaimed runs and this job's own.
 
         A dead job's runs are unclaimed by `release_dead_jobs`, so they join this set.
         """
@@ -226,10 +234,7 @@ class DagRunJob:
         if only is not None and not only:
             return
         limit = self.settings.runs_per_loop
-        which = self.runs_i_drive()
-        if only is not None:
-            which = which & DagRun.id.in_(sorted(only))
-        runs = claim_runs_to_examine(session, which, limit)
+        runs = claim_runs_to_examine(session, self.runs_i_drive(), limit, only)
         if only is not None:
             self._pending_news |= only - {run.id for run in runs}
         dags = self.dag_cache.get_many(

@@ -9,9 +9,11 @@ On SQLite the transaction itself is the lock (BEGIN IMMEDIATE).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, Select, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from scheduler.models import Dag, DagRun
@@ -35,36 +37,43 @@ def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Da
     return session.scalars(stmt).all()
 
 
+# Statements of the scheduling loop's steps, built once (building a statement costs
+# about as much as running it).
+_DAGS_WITH_QUEUED_RUNS = select(DagRun.dag_id).where(DagRun.state == DagRunState.QUEUED).distinct()
+_LOCK_DAGS = (
+    select(Dag)
+    .where(Dag.dag_id.in_(bindparam("dag_ids", expanding=True)))
+    .order_by(Dag.dag_id)
+    .with_for_update(skip_locked=True)
+)
+_RUNNING_RUNS = (
+    select(DagRun.dag_id, func.count())
+    .where(
+        DagRun.dag_id.in_(bindparam("dag_ids", expanding=True)),
+        DagRun.state == DagRunState.RUNNING,
+        DagRun.run_type != bindparam("not_type"),
+    )
+    .group_by(DagRun.dag_id)
+)
+
+
 def dags_with_queued_runs(session: Session) -> Sequence[str]:
-    stmt = select(DagRun.dag_id).where(DagRun.state == DagRunState.QUEUED).distinct()
-    return session.scalars(stmt).all()
+    return session.scalars(_DAGS_WITH_QUEUED_RUNS).all()
 
 
 def lock_dags(session: Session, dag_ids: Sequence[str]) -> Sequence[Dag]:
     """Lock DAG rows SKIP LOCKED, ordered by dag_id: the guard for max_active_runs."""
     if not dag_ids:
         return []
-    stmt = (
-        select(Dag)
-        .where(Dag.dag_id.in_(list(dag_ids)))
-        .order_by(Dag.dag_id)
-        .with_for_update(skip_locked=True)
-    )
-    return session.scalars(stmt).all()
+    return session.scalars(_LOCK_DAGS, {"dag_ids": list(dag_ids)}).all()
 
 
 def count_running_runs(
     session: Session, dag_ids: Sequence[str], not_type: RunType | None = None
 ) -> dict[str, int]:
     """Running runs per DAG (leaving out runs of `not_type`)."""
-    stmt = (
-        select(DagRun.dag_id, func.count())
-        .where(DagRun.dag_id.in_(list(dag_ids)), DagRun.state == DagRunState.RUNNING)
-        .group_by(DagRun.dag_id)
-    )
-    if not_type is not None:
-        stmt = stmt.where(DagRun.run_type != not_type)
-    return {dag_id: n for dag_id, n in session.execute(stmt).all()}
+    params = {"dag_ids": list(dag_ids), "not_type": not_type or ""}
+    return {dag_id: n for dag_id, n in session.execute(_RUNNING_RUNS, params).all()}
 
 
 def queued_runs_of(
@@ -91,17 +100,30 @@ def queued_runs_of(
 
 
 def claim_runs_to_examine(
-    session: Session, drivable: ColumnElement[bool], limit: int
+    session: Session, drivable: ColumnElement[bool], limit: int, only: set[int] | None = None
 ) -> Sequence[DagRun]:
-    """Running runs matching `drivable` (which runs this job may drive), locked SKIP LOCKED.
+    """Running runs matching `drivable` (which runs this job may drive; the same object
+    from call to call, statements are cached by it) and, with `only`, among those ids,
+    locked SKIP LOCKED.
 
     Ordered by the oldest scheduling decision first, so no run starves.
     """
+    stmt = _claim_statement(drivable, only is not None)
+    params: dict[str, Any] = {"limit": limit}
+    if only is not None:
+        params["only"] = sorted(only)
+    return session.scalars(stmt, params).all()
+
+
+@functools.lru_cache(maxsize=16)
+def _claim_statement(drivable: ColumnElement[bool], among: bool) -> Select[DagRun]:
     stmt = (
         select(DagRun)
         .where(DagRun.state == DagRunState.RUNNING, drivable)
         .order_by(DagRun.last_scheduling_decision.asc().nulls_first(), DagRun.id)
-        .limit(limit)
+        .limit(bindparam("limit"))
         .with_for_update(of=DagRun, skip_locked=True)
     )
-    return session.scalars(stmt).all()
+    if among:
+        stmt = stmt.where(DagRun.id.in_(bindparam("only", expanding=True)))
+    return stmt
