@@ -149,16 +149,32 @@ _OF_RUN_UNFINISHED = (
 )
 
 
+_POOL_TOTAL_IF_WAITING = (
+    select(_POOL.slots)
+    .where(
+        _POOL.name == bindparam("lock_pool"),
+        exists().where(_TI.state == TI.SCHEDULED.value, _TI.pool == bindparam("lock_pool")),
+    )
+    .with_for_update(of=Pool.__table__)
+    .scalar_subquery()
+    .label("pool_total")
+)
+"""The slots of the finished TI's pool, its row locked, if TIs wait in it (the slot this
+result frees goes to one of them, `fill_freed_slot`); else NULL and nothing locked."""
+
+
 def _fan_in_columns(names: ColumnElement[bool]) -> tuple[ColumnElement[Any], ...]:
     unfinished = select(func.count()).where(*_OF_RUN_UNFINISHED, names).scalar_subquery()
-    return unfinished.label("unfinished"), _WAITING.label("backlog")
+    return unfinished.label("unfinished"), _WAITING.label("backlog"), _POOL_TOTAL_IF_WAITING
 
 
 _FAN_IN_OTHERS = _fan_in_columns(_OTHER.c.task_id.in_(bindparam("fan_in", expanding=True)))
 _FAN_IN_ALL_BUT = _fan_in_columns(_OTHER.c.task_id.not_in(bindparam("fan_in", expanding=True)))
 """Returned by the result's own UPDATE: how many of a fan-in's other upstreams are
-unfinished (named, or as all the run's TIs but the fewer others), and whether TIs wait in
-the pools. One round trip under the run's lock, whatever the fan-in's width."""
+unfinished (named, or as all the run's TIs but the fewer others), whether TIs wait in
+the pools, and the freed pool's slots with its row locked if TIs wait in it. One round
+trip under the run's lock, whatever the fan-in's width (waiting there for the pool's
+lock is safe, as for `_READ_LOCKING`)."""
 
 WAITS_FOR_ALL = frozenset(
     {
@@ -232,7 +248,8 @@ class LockedRun:
     """The one downstream waits for other upstreams still unfinished (`rows` is empty):
     nothing to decide, and the run is not over."""
     pool_total: int | None = None
-    """The slots of the pool whose row the read locked (`Plan.locks_pool`), else None."""
+    """The slots of the finished TI's pool when this transaction locked its row already
+    (`Plan.locks_pool`, `_POOL_TOTAL_IF_WAITING`), else None."""
 
 
 _PLANS: dict[tuple[str, str, str, bool], Plan | None] = {}
@@ -358,10 +375,16 @@ def write_result(
     }
     if plan.fan_in is not None:
         columns, names = plan.fan_in
-        check = {"run_pk": locked.run_pk, "pools": plan.params["pools"], "fan_in": names}
+        check = {
+            "run_pk": locked.run_pk,
+            "pools": plan.params["pools"],
+            "fan_in": names,
+            "lock_pool": locked.pool,
+        }
         row = move_ti_returning(session, ti_id, new, returning=columns, params=check, **move)
         if row is None:
             return None
+        locked = replace(locked, pool_total=row.pool_total)
         if row.unfinished:
             return replace(locked, backlog=bool(row.backlog), waiting=True)
         rows = _read(session, locked.run_pk, plan)  # the last result: the others finished
@@ -371,8 +394,9 @@ def write_result(
         if moved is None:
             return None
         rows = [row for row in moved if row.task_id in plan.needed]
-    total = rows[0].pool_total if plan.locks_pool else None
-    return replace(locked, rows=rows, backlog=bool(rows[0].backlog), pool_total=total)
+    if plan.locks_pool:
+        locked = replace(locked, pool_total=rows[0].pool_total)
+    return replace(locked, rows=rows, backlog=bool(rows[0].backlog))
 
 
 def _read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any]]:
@@ -426,7 +450,9 @@ def schedule_downstream(
         )
         follow.wake |= left and len(follow.messages) >= FILL_LIMIT  # more may fit: a pass
     elif locked.backlog:  # the slot this result freed goes to the first in line
-        follow.messages = fill_freed_slot(session, pool=locked.pool, now=now, with_trace=with_trace)
+        follow.messages = fill_freed_slot(
+            session, pool=locked.pool, now=now, with_trace=with_trace, total=locked.pool_total
+        )
     if with_trace and follow.messages:
         spans.start_ti_spans(session, [m.ti_id for m in follow.messages], now)
     if not ready and not locked.waiting and not _has_unfinished(session, locked):
@@ -446,15 +472,21 @@ _PICKED = (
 
 
 def fill_freed_slot(
-    session: Session, *, pool: str, now: dt.datetime, with_trace: bool = False
+    session: Session,
+    *,
+    pool: str,
+    now: dt.datetime,
+    with_trace: bool = False,
+    total: int | None = None,
 ) -> list[RunMessage]:
     """Queue the first TI waiting in `pool` (priority, then age: the schedulers' order)
     into the slot the result freed, if it fits; its message.
 
-    The pool's row FOR UPDATE, then one statement that picks the TI (SKIP LOCKED),
-    checks its room and queues it. A TI that does not fit (its DAG at max_active_tasks)
-    is left to the schedulers' passes."""
-    total = lock_pools(session, [pool]).get(pool)
+    The pool's row FOR UPDATE (unless locked already: `total` is then its slots), then
+    one statement that picks the TI (SKIP LOCKED), checks its room and queues it. A TI
+    that does not fit (its DAG at max_active_tasks) is left to the schedulers' passes."""
+    if total is None:
+        total = lock_pools(session, [pool]).get(pool)
     if total is None:
         return []
     attempt_id = str(uuid.uuid4())

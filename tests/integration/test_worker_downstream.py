@@ -316,6 +316,58 @@ def test_a_chain_result_counts_its_pool_after_the_lock_holder_committed(
     assert harness.states() == {"a": "success", "b": "scheduled", "r0": "queued", "r": "queued"}
 
 
+def test_a_freed_slot_is_filled_after_the_pool_s_lock_holder_committed(
+    harness: Harness,
+) -> None:
+    """A fan-in result frees a slot TIs wait for: its own UPDATE waits for the pool's row
+    (held by another queuer), and the fill counts the room after that holder's commit."""
+    with transaction(harness.factory) as session:
+        session.add(Pool(name="one", slots=1))
+    harness.write(
+        "fan",
+        """
+    from tasks import DAG, task
+    with DAG("fan", schedule=None) as dag:
+        join = task(task_id="j")(lambda: 0)
+        task(task_id="a", pool="one")(lambda: 1) >> join
+        task(task_id="b")(lambda: 2) >> join
+    with DAG("rival", schedule=None) as rival:
+        task(task_id="r1", pool="one")(lambda: 3)
+        task(task_id="r2", pool="one")(lambda: 4)
+    """,
+    )
+    harness.trigger("fan")
+    harness.trigger("rival")
+    assert sorted(m.task_id for m in harness.by_scheduler) == ["a", "b"]  # r1, r2 wait
+    held, release = threading.Event(), threading.Event()
+
+    def rival_queuer() -> None:
+        with transaction(harness.factory) as session:
+            session.execute(select(Pool.name).where(Pool.name == "one").with_for_update())
+            held.set()
+            release.wait(10)
+            session.execute(
+                update(TaskInstance).where(TaskInstance.task_id == "r1").values(state="queued")
+            )
+
+    holder = threading.Thread(target=rival_queuer)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    started = time.monotonic()
+    assert harness.run("a") is Outcome.SUCCESS
+    assert time.monotonic() - started >= 0.25  # it waited for the pool's row
+    holder.join()
+    assert harness.worker_queued() == []  # the slot went to the holder's r1
+    states = harness.states()
+    assert (states["a"], states["r1"], states["r2"], states["j"]) == (
+        "success",
+        "queued",
+        "scheduled",
+        "none",
+    )
+
+
 def test_a_freed_slot_s_message_carries_the_waiting_ti_s_span(harness: Harness) -> None:
     """With tracing, the TI queued into a freed slot is sent with its span carrier (the
     worker's span nests under it), as a scheduler's queueing sends it."""
