@@ -272,6 +272,34 @@ def test_a_chain_s_next_task_waits_when_its_pool_is_full(harness: Harness) -> No
     assert harness.states()["b"] == "queued"
 
 
+def run_while_a_rival_holds_the_pool(
+    harness: Harness, task_id: str, pool: str, rival: str
+) -> float:
+    """Run `task_id` while another transaction holds `pool`'s row; that rival queuer
+    queues TI `rival` and commits 0.3 s later. How long the run took (≥ 0.25 s if it
+    waited for the pool's row)."""
+    held, release = threading.Event(), threading.Event()
+
+    def rival_queuer() -> None:
+        with transaction(harness.factory) as session:
+            session.execute(select(Pool.name).where(Pool.name == pool).with_for_update())
+            held.set()
+            release.wait(10)
+            session.execute(
+                update(TaskInstance).where(TaskInstance.task_id == rival).values(state="queued")
+            )
+
+    holder = threading.Thread(target=rival_queuer)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    started = time.monotonic()
+    assert harness.run(task_id) is Outcome.SUCCESS
+    took = time.monotonic() - started
+    holder.join()
+    return took
+
+
 def test_a_chain_result_counts_its_pool_after_the_lock_holder_committed(
     harness: Harness,
 ) -> None:
@@ -293,25 +321,7 @@ def test_a_chain_result_counts_its_pool_after_the_lock_holder_committed(
     harness.trigger("pair")
     harness.trigger("rival")
     assert sorted(m.task_id for m in harness.by_scheduler) == ["a", "r0"]
-    held, release = threading.Event(), threading.Event()
-
-    def rival_queuer() -> None:
-        with transaction(harness.factory) as session:
-            session.execute(select(Pool.name).where(Pool.name == "one").with_for_update())
-            held.set()
-            release.wait(10)
-            session.execute(
-                update(TaskInstance).where(TaskInstance.task_id == "r").values(state="queued")
-            )
-
-    holder = threading.Thread(target=rival_queuer)
-    holder.start()
-    held.wait(10)
-    threading.Timer(0.3, release.set).start()
-    started = time.monotonic()
-    assert harness.run("a") is Outcome.SUCCESS
-    assert time.monotonic() - started >= 0.25  # it waited for the pool's row
-    holder.join()
+    assert run_while_a_rival_holds_the_pool(harness, "a", "one", rival="r") >= 0.25
     assert harness.worker_queued() == []
     assert harness.states() == {"a": "success", "b": "scheduled", "r0": "queued", "r": "queued"}
 
@@ -339,25 +349,7 @@ def test_a_freed_slot_is_filled_after_the_pool_s_lock_holder_committed(
     harness.trigger("fan")
     harness.trigger("rival")
     assert sorted(m.task_id for m in harness.by_scheduler) == ["a", "b"]  # r1, r2 wait
-    held, release = threading.Event(), threading.Event()
-
-    def rival_queuer() -> None:
-        with transaction(harness.factory) as session:
-            session.execute(select(Pool.name).where(Pool.name == "one").with_for_update())
-            held.set()
-            release.wait(10)
-            session.execute(
-                update(TaskInstance).where(TaskInstance.task_id == "r1").values(state="queued")
-            )
-
-    holder = threading.Thread(target=rival_queuer)
-    holder.start()
-    held.wait(10)
-    threading.Timer(0.3, release.set).start()
-    started = time.monotonic()
-    assert harness.run("a") is Outcome.SUCCESS
-    assert time.monotonic() - started >= 0.25  # it waited for the pool's row
-    holder.join()
+    assert run_while_a_rival_holds_the_pool(harness, "a", "one", rival="r1") >= 0.25
     assert harness.worker_queued() == []  # the slot went to the holder's r1
     states = harness.states()
     assert (states["a"], states["r1"], states["r2"], states["j"]) == (
