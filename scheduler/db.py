@@ -59,13 +59,16 @@ IDLE_PING_SECONDS = 10.0
 """A pooled connection idle longer than this is pinged before use."""
 
 
-def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice") -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = 5, application_name: str = "sluice", autocommit: bool = False
+) -> Engine:
     """An engine for `url` that survives a restarted database.
 
     Connections idle for over IDLE_PING_SECONDS are pinged at checkout (a dead one
     is replaced); a connection that dies while in use raises a DBAPIError, which
     the caller's retry loop absorbs, and the pool replaces it. Pinging only idle
     connections keeps the round trip off the hot path (the loop and the worker).
+    With `autocommit` (PostgreSQL), every connection of the pool is in autocommit.
     """
     if is_sqlite(url):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
@@ -78,9 +81,14 @@ def make_engine(url: str, *, pool_size: int = 5, application_name: str = "sluice
         pool_recycle=1800,
         pool_use_lifo=True,
         connect_args={"application_name": application_name},
+        **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
     )
     _ping_idle_connections(engine)
+    _application_names[engine] = application_name
     return engine
+
+
+_application_names: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
 
 
 def _ping_idle_connections(engine: Engine) -> None:
@@ -130,14 +138,25 @@ _single_statement_factories: weakref.WeakKeyDictionary[
 def single_statement_factory(factory: sessionmaker[Session]) -> sessionmaker[Session]:
     """Sessions for work of one statement (an atomic compare-and-set with RETURNING):
     on PostgreSQL in autocommit, which spares the BEGIN and COMMIT round trips; on
-    SQLite the plain factory (its transactions are BEGIN IMMEDIATE)."""
+    SQLite the plain factory (its transactions are BEGIN IMMEDIATE).
+
+    The autocommit sessions come from an engine of their own (same URL, its own pool,
+    disposed with the factory's engine): switching a shared pool's connection to
+    autocommit and back at every checkout cost more CPU than the statement."""
     cached = _single_statement_factories.get(factory)
     if cached is not None:
         return cached
     engine = factory.kw["bind"]
     made = factory
     if engine.dialect.name == "postgresql":
-        made = make_session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
+        autocommit = make_engine(
+            engine.url.render_as_string(hide_password=False),
+            pool_size=getattr(engine.pool, "size", lambda: 5)(),
+            application_name=_application_names.get(engine, "sluice"),
+            autocommit=True,
+        )
+        event.listen(engine, "engine_disposed", lambda *_: autocommit.dispose())
+        made = make_session_factory(autocommit)
     _single_statement_factories[factory] = made
     return made
 

@@ -10,7 +10,13 @@ from sqlalchemy import select, text, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.db import make_engine, make_session_factory, transaction, transaction_opened_by
+from scheduler.db import (
+    make_engine,
+    make_session_factory,
+    single_statement_factory,
+    transaction,
+    transaction_opened_by,
+)
 from scheduler.migrate import upgrade
 from scheduler.models import Pool
 
@@ -71,7 +77,7 @@ def test_a_failing_opener_is_a_database_error(factory: sessionmaker[Session]) ->
 def test_a_dropped_connection_is_an_operational_error_then_replaced(
     factory: sessionmaker[Session], pg_url: str
 ) -> None:
-    with transaction(factory) as session:
+    with transaction(single_statement_factory(factory)) as session:  # the pool it uses
         pid = session.scalar(text("SELECT pg_backend_pid()"))
     admin = make_engine(pg_url)  # its own pool: not the connection it terminates
     with admin.connect() as conn:
