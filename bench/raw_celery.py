@@ -104,8 +104,8 @@ def start_raw_worker(broker_url: str, queue: str, log_dir: Path, concurrency: in
 def measure_floor(
     app: Celery, queue: str, drain_n: int, rtt_n: int, repeats: int = 1
 ) -> dict[str, Any]:
-    """Drain rate of `drain_n` no-op tasks (the median of `repeats` drains) and `rtt_n`
-    sequential round trips."""
+    """Drain rate of `drain_n` no-op tasks (the median of `repeats` drains; every drain's
+    figures in `drains`) and `rtt_n` sequential round trips (none when 0)."""
     noop = app.tasks["bench.noop"]
     ids: list[str] = []
     for _ in range(8):  # warm every pool child and the connections
@@ -115,6 +115,9 @@ def measure_floor(
 
     drains = [_drain(app, queue, drain_n, ids) for _ in range(repeats)]
     drain = median_run(drains, "drain_tasks_per_s")
+    if not rtt_n:
+        _forget(app, ids)
+        return {**drain, "drains": drains}
 
     rtts: list[float] = []
     for _ in range(rtt_n):
@@ -127,6 +130,7 @@ def measure_floor(
     rtt = summary_ms(rtts)
     return {
         **drain,
+        "drains": drains,
         "drain_runs": runs_of(drains, "drain_tasks_per_s"),
         "rtt_median_ms": rtt["median_ms"],
         "rtt_p95_ms": rtt["p95_ms"],

@@ -315,6 +315,8 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "Celery app on Redis db 15 with the same worker settings (prefork -c 4, acks_late,",
         "prefetch 1, JSON) and a Redis result backend. Timings come from the database's own",
         "timestamps (task start_date/end_date), the floor's from the task's own clock.",
+        "The floor's drain is measured before the Sluice workloads and again after them",
+        "(full mode: three drains, then two): its figure is the median of all of them.",
         f"Settings: SLUICE_LOOP_INTERVAL={s['loop_interval']}, "
         f"SLUICE_DAG_REFRESH_INTERVAL=0.5, other settings at their defaults; DAGs have",
         "max_active_runs/max_active_tasks high enough that only the default pool (128 slots)",
