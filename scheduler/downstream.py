@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, bindparam, case, exists, func, select
+from sqlalchemy import ColumnElement, Label, Row, Select, bindparam, case, exists, func, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -124,13 +124,21 @@ long IN list is re-planned on each execution and costs more than the extra rows)
 _READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
 """Only the TIs the decision needs (a few, from a run of any size)."""
 _POOL = Pool.__table__.c
-_POOL_TOTAL = (
-    select(_POOL.slots)
-    .where(_POOL.name == bindparam("lock_pool"))
-    .with_for_update()
-    .scalar_subquery()
-    .label("pool_total")
-)
+
+
+def _locked_pool_total(*only_if: ColumnElement[bool]) -> Label[Any]:
+    """The slots of pool `lock_pool` as `pool_total`, its row locked FOR UPDATE (when
+    `only_if` holds; else NULL, nothing locked): a column for a statement already sent."""
+    return (
+        select(_POOL.slots)
+        .where(_POOL.name == bindparam("lock_pool"), *only_if)
+        .with_for_update(of=Pool.__table__)
+        .scalar_subquery()
+        .label("pool_total")
+    )
+
+
+_POOL_TOTAL = _locked_pool_total()
 _READ_RUN_LOCKING, _READ_LOCKING = (
     _READ_RUN.add_columns(_POOL_TOTAL),
     _READ.add_columns(_POOL_TOTAL),
@@ -149,15 +157,8 @@ _OF_RUN_UNFINISHED = (
 )
 
 
-_POOL_TOTAL_IF_WAITING = (
-    select(_POOL.slots)
-    .where(
-        _POOL.name == bindparam("lock_pool"),
-        exists().where(_TI.state == TI.SCHEDULED.value, _TI.pool == bindparam("lock_pool")),
-    )
-    .with_for_update(of=Pool.__table__)
-    .scalar_subquery()
-    .label("pool_total")
+_POOL_TOTAL_IF_WAITING = _locked_pool_total(
+    exists().where(_TI.state == TI.SCHEDULED.value, _TI.pool == bindparam("lock_pool"))
 )
 """The slots of the finished TI's pool, its row locked, if TIs wait in it (the slot this
 result frees goes to one of them, `fill_freed_slot`); else NULL and nothing locked."""

@@ -97,9 +97,8 @@ def _prepared_move(
     expected = tuple(sorted(frozenset(expect)))
     for old in expected:
         check_ti_move(old, new)
-    written = {**_ti_stamps(new, now), **(values or {})}
-    stmt = _move_statement(new, expected, attempt_id is not None, written, returning, one)
-    params = {f"v_{k}": v for k, v in written.items() if not isinstance(v, ClauseElement)}
+    inline, keys, params = _split_values({**_ti_stamps(new, now), **(values or {})})
+    stmt = _move_statement(new, expected, attempt_id is not None, inline, keys, returning, one)
     if attempt_id is not None:
         params["b_attempt"] = attempt_id
     return stmt, params
@@ -164,11 +163,27 @@ def _fused(move: Update, read: Select[Any]) -> Select[Any]:
     return select(count.c.moved, *rows.c).select_from(count.outerjoin(rows, true()))
 
 
+def _split_values(
+    written: Mapping[str, Any],
+) -> tuple[dict[str, Any], tuple[str, ...], dict[str, Any]]:
+    """A move's written values as (SQL expressions to inline, the sorted keys of the plain
+    values, those values as the parameters `v_<key>` of `_bound_values`)."""
+    inline = {k: v for k, v in written.items() if isinstance(v, ClauseElement)}
+    keys = tuple(sorted(k for k in written if k not in inline))
+    return inline, keys, {f"v_{k}": written[k] for k in keys}
+
+
+def _bound_values(table: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """SET clauses binding `keys` of `table` to the parameters `v_<key>`, typed."""
+    return {k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys}
+
+
 def _move_statement(
     new: TaskInstanceState,
     expected: tuple[TaskInstanceState, ...],
     with_attempt: bool,
-    written: Mapping[str, Any],
+    inline: Mapping[str, Any],
+    keys: tuple[str, ...],
     returning: tuple[ColumnElement[Any], ...],
     one: bool,
 ) -> Update:
@@ -176,8 +191,6 @@ def _move_statement(
     values are bound, so the statement is built once per kind (`_cached_move`); a SQL
     expression among the values (`try_number + 1`) is inlined in a statement built for
     this call."""
-    inline = {k: v for k, v in written.items() if isinstance(v, ClauseElement)}
-    keys = tuple(sorted(k for k in written if k not in inline))
     if not inline:
         return _cached_move(new, expected, with_attempt, keys, returning, one)
     return _build_move(new, expected, with_attempt, keys, returning, one).values(inline)
@@ -200,9 +213,7 @@ def _build_move(
             else table.c.id.in_(bindparam("b_ids", expanding=True)),
             one_of(table.c.state, [TI(state).value for state in expected]),
         )
-        .values(
-            state=TI(new).value, **{k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys}
-        )
+        .values(state=TI(new).value, **_bound_values(table, keys))
         .returning(table.c.id, *returning)
     )
     if with_attempt:
@@ -251,13 +262,10 @@ def move_run(
     expected = tuple(sorted(frozenset(expect)))
     for old in expected:
         check_run_move(old, new)
-    written = {**_run_stamps(new, now), **(values or {})}
-    inline = {k: v for k, v in written.items() if isinstance(v, ClauseElement)}
-    keys = tuple(sorted(k for k in written if k not in inline))
+    inline, keys, params = _split_values({**_run_stamps(new, now), **(values or {})})
     stmt = _cached_run_move(new, expected, keys)
     if inline:
         stmt = stmt.values(inline)
-    params = {f"v_{k}": v for k, v in written.items() if k not in inline}
     return session.execute(stmt, {**params, "b_run": run_id}).first() is not None
 
 
@@ -274,10 +282,7 @@ def _cached_run_move(
             table.c.id == bindparam("b_run"),
             one_of(table.c.state, [DagRunState(s).value for s in expected]),
         )
-        .values(
-            state=DagRunState(new).value,
-            **{k: bindparam(f"v_{k}", type_=table.c[k].type) for k in keys},
-        )
+        .values(state=DagRunState(new).value, **_bound_values(table, keys))
         .returning(table.c.id)
     )
 
