@@ -39,6 +39,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    total = sum(fields[:8])
+    return (total - idle) / os.sysconf("SC_CLK_TCK"), total / os.sysconf("SC_CLK_TCK")
+
+
 def children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -91,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=10, help="triggers, one after another")
     p.add_argument("--slots", type=int, help="the default pool's slots (128 by default)")
     p.add_argument("--schedulers", type=int, default=1, help="sluice scheduler processes")
+    p.add_argument("--backends", action="store_true", help="sample pg_stat_activity (costs CPU)")
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for all"
     )
@@ -119,18 +128,27 @@ def main(argv: list[str] | None = None) -> int:
         }
         before = _cpu(procs)
         backends = Backends(db.name)
-        backends.start()
+        if args.backends:
+            backends.start()
+        busy_before = machine_busy()
         started = time.monotonic()
         for i in range(args.runs):
             env.wait_runs(env.trigger(args.dag, per_trigger, f"probe-{i}"), 120, every=0.01)
         seconds = time.monotonic() - started
-        backends.stop.set()
-        backends.join()
+        busy_after = machine_busy()
+        if args.backends:
+            backends.stop.set()
+            backends.join()
         after = _cpu(procs)
         total = tasks * args.runs
         print(f"{args.dag}: {total} tasks in {seconds:.2f} s = {total / seconds:.0f} tasks/s")
         for name in after:
             print(f"  CPU {name}: {1000 * (after[name] - before[name]) / total:.2f} ms/task")
+        busy, all_cpu = (b - a for a, b in zip(busy_before, busy_after, strict=True))
+        print(
+            f"  CPU whole machine: {1000 * busy / total:.2f} ms/task, "
+            f"{busy / seconds:.2f} of {all_cpu / seconds:.2f} cores busy"
+        )
         gaps, busy = _stamps(env)
         print(
             f"  pool process: gap between tasks median {median(gaps):.2f} ms, "

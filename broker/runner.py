@@ -40,10 +40,18 @@ from broker.messages import RunMessage
 from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
-from scheduler.db import single_statement_factory, transaction, transaction_opened_by, utcnow
+from scheduler.db import (
+    Sent,
+    single_statement_factory,
+    transaction,
+    transaction_opened_by,
+    utcnow,
+)
 from scheduler.downstream import (
     FollowUp,
+    Plan,
     decidable,
+    fan_in_write,
     lock_run,
     run_lock_sql,
     schedule_downstream,
@@ -414,15 +422,14 @@ def _record(
     downstream = ctx.publish is not None and ctx.settings.schedule_after_task
     downstream = downstream and new in _SCHEDULES_DOWNSTREAM
 
-    # the run's lock goes with the transaction's BEGIN (one round trip fewer)
-    opener = None
-    if downstream and decidable(claimed.dag, msg.task_id, claimed.pool, new) is not None:
-        opener = run_lock_sql(claimed.run_pk)
+    plan = decidable(claimed.dag, msg.task_id, claimed.pool, new) if downstream else None
 
     def write() -> bool:
         follow.clear()
+        now = utcnow()
+        opener = _opener(msg, claimed, plan, new, now, values)
         with transaction_opened_by(ctx.session_factory, opener) as (session, opened):
-            now = utcnow()
+            sent = opened[1] if opened and len(opened) > 1 else None
             locked = None
             if downstream:
                 locked = lock_run(
@@ -432,7 +439,7 @@ def _record(
                     pool=claimed.pool,
                     dag=claimed.dag,
                     finished=new,
-                    opened=opened,
+                    opened=opened[0] if opened else None,
                 )
             if task_log is not None:
                 save_task_log(session, task_log, now=now)
@@ -446,8 +453,11 @@ def _record(
                     attempt_id=msg.attempt_id,
                     now=now,
                     values=values,
+                    sent=sent,
                 )
                 won = known is not None
+            elif sent is not None:
+                won = bool(sent)  # the fan-in's write went with the lock
             else:
                 won = move_ti(
                     session,
@@ -478,6 +488,34 @@ def _record(
         return Outcome.STALE, None
     log.info("%s -> %s", _what(msg), new)
     return Outcome(new.value), follow[0] if follow else None
+
+
+def _opener(
+    msg: RunMessage,
+    claimed: Claimed,
+    plan: Plan | None,
+    new: TI,
+    now: dt.datetime,
+    values: dict[str, Any],
+) -> list[Sent] | None:
+    """What the result transaction sends with its BEGIN when a worker decides the
+    downstream (`plan`): the run's lock, and for a success into a fan-in the result's
+    UPDATE that counts the other upstreams (its own snapshot, taken after the lock)."""
+    if plan is None:
+        return None
+    fan_in = fan_in_write(
+        plan,
+        run_pk=claimed.run_pk,
+        pool=claimed.pool,
+        ti_id=msg.ti_id,
+        new=new,
+        expect=[TI.RUNNING],
+        attempt_id=msg.attempt_id,
+        now=now,
+        values=values,
+    )
+    lock = run_lock_sql(claimed.run_pk)
+    return [lock] if fan_in is None else [lock, fan_in]
 
 
 def _retrying(write: Callable[[], bool]) -> bool:

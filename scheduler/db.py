@@ -9,16 +9,26 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, DateTime, Engine, TypeDecorator, create_engine, event
+from sqlalchemy import (
+    Connection,
+    DateTime,
+    Engine,
+    Executable,
+    TypeDecorator,
+    create_engine,
+    event,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.compiler import SQLCompiler
 
 
 def utcnow() -> dt.datetime:
@@ -168,20 +178,26 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
+Sent = str | tuple[Executable, Mapping[str, Any]]
+"""A statement sent with a BEGIN: plain SQL text, or a statement and its parameters."""
+
+
 @contextmanager
 def transaction_opened_by(
-    factory: sessionmaker[Session], opener: str | None
-) -> Iterator[tuple[Session, list[Any] | None]]:
-    """One short transaction, like `transaction`; on PostgreSQL with `opener` (plain SQL,
-    no parameters), its BEGIN travels with that first statement in one simple-protocol
-    query: one round trip fewer. Yields the session and `opener`'s rows (None when it
-    was not run: no opener, or SQLite).
+    factory: sessionmaker[Session], opener: str | Sequence[Sent] | None
+) -> Iterator[tuple[Session, list[list[Any]] | None]]:
+    """One short transaction, like `transaction`; on PostgreSQL with `opener` (one
+    statement or several), its BEGIN travels with them in one query: one round trip
+    instead of one per statement. Yields the session and each opener statement's rows
+    (None when they were not sent: no opener, or SQLite, where the caller runs them).
 
     Invariant: the session's connection is in autocommit mode and the transaction is the
     server's, opened and ended here (COMMIT on success, ROLLBACK on any error); the body
     only executes statements (no ORM flush, no `session.commit()`). A database error of
     the opener is raised as SQLAlchemy's (an OperationalError when the connection broke,
-    which is then invalidated), as for any statement.
+    which is then invalidated), as for any statement. Each statement of the opener takes
+    its own snapshot (READ COMMITTED): one that follows a lock sees what the lock's
+    previous holder committed.
     """
     single = single_statement_factory(factory)
     if opener is None or single is factory:
@@ -190,9 +206,9 @@ def transaction_opened_by(
         return
     with single() as session:
         connection = session.connection()
-        rows = _open(connection, opener)
+        results = _send(connection, [opener] if isinstance(opener, str) else opener)
         try:
-            yield session, rows
+            yield session, results
         except BaseException:
             if not connection.invalidated:
                 try:
@@ -203,22 +219,63 @@ def transaction_opened_by(
         connection.exec_driver_sql("COMMIT")
 
 
-def _open(connection: Connection, opener: str) -> list[Any]:
-    """BEGIN and `opener` in one query on `connection`'s psycopg connection; its rows
-    (named tuples). psycopg's errors come back as SQLAlchemy's."""
+def committed_at_once(
+    factory: sessionmaker[Session], statements: Sequence[Sent]
+) -> list[list[Any]] | None:
+    """`statements` in one transaction sent as one query with its BEGIN and COMMIT (one
+    round trip; locks are held only while the server runs them): each statement's rows.
+    None on SQLite (nothing sent: the caller runs them in a `transaction`). Errors as for
+    `transaction_opened_by`; nothing is committed then."""
+    single = single_statement_factory(factory)
+    if single is factory:
+        return None
+    with single() as session:
+        return _send(session.connection(), statements, commit=True)
+
+
+def _send(connection: Connection, statements: Sequence[Sent], commit: bool = False) -> list[Any]:
+    """BEGIN, `statements` [and COMMIT] in one simple-protocol query on `connection`'s
+    psycopg connection (each statement's parameters bound client-side by psycopg); each
+    statement's rows (named tuples). psycopg's errors come back as SQLAlchemy's, after a
+    ROLLBACK."""
     import psycopg
     from psycopg.rows import namedtuple_row
 
-    raw = connection.connection.dbapi_connection
+    raw = cast(psycopg.Connection[Any], connection.connection.dbapi_connection)
+    query = "BEGIN"
     try:
-        with raw.cursor(row_factory=namedtuple_row) as cursor:  # type: ignore[union-attr]
-            cursor.execute(f"BEGIN; {opener}")
-            cursor.nextset()
-            return list(cursor.fetchall())
+        with psycopg.ClientCursor(raw, row_factory=namedtuple_row) as cursor:
+            texts = [_bound(cursor, connection.dialect, s) for s in statements]
+            query = "; ".join(["BEGIN", *texts, *(["COMMIT"] if commit else [])])
+            cursor.execute(query)
+            results = []
+            for _ in statements:
+                cursor.nextset()
+                results.append(list(cursor.fetchall()) if cursor.description else [])
+            return results
     except psycopg.Error as exc:
-        broken = isinstance(exc, psycopg.OperationalError) or raw.closed  # type: ignore[union-attr]
+        broken = isinstance(exc, psycopg.OperationalError) or raw.closed
         if broken:
             connection.invalidate(exc)
-            raise OperationalError(opener, None, exc) from exc
+            raise OperationalError(query, None, exc) from exc
         connection.exec_driver_sql("ROLLBACK")
-        raise DBAPIError(opener, None, exc) from exc
+        raise DBAPIError(query, None, exc) from exc
+
+
+def _bound(cursor: Any, dialect: Dialect, statement: Sent) -> str:
+    """`statement` as SQL text with its parameters inlined by psycopg's client-side
+    binding (processed by their SQLAlchemy types first, as an execution would)."""
+    if isinstance(statement, str):
+        return statement
+    stmt, values = statement
+    state = _compiled(stmt, dialect).construct_expanded_state(dict(values))
+    processors = state.processors
+    params = {k: processors[k](v) if k in processors else v for k, v in state.parameters.items()}
+    return str(cursor.mogrify(state.statement, params))
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(stmt: Executable, dialect: Dialect) -> SQLCompiler:
+    """`stmt` compiled once for `dialect` (statements sent this way are module-level
+    constants or cached, so their identity is the key)."""
+    return cast(SQLCompiler, stmt.compile(dialect=dialect))  # type: ignore[attr-defined]

@@ -39,7 +39,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Label, Row, Select, bindparam, case, exists, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Label,
+    Row,
+    Select,
+    Update,
+    bindparam,
+    case,
+    exists,
+    func,
+    select,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -53,11 +64,11 @@ from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
 from scheduler.transitions import (
     move_ti_reading,
-    move_ti_returning,
     move_tis,
     queue_ti_if,
     queue_tis,
     queue_waiting_if,
+    ti_move_returning,
 )
 from tasks.trigger_rules import TriggerRule
 
@@ -361,12 +372,14 @@ def write_result(
     attempt_id: str,
     now: dt.datetime,
     values: Mapping[str, Any],
+    sent: list[Row[Any]] | None = None,
 ) -> LockedRun | None:
     """The result's compare-and-set running → `new` under the run's lock, then what
     deciding its downstream needs; None if the result lost (nothing is read).
 
     A success into a fan-in that waits for all its upstreams has its UPDATE count the
-    others still unfinished: while one is, the run's TIs are not read (`waiting`)."""
+    others still unfinished (`fan_in_write`): while one is, the run's TIs are not read
+    (`waiting`). `sent`: that UPDATE's rows when it was sent with the run's lock."""
     plan = locked.plan
     move: dict[str, Any] = {
         "expect": [TI.RUNNING],
@@ -375,16 +388,15 @@ def write_result(
         "values": values,
     }
     if plan.fan_in is not None:
-        columns, names = plan.fan_in
-        check = {
-            "run_pk": locked.run_pk,
-            "pools": plan.params["pools"],
-            "fan_in": names,
-            "lock_pool": locked.pool,
-        }
-        row = move_ti_returning(session, ti_id, new, returning=columns, params=check, **move)
-        if row is None:
+        if sent is None:
+            fan_in = fan_in_write(
+                plan, run_pk=locked.run_pk, pool=locked.pool, ti_id=ti_id, new=new, **move
+            )
+            assert fan_in is not None
+            sent = list(session.execute(*fan_in).all())
+        if not sent:
             return None
+        row = sent[0]
         locked = replace(locked, pool_total=row.pool_total)
         if row.unfinished:
             return replace(locked, backlog=bool(row.backlog), waiting=True)
@@ -398,6 +410,37 @@ def write_result(
     if plan.locks_pool:
         locked = replace(locked, pool_total=rows[0].pool_total)
     return replace(locked, rows=rows, backlog=bool(rows[0].backlog))
+
+
+def fan_in_write(
+    plan: Plan | None,
+    *,
+    run_pk: int,
+    pool: str,
+    ti_id: int,
+    new: TaskInstanceState,
+    expect: list[TaskInstanceState],
+    attempt_id: str,
+    now: dt.datetime,
+    values: Mapping[str, Any],
+) -> tuple[Update, dict[str, Any]] | None:
+    """The result's UPDATE that also counts a fan-in's other upstreams still unfinished
+    (`Plan.fan_in`) and its parameters; None when `plan` has no fan-in to count. To run
+    under the run's lock: sent with it (`run_lock_sql`) or after `lock_run`."""
+    if plan is None or plan.fan_in is None:
+        return None
+    columns, names = plan.fan_in
+    check = {"run_pk": run_pk, "pools": plan.params["pools"], "fan_in": names, "lock_pool": pool}
+    return ti_move_returning(
+        ti_id,
+        new,
+        expect=expect,
+        now=now,
+        returning=columns,
+        attempt_id=attempt_id,
+        values=values,
+        params=check,
+    )
 
 
 def _read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any]]:

@@ -120,9 +120,34 @@ def move_ti_returning(
     same statement; `params` bind the parameters of `returning` (subqueries). `returning`
     must be a module-level constant: statements are cached by it.
     """
+    stmt, bound = ti_move_returning(
+        ti_id,
+        new,
+        expect=expect,
+        now=now,
+        returning=returning,
+        attempt_id=attempt_id,
+        values=values,
+        params=params,
+    )
+    return session.execute(stmt, bound).first()
+
+
+def ti_move_returning(
+    ti_id: int,
+    new: TaskInstanceState,
+    *,
+    expect: Iterable[TaskInstanceState],
+    now: dt.datetime,
+    returning: tuple[ColumnElement[Any], ...],
+    attempt_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> tuple[Update, dict[str, Any]]:
+    """The statement of `move_ti_returning` and its parameters, not executed (for a caller
+    that sends it with other statements, `scheduler.db.transaction_opened_by`)."""
     stmt, bound = _prepared_move(new, expect, now, attempt_id, values, returning, one=True)
-    params = {**(params or {}), **bound, "b_id": ti_id}
-    return session.execute(stmt, params).first()
+    return stmt, {**(params or {}), **bound, "b_id": ti_id}
 
 
 def move_ti_reading(

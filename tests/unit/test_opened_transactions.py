@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.db import (
+    committed_at_once,
     make_engine,
     make_session_factory,
     single_statement_factory,
@@ -50,8 +51,8 @@ def lock_is_free(factory: sessionmaker[Session]) -> bool:
 
 
 def test_the_opener_s_rows_its_lock_and_the_commit(factory: sessionmaker[Session]) -> None:
-    with transaction_opened_by(factory, LOCK) as (session, rows):
-        assert rows is not None and [(r.name, r.slots) for r in rows] == [("p", 1)]
+    with transaction_opened_by(factory, LOCK) as (session, sent):
+        assert sent is not None and [(r.name, r.slots) for r in sent[0]] == [("p", 1)]
         assert not lock_is_free(factory)  # held from the opener on
         session.execute(update(Pool).where(Pool.name == "p").values(slots=2))
     assert slots(factory) == 2 and lock_is_free(factory)
@@ -62,16 +63,16 @@ def test_an_error_in_the_body_rolls_everything_back(factory: sessionmaker[Sessio
         session.execute(update(Pool).where(Pool.name == "p").values(slots=3))
         raise RuntimeError("the body failed")
     assert slots(factory) == 1 and lock_is_free(factory)
-    with transaction_opened_by(factory, LOCK) as (_, rows):  # the pooled connection is fine
-        assert rows is not None and len(rows) == 1
+    with transaction_opened_by(factory, LOCK) as (_, sent):  # the pooled connection is fine
+        assert sent is not None and len(sent[0]) == 1
 
 
 def test_a_failing_opener_is_a_database_error(factory: sessionmaker[Session]) -> None:
     failing = transaction_opened_by(factory, "SELECT no_such_column FROM pool")
     with pytest.raises(DBAPIError, match="no_such_column"), failing:
         pass
-    with transaction_opened_by(factory, LOCK) as (_, rows):
-        assert rows is not None and len(rows) == 1
+    with transaction_opened_by(factory, LOCK) as (_, sent):
+        assert sent is not None and len(sent[0]) == 1
 
 
 def test_a_dropped_connection_is_an_operational_error_then_replaced(
@@ -85,8 +86,8 @@ def test_a_dropped_connection_is_an_operational_error_then_replaced(
     admin.dispose()
     with pytest.raises(OperationalError), transaction_opened_by(factory, LOCK):
         pass
-    with transaction_opened_by(factory, LOCK) as (_, rows):  # a new connection
-        assert rows is not None and len(rows) == 1
+    with transaction_opened_by(factory, LOCK) as (_, sent):  # a new connection
+        assert sent is not None and len(sent[0]) == 1
 
 
 def test_sqlite_runs_a_plain_transaction(sqlite_url: str) -> None:
@@ -95,8 +96,35 @@ def test_sqlite_runs_a_plain_transaction(sqlite_url: str) -> None:
     factory = make_session_factory(engine)
     with transaction(factory) as session:
         session.add(Pool(name="p", slots=1))
-    with transaction_opened_by(factory, LOCK) as (session, rows):
-        assert rows is None  # not run: the caller locks as it would without it
+    with transaction_opened_by(factory, LOCK) as (session, sent):
+        assert sent is None  # not run: the caller locks as it would without it
         session.execute(update(Pool).where(Pool.name == "p").values(slots=5))
     assert slots(factory) == 5
     engine.dispose()
+
+
+SET_SLOTS = update(Pool).where(Pool.name == "p").values(slots=bindparam("n")).returning(Pool.slots)
+SLOTS_AT_LEAST = select(Pool.name).where(Pool.slots >= bindparam("n2"), Pool.name.like("p%"))
+
+
+def test_several_statements_with_parameters_in_one_query(factory: sessionmaker[Session]) -> None:
+    opener = [LOCK, (SET_SLOTS, {"n": 7}), (SLOTS_AT_LEAST, {"n2": 7})]
+    with transaction_opened_by(factory, opener) as (_, sent):
+        assert sent is not None
+        assert [len(rows) for rows in sent] == [1, 1, 1]  # each statement's own rows
+        assert sent[1][0].slots == 7 and sent[2][0].name == "p"  # the 2nd saw the 1st's write
+        assert not lock_is_free(factory)
+    assert slots(factory) == 7 and lock_is_free(factory)
+
+
+def test_committed_at_once_holds_no_lock_after_and_fails_whole(
+    factory: sessionmaker[Session],
+) -> None:
+    sent = committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 4})])
+    assert sent is not None and sent[1][0].slots == 4
+    assert slots(factory) == 4 and lock_is_free(factory)
+    with pytest.raises(DBAPIError, match="no_such_column"):
+        committed_at_once(factory, [(SET_SLOTS, {"n": 9}), "SELECT no_such_column FROM pool"])
+    assert slots(factory) == 4 and lock_is_free(factory)  # the first statement rolled back
+    with transaction_opened_by(factory, LOCK) as (_, again):  # the connection is usable
+        assert again is not None and len(again[0]) == 1
