@@ -53,7 +53,7 @@ from scheduler.downstream import (
     decidable,
     fan_in_write,
     lock_run,
-    run_lock_sql,
+    run_lock,
     schedule_downstream,
     write_result,
 )
@@ -514,7 +514,7 @@ def _opener(
         now=now,
         values=values,
     )
-    lock = run_lock_sql(claimed.run_pk)
+    lock = run_lock(claimed.run_pk)
     return [lock] if fan_in is None else [lock, fan_in]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import re
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -245,7 +246,7 @@ def _send(connection: Connection, statements: Sequence[Sent], commit: bool = Fal
     query = "BEGIN"
     try:
         with psycopg.ClientCursor(raw, row_factory=namedtuple_row) as cursor:
-            texts = [_bound(cursor, connection.dialect, s) for s in statements]
+            texts = [_bound(cursor, connection, s) for s in statements]
             query = "; ".join(["BEGIN", *texts, *(["COMMIT"] if commit else [])])
             cursor.execute(query)
             results = []
@@ -262,16 +263,51 @@ def _send(connection: Connection, statements: Sequence[Sent], commit: bool = Fal
         raise DBAPIError(query, None, exc) from exc
 
 
-def _bound(cursor: Any, dialect: Dialect, statement: Sent) -> str:
-    """`statement` as SQL text with its parameters inlined by psycopg's client-side
-    binding (processed by their SQLAlchemy types first, as an execution would)."""
+def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
+    """`statement` as SQL text for a multi-statement query: plain text as is; a statement
+    with parameters as `EXECUTE` of a server-side prepared statement (prepared on this
+    connection the first time, in a query of its own: a simple-protocol query is planned
+    at every execution otherwise), its arguments inlined by psycopg's client-side binding
+    after SQLAlchemy's type processing, as an execution would do."""
     if isinstance(statement, str):
         return statement
     stmt, values = statement
-    state = _compiled(stmt, dialect).construct_expanded_state(dict(values))
-    processors = state.processors
-    params = {k: processors[k](v) if k in processors else v for k, v in state.parameters.items()}
-    return str(cursor.mogrify(state.statement, params))
+    state = _compiled(stmt, connection.dialect).construct_expanded_state(dict(values))
+    name, order, prepare = _prepared(state.statement)
+    known = connection.connection.info.setdefault("sluice_prepared", set())
+    if name not in known:
+        cursor.execute(prepare)
+        known.add(name)
+    processors, params = state.processors, state.parameters
+    args = [processors[k](params[k]) if k in processors else params[k] for k in order]
+    if not args:
+        return f"EXECUTE {name}"
+    return str(cursor.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args))
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+
+@functools.lru_cache(maxsize=256)
+def _prepared(sql: str) -> tuple[str, tuple[str, ...], str]:
+    """For `sql` with pyformat placeholders: a statement name unique to it in this
+    process, its parameter names in `$n` order, and the PREPARE statement."""
+    order: list[str] = []
+
+    def numbered(match: re.Match[str]) -> str:
+        if match[0] == "%%":
+            return "%"
+        if match[1] not in order:
+            order.append(match[1])
+        return f"${order.index(match[1]) + 1}"
+
+    numbered_sql = _PLACEHOLDER.sub(numbered, sql)
+    name = _statement_names.setdefault(sql, f"sluice_{len(_statement_names)}")
+    return name, tuple(order), f"PREPARE {name} AS {numbered_sql}"
+
+
+_statement_names: dict[str, str] = {}
+"""SQL text → its prepared statement's name (the same on every connection)."""
 
 
 @functools.lru_cache(maxsize=64)

@@ -51,7 +51,6 @@ from sqlalchemy import (
     func,
     select,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
@@ -100,18 +99,12 @@ _LOCK_RUN = (
 )
 """Its own statement: a statement that waits for a row lock keeps the snapshot it
 started with for its other rows, so TIs read in it could miss the holder's result."""
-_RUN_PK_MARK = 918273645546372819
-_LOCK_RUN_SQL = str(
-    _LOCK_RUN.params(run_pk=_RUN_PK_MARK).compile(
-        dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}
-    )
-).replace(str(_RUN_PK_MARK), "{run_pk:d}")
 
 
-def run_lock_sql(run_pk: int) -> str:
-    """`_LOCK_RUN` of `run_pk` as plain PostgreSQL text (the id is an int, inlined): the
-    first statement of a result transaction, sent with its BEGIN (`transaction_opened_by`)."""
-    return _LOCK_RUN_SQL.format(run_pk=int(run_pk))
+def run_lock(run_pk: int) -> tuple[Select[Any], dict[str, Any]]:
+    """`_LOCK_RUN` of `run_pk` and its parameters: the first statement of a result
+    transaction, sent with its BEGIN (`scheduler.db.transaction_opened_by`)."""
+    return _LOCK_RUN, {"run_pk": run_pk}
 
 
 _IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
@@ -341,7 +334,7 @@ def lock_run(
     """Lock run `run_pk` (FOR UPDATE) to decide `task_id`'s downstream after its
     `finished` result; None if this worker may not decide the run (claimed by a job,
     not running, of another DAG version, its spans waiting for a scheduler to continue
-    them, or more than READ_LIMIT TIs to read). `opened`: the rows of `run_lock_sql`,
+    them, or more than READ_LIMIT TIs to read). `opened`: the rows of `run_lock`,
     when the transaction was opened with it (the lock is then held already).
 
     Called in the result transaction BEFORE the result is written (`write_result`), so
@@ -426,7 +419,7 @@ def fan_in_write(
 ) -> tuple[Update, dict[str, Any]] | None:
     """The result's UPDATE that also counts a fan-in's other upstreams still unfinished
     (`Plan.fan_in`) and its parameters; None when `plan` has no fan-in to count. To run
-    under the run's lock: sent with it (`run_lock_sql`) or after `lock_run`."""
+    under the run's lock: sent with it (`run_lock`) or after `lock_run`."""
     if plan is None or plan.fan_in is None:
         return None
     columns, names = plan.fan_in

@@ -128,3 +128,14 @@ def test_committed_at_once_holds_no_lock_after_and_fails_whole(
     assert slots(factory) == 4 and lock_is_free(factory)  # the first statement rolled back
     with transaction_opened_by(factory, LOCK) as (_, again):  # the connection is usable
         assert again is not None and len(again[0]) == 1
+
+
+PREPARED = text("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'sluice%'")
+
+
+def test_a_statement_is_prepared_once_per_connection(factory: sessionmaker[Session]) -> None:
+    for n in (5, 6, 7):
+        with transaction_opened_by(factory, [LOCK, (SET_SLOTS, {"n": n})]) as (session, sent):
+            assert sent is not None and sent[1][0].slots == n
+            assert session.scalar(PREPARED) == 1  # the same connection (LIFO pool)
+    assert slots(factory) == 7
