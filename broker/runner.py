@@ -25,23 +25,23 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
 from sqlalchemy import Row, bindparam, select, update
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from broker.fan_in_result import record_at_once, result_statements
 from broker.heartbeat import Heartbeat
 from broker.messages import RunMessage
+from broker.retrying import retrying
 from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import (
-    Sent,
+    sends_in_one_query,
     single_statement_factory,
     transaction,
     transaction_opened_by,
@@ -49,11 +49,8 @@ from scheduler.db import (
 )
 from scheduler.downstream import (
     FollowUp,
-    Plan,
     decidable,
-    fan_in_write,
     lock_run,
-    run_lock,
     schedule_downstream,
     write_result,
 )
@@ -68,9 +65,6 @@ from tasks.runtime import branch_targets, check_result, run_task, wants_context
 from tasks.serialize import retry_delay_for
 
 log = logging.getLogger("sluice.worker")
-
-RESULT_WRITE_ATTEMPTS = 3
-"""Tries of the final write when the database connection fails (it is a CAS: safe to redo)."""
 
 
 class Outcome(StrEnum):
@@ -202,7 +196,7 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
             )
         return row is not None
 
-    _retrying(attempt)
+    retrying(attempt)
     return found[0] if found else None
 
 
@@ -361,7 +355,7 @@ def _defer(
             )
             return done.first() is not None
 
-    if not _retrying(write):
+    if not retrying(write):
         log.info("%s moved meanwhile: revoking Celery task %s", _what(msg), external_id)
         _sending_app(ctx).control.revoke(external_id)
         return Outcome.STALE
@@ -423,11 +417,44 @@ def _record(
     downstream = downstream and new in _SCHEDULES_DOWNSTREAM
 
     plan = decidable(claimed.dag, msg.task_id, claimed.pool, new) if downstream else None
+    if (
+        plan is not None
+        and plan.fan_in is not None
+        and claimed.dag is not None
+        and task_log is None
+        and sends_in_one_query(ctx.session_factory)
+    ):
+        done = record_at_once(
+            ctx.session_factory,
+            plan,
+            claimed.dag,
+            run_pk=claimed.run_pk,
+            task_id=msg.task_id,
+            pool=claimed.pool,
+            ti_id=msg.ti_id,
+            attempt_id=msg.attempt_id,
+            values=values,
+            with_trace=ctx.trace_tis,
+        )
+        if done is None:
+            log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
+            return Outcome.STALE, None
+        log.info("%s -> %s", _what(msg), new)
+        return Outcome(new.value), done
 
     def write() -> bool:
         follow.clear()
         now = utcnow()
-        opener = _opener(msg, claimed, plan, new, now, values)
+        opener = result_statements(
+            plan,
+            run_pk=claimed.run_pk,
+            pool=claimed.pool,
+            ti_id=msg.ti_id,
+            attempt_id=msg.attempt_id,
+            new=new,
+            now=now,
+            values=values,
+        )
         with transaction_opened_by(ctx.session_factory, opener) as (session, opened):
             sent = opened[1] if opened and len(opened) > 1 else None
             locked = None
@@ -483,48 +510,8 @@ def _record(
                 )
             return won
 
-    if not _retrying(write):
+    if not retrying(write):
         log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
         return Outcome.STALE, None
     log.info("%s -> %s", _what(msg), new)
     return Outcome(new.value), follow[0] if follow else None
-
-
-def _opener(
-    msg: RunMessage,
-    claimed: Claimed,
-    plan: Plan | None,
-    new: TI,
-    now: dt.datetime,
-    values: dict[str, Any],
-) -> list[Sent] | None:
-    """What the result transaction sends with its BEGIN when a worker decides the
-    downstream (`plan`): the run's lock, and for a success into a fan-in the result's
-    UPDATE that counts the other upstreams (its own snapshot, taken after the lock)."""
-    if plan is None:
-        return None
-    fan_in = fan_in_write(
-        plan,
-        run_pk=claimed.run_pk,
-        pool=claimed.pool,
-        ti_id=msg.ti_id,
-        new=new,
-        expect=[TI.RUNNING],
-        attempt_id=msg.attempt_id,
-        now=now,
-        values=values,
-    )
-    lock = run_lock(claimed.run_pk)
-    return [lock] if fan_in is None else [lock, fan_in]
-
-
-def _retrying(write: Callable[[], bool]) -> bool:
-    for attempt in range(1, RESULT_WRITE_ATTEMPTS + 1):
-        try:
-            return write()
-        except OperationalError as exc:
-            if attempt == RESULT_WRITE_ATTEMPTS:
-                raise
-            log.warning("writing the result failed (attempt %s): %s", attempt, exc)
-            time.sleep(0.5 * 2 ** (attempt - 1))
-    raise AssertionError("unreachable")

@@ -220,6 +220,12 @@ def transaction_opened_by(
         connection.exec_driver_sql("COMMIT")
 
 
+def sends_in_one_query(factory: sessionmaker[Session]) -> bool:
+    """Whether `factory`'s database takes several statements in one query with their
+    BEGIN (PostgreSQL: `transaction_opened_by`, `committed_at_once`)."""
+    return single_statement_factory(factory) is not factory
+
+
 def committed_at_once(
     factory: sessionmaker[Session], statements: Sequence[Sent]
 ) -> list[list[Any]] | None:

@@ -55,10 +55,17 @@ from sqlalchemy.orm import Session
 
 from broker.messages import RunMessage
 from scheduler import spans
+from scheduler.db import Sent
 from scheduler.deps import TiView, decide_one
 from scheduler.models import Dag, DagRun, Pool, TaskInstance
 from scheduler.queries.sql import one_of
-from scheduler.queries.tis import HAS_ROOM, NEXT_WAITING_FITS, lock_pools
+from scheduler.queries.tis import (
+    HAS_ROOM,
+    NEXT_WAITING_FITS,
+    NEXT_WAITING_FITS_ITS_POOL,
+    lock_pools,
+    pool_lock,
+)
 from scheduler.queueing import Capacity, new_try_message, queue_scheduled
 from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
 from scheduler.transitions import (
@@ -67,6 +74,7 @@ from scheduler.transitions import (
     queue_ti_if,
     queue_tis,
     queue_waiting_if,
+    queue_waiting_statement,
     ti_move_returning,
 )
 from tasks.trigger_rules import TriggerRule
@@ -349,11 +357,20 @@ def lock_run(
         run = session.execute(_LOCK_RUN, {"run_pk": run_pk}).first()
     else:
         run = opened[0] if opened else None
-    if run is None or run.claimed_by_job_id is not None or run.dag_hash != dag.version_hash:
+    if run is None or not drives(run, dag):
         return None
-    if run.span_status == SpanStatus.NEEDS_CONTINUANCE:
-        return None  # its spans' owner exited: TIs must nest under the continuing span
     return LockedRun(run_pk, run.run_id, dag, task_id, pool, plan)
+
+
+def drives(run: Any, dag: Dag) -> bool:
+    """Whether a worker decides run `run` (a row of `run_lock`, the run running) from
+    `dag`: no job claimed it, it is of that DAG version, and its spans need no
+    scheduler to continue them (TIs must nest under the continuing span)."""
+    return (
+        run.claimed_by_job_id is None
+        and run.dag_hash == dag.version_hash
+        and run.span_status != SpanStatus.NEEDS_CONTINUANCE
+    )
 
 
 def write_result(
@@ -393,14 +410,25 @@ def write_result(
         locked = replace(locked, pool_total=row.pool_total)
         if row.unfinished:
             return replace(locked, backlog=bool(row.backlog), waiting=True)
-        rows = _read(session, locked.run_pk, plan)  # the last result: the others finished
-    else:
-        read, params = _read_statement(locked.run_pk, plan)
-        moved = move_ti_reading(session, ti_id, new, read=read, params=params, **move)
-        if moved is None:
-            return None
-        rows = [row for row in moved if row.task_id in plan.needed]
-    if plan.locks_pool:
+        return read_run(session, locked)  # the last result: the others finished
+    read, params = _read_statement(locked.run_pk, plan)
+    moved = move_ti_reading(session, ti_id, new, read=read, params=params, **move)
+    if moved is None:
+        return None
+    return _with_rows(locked, [row for row in moved if row.task_id in plan.needed])
+
+
+def read_run(session: Session, locked: LockedRun) -> LockedRun:
+    """`locked` with the TIs its decision needs, read now (under the run's lock, the
+    result written: in this transaction or committed before it)."""
+    read, params = _read_statement(locked.run_pk, locked.plan)
+    return _with_rows(
+        locked, [row for row in session.execute(read, params) if row.task_id in locked.plan.needed]
+    )
+
+
+def _with_rows(locked: LockedRun, rows: list[Row[Any]]) -> LockedRun:
+    if locked.plan.locks_pool:
         locked = replace(locked, pool_total=rows[0].pool_total)
     return replace(locked, rows=rows, backlog=bool(rows[0].backlog))
 
@@ -444,11 +472,6 @@ def _read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any
         del params["task_ids"]
         return (_READ_RUN_LOCKING if plan.locks_pool else _READ_RUN), params
     return (_READ_LOCKING if plan.locks_pool else _READ), params
-
-
-def _read(session: Session, run_pk: int, plan: Plan) -> list[Row[Any]]:
-    read, params = _read_statement(run_pk, plan)
-    return [row for row in session.execute(read, params) if row.task_id in plan.needed]
 
 
 def schedule_downstream(
@@ -537,10 +560,31 @@ def fill_freed_slot(
     )
     if row is None:
         return []
-    message = new_try_message(
+    return [fill_message(row, attempt_id, with_trace)]
+
+
+def fill_statements(pool: str, attempt_id: str, now: dt.datetime) -> list[Sent]:
+    """`fill_freed_slot` of `pool` as statements to send in one query: the pool's row
+    locked, then the first waiting TI queued as `attempt_id` if it fits (a statement of
+    its own, so it counts the room after the lock was granted). Its row (`_PICKED`)
+    makes the message (`fill_message`)."""
+    return [
+        pool_lock(pool),
+        queue_waiting_statement(
+            attempt_id,
+            now=now,
+            condition=NEXT_WAITING_FITS_ITS_POOL,
+            params={"r_pool": pool},
+            returning=_PICKED,
+        ),
+    ]
+
+
+def fill_message(row: Row[Any], attempt_id: str, with_trace: bool = False) -> RunMessage:
+    """The message of the TI a fill queued (`fill_statements`, `fill_freed_slot`)."""
+    return new_try_message(
         row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
     )
-    return [message]
 
 
 def _decide(

@@ -373,10 +373,25 @@ def queue_waiting_if(
     """Move the `scheduled` TI that `condition` picks (and lets in) to queued, in one
     statement; `returning` of it, or None. `condition` and `returning` are module-level
     constants (statements are cached by them)."""
+    return session.execute(
+        *queue_waiting_statement(
+            attempt_id, now=now, condition=condition, params=params, returning=returning
+        )
+    ).first()
+
+
+def queue_waiting_statement(
+    attempt_id: str,
+    *,
+    now: dt.datetime,
+    condition: ColumnElement[bool],
+    params: Mapping[str, Any],
+    returning: tuple[ColumnElement[Any], ...],
+) -> tuple[Update, dict[str, Any]]:
+    """The statement of `queue_waiting_if` and its parameters, not executed."""
     check_ti_move(TI.SCHEDULED, TI.QUEUED)
     stmt = _queue_picked_statement(condition, returning)
-    bound = {**params, "b_attempt": attempt_id, "b_now": now, "b_job": None}
-    return session.execute(stmt, bound).first()
+    return stmt, {**params, "b_attempt": attempt_id, "b_now": now, "b_job": None}
 
 
 @functools.lru_cache(maxsize=8)

@@ -98,11 +98,31 @@ def used_slots_by_pool(session: Session) -> dict[str, int]:
     return {pool: int(n) for pool, n in session.execute(stmt).all()}
 
 
+def pool_lock(name: str) -> tuple[Select[Any], dict[str, Any]]:
+    """`lock_pools` of one pool as a statement and its parameters, to send with others
+    (`scheduler.db.committed_at_once`)."""
+    return _LOCK_ONE_POOL, {"name": name}
+
+
 _WAITING = TaskInstance.__table__.alias("waiting")
 _RUNS = DagRun.__table__.c
-NEXT_WAITING_FITS = and_(
-    _TIS.id
-    == select(_WAITING.c.id)
+
+
+def _next_waiting_fits(pool_total: ColumnElement[Any]) -> ColumnElement[bool]:
+    return and_(
+        _TIS.id == _FIRST_WAITING,
+        _room_for(
+            _TIS.pool,
+            _TIS.pool_slots,
+            pool_total,
+            _TIS.dag_id,
+            select(_DAGS.max_active_tasks).where(_DAGS.dag_id == _TIS.dag_id).scalar_subquery(),
+        ),
+    )
+
+
+_FIRST_WAITING = (
+    select(_WAITING.c.id)
     .join(DagRun.__table__, _RUNS.id == _WAITING.c.dag_run_id)
     .where(
         _WAITING.c.state == TI.SCHEDULED.value,
@@ -113,19 +133,18 @@ NEXT_WAITING_FITS = and_(
     .order_by(_WAITING.c.priority_weight.desc(), _WAITING.c.scheduled_at, _WAITING.c.id)
     .limit(1)
     .with_for_update(of=_WAITING, skip_locked=True)
-    .scalar_subquery(),
-    _room_for(
-        _TIS.pool,
-        _TIS.pool_slots,
-        bindparam("r_pool_total"),
-        _TIS.dag_id,
-        select(_DAGS.max_active_tasks).where(_DAGS.dag_id == _TIS.dag_id).scalar_subquery(),
-    ),
+    .scalar_subquery()
 )
+NEXT_WAITING_FITS = _next_waiting_fits(bindparam("r_pool_total"))
 """The first TI waiting in pool `r_pool` (of a running run no job claimed; by priority,
 then age; SKIP LOCKED), if it fits: its pool (`r_pool_total` slots) and its DAG's
 max_active_tasks have room for it. For the statement that queues it, after the pool's
 row was locked by an earlier statement (see HAS_ROOM)."""
+NEXT_WAITING_FITS_ITS_POOL = _next_waiting_fits(
+    select(_POOLS.slots).where(_POOLS.name == bindparam("r_pool")).scalar_subquery()
+)
+"""NEXT_WAITING_FITS with the pool's slots read in the statement (for a statement sent
+right after the one that locked the pool's row, `pool_lock`)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,184 @@
+"""A worker's result that travels with its run's lock, and the fan-in result committed
+in one query.
+
+A success into a fan-in that waits for all its upstreams decides nothing while another
+upstream is unfinished: its UPDATE counts them (`scheduler.downstream.fan_in_write`).
+With no log to store, that result is one query on PostgreSQL: BEGIN, the run's lock, the
+UPDATE, COMMIT (`scheduler.db.committed_at_once`); the run's lock is held only while the
+server runs them. What the UPDATE returned says what follows, each in its own query:
+- another upstream unfinished and no TI waiting for the slot: nothing;
+- TIs wait in the finished TI's pool: the pool's row locked and the first of them queued
+  if it fits, in one more query (`fill_statements`; with spans to start, a transaction);
+- the last upstream: a transaction that locks the run again, reads it, decides and
+  queues the fan-in as a plain result does (the lock serialises the upstreams' UPDATEs,
+  so exactly one of them counts no other unfinished).
+
+Invariant: the result is committed before the decision that follows it; a worker that
+dies in between leaves the decision to the schedulers' passes (a dropped follow-up query
+wakes them), never a double queueing (every queueing is a compare-and-set).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from broker.retrying import retrying
+from scheduler.db import Sent, committed_at_once, transaction_opened_by, utcnow
+from scheduler.downstream import (
+    FollowUp,
+    Plan,
+    drives,
+    fan_in_write,
+    fill_message,
+    fill_statements,
+    lock_run,
+    read_run,
+    run_lock,
+    schedule_downstream,
+)
+from scheduler.models import Dag
+from scheduler.states import TI
+
+log = logging.getLogger("sluice.worker")
+
+
+def result_statements(
+    plan: Plan | None,
+    *,
+    run_pk: int,
+    pool: str,
+    ti_id: int,
+    attempt_id: str,
+    new: TI,
+    now: dt.datetime,
+    values: dict[str, Any],
+) -> list[Sent] | None:
+    """What a result transaction sends with its BEGIN when a worker decides the
+    downstream (`plan`): the run's lock, and for a success into a fan-in the result's
+    UPDATE that counts the other upstreams (its own snapshot, taken after the lock)."""
+    if plan is None:
+        return None
+    fan_in = fan_in_write(
+        plan,
+        run_pk=run_pk,
+        pool=pool,
+        ti_id=ti_id,
+        new=new,
+        expect=[TI.RUNNING],
+        attempt_id=attempt_id,
+        now=now,
+        values=values,
+    )
+    lock = run_lock(run_pk)
+    return [lock] if fan_in is None else [lock, fan_in]
+
+
+def record_at_once(
+    factory: sessionmaker[Session],
+    plan: Plan,
+    dag: Dag,
+    *,
+    run_pk: int,
+    task_id: str,
+    pool: str,
+    ti_id: int,
+    attempt_id: str,
+    values: dict[str, Any],
+    with_trace: bool,
+) -> FollowUp | None:
+    """Record a fan-in's success (`plan.fan_in`) in one query, then what follows (module
+    doc); None if the compare-and-set lost (nothing was written)."""
+    sent: list[list[Any]] = []
+    written: list[dt.datetime] = []
+
+    def write() -> bool:
+        now = utcnow()
+        statements = result_statements(
+            plan,
+            run_pk=run_pk,
+            pool=pool,
+            ti_id=ti_id,
+            attempt_id=attempt_id,
+            new=TI.SUCCESS,
+            now=now,
+            values=values,
+        )
+        assert statements is not None and len(statements) == 2
+        sent[:] = committed_at_once(factory, statements) or [[], []]
+        written[:] = [now]
+        return bool(sent[1])
+
+    if not retrying(write):
+        return None
+    run, row = (sent[0] or [None])[0], sent[1][0]
+    if run is None or not drives(run, dag):
+        return FollowUp(wake=True)
+    if row.unfinished and row.pool_total is None:
+        return FollowUp()
+    try:
+        if row.unfinished and not with_trace:
+            return _fill(factory, pool)
+        return _decide_after(
+            factory,
+            plan,
+            dag,
+            run_pk=run_pk,
+            task_id=task_id,
+            pool=pool,
+            row=row,
+            result=values.get("result"),
+            with_trace=with_trace,
+        )
+    except OperationalError as exc:
+        log.warning("deciding after the result of %s failed, the schedulers will: %s", ti_id, exc)
+        return FollowUp(wake=True)
+
+
+def _fill(factory: sessionmaker[Session], pool: str) -> FollowUp:
+    """The slot the result freed to the first TI waiting in `pool`, in one query."""
+    attempt_id = str(uuid.uuid4())
+    sent = committed_at_once(factory, fill_statements(pool, attempt_id, utcnow())) or [[], []]
+    return FollowUp([fill_message(row, attempt_id) for row in sent[1]])
+
+
+def _decide_after(
+    factory: sessionmaker[Session],
+    plan: Plan,
+    dag: Dag,
+    *,
+    run_pk: int,
+    task_id: str,
+    pool: str,
+    row: Any,
+    result: str | None,
+    with_trace: bool,
+) -> FollowUp:
+    """In a transaction of its own under the run's lock: the fan-in decided and queued
+    after the last upstream's result (`row.unfinished` 0), or the freed slot filled."""
+    with transaction_opened_by(factory, [run_lock(run_pk)]) as (session, opened):
+        now = utcnow()
+        locked = lock_run(
+            session,
+            run_pk=run_pk,
+            task_id=task_id,
+            pool=pool,
+            dag=dag,
+            opened=opened[0] if opened else None,
+        )
+        if locked is None:
+            return FollowUp(wake=True)
+        if row.unfinished:
+            locked = replace(locked, waiting=True, backlog=True)
+        else:
+            locked = read_run(session, locked)
+        follow = schedule_downstream(
+            session, locked, finished=TI.SUCCESS, result=result, now=now, with_trace=with_trace
+        )
+        return follow
