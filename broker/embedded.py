@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
+from celery._state import _set_task_join_will_block
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker.app import create_app
@@ -122,6 +123,9 @@ class EmbeddedBroker:
             return
         self._worker.stop(in_sighandler=False)
         self._thread.join(THREAD_LINGER)
+        # the worker set Celery's process-wide "a result.get() would block" guard; the
+        # process outlives it (as Celery's own in-process test worker does, lift it)
+        _set_task_join_will_block(False)
         self._worker = None
         self._thread = None
         self._ready.clear()
