@@ -13,7 +13,10 @@ producer (one connection checkout). Broker errors propagate: the caller decides
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlparse
 
 from celery import Celery
 
@@ -28,14 +31,31 @@ def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
     if not messages:
         return
     namespace = settings_of(app).namespace
+    declare: list[Any] | None = [] if _lists_are_queues(app) else None
     with app.producer_or_acquire() as producer:
         for message in messages:
+            kwargs = message.to_kwargs()
             app.send_task(
                 RUN_TASK_NAME,
-                kwargs=message.to_kwargs(),
+                kwargs=kwargs,
+                argsrepr="()",
+                kwargsrepr=repr(kwargs),  # plain JSON types: Celery's saferepr is not needed
+                declare=declare,
                 task_id=message.attempt_id,
                 queue=celery_queue(namespace, message.queue),
                 producer=producer,
                 shadow=f"{message.dag_id}.{message.task_id}",
                 headers=context_headers(message.trace) if message.trace else None,
             )
+
+
+_LIST_BROKERS = ("redis", "rediss", "sentinel", "memory")
+
+
+@functools.lru_cache(maxsize=16)
+def _lists_are_queues(app: Celery) -> bool:
+    """Whether `app`'s broker delivers to a queue that was never declared (a Redis list,
+    kombu's memory transport): Celery sends to a direct queue through the anonymous
+    exchange, so declaring it again at every publish (its default) is only cost there.
+    An AMQP broker drops a message to an undeclared queue: Celery declares it."""
+    return urlparse(str(app.conf.broker_url)).scheme in _LIST_BROKERS
