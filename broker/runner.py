@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from sqlalchemy import Row, bindparam, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker.fan_in_result import record_at_once, result_statements
@@ -41,6 +42,7 @@ from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import (
+    executed_alone,
     sends_in_one_query,
     single_statement_factory,
     transaction,
@@ -58,7 +60,7 @@ from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.queries.task_logs import LogSnapshot, save_task_log
 from scheduler.settings import Settings
 from scheduler.states import TI
-from scheduler.transitions import move_ti, move_ti_returning, short_error
+from scheduler.transitions import move_ti, short_error, ti_move_returning
 from tasks.celery_task import CeleryTask
 from tasks.errors import Skip
 from tasks.runtime import branch_targets, check_result, run_task, wants_context
@@ -175,26 +177,33 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
     """
     found: list[Claimed | None] = []
 
+    spec_of = getattr(ctx.dags, "get_spec", None)
+
     def attempt() -> bool:
         found.clear()
+        move = ti_move_returning(
+            msg.ti_id,
+            TI.RUNNING,
+            expect=[TI.QUEUED],
+            attempt_id=msg.attempt_id,
+            now=utcnow(),
+            values={"hostname": ctx.hostname, "pid": ctx.pid},
+            returning=_CLAIMED,
+        )
         # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
-        with transaction(single_statement_factory(ctx.session_factory)) as session:
-            row = move_ti_returning(
-                session,
-                msg.ti_id,
-                TI.RUNNING,
-                expect=[TI.QUEUED],
-                attempt_id=msg.attempt_id,
-                now=utcnow(),
-                values={"hostname": ctx.hostname, "pid": ctx.pid},
-                returning=_CLAIMED,
-            )
-            found.append(
-                None
-                if row is None
-                else _read_context(session, msg, row, getattr(ctx.dags, "get_spec", None))
-            )
-        return row is not None
+        rows = executed_alone(ctx.session_factory, move)
+        if rows is None:  # SQLite: one writer at a time, so the DAG is read in it too
+            with transaction(ctx.session_factory) as session:
+                row = session.execute(*move).first()
+                dags = functools.partial(_DAGS.get, session)
+                found.append(None if row is None else _read_context(dags, msg, row, spec_of))
+            return row is not None
+        if not rows:
+            found.append(None)
+            return False
+        row = rows[0]._replace(logical_date=rows[0].logical_date.astimezone(dt.UTC))
+        found.append(_read_context(_dag_reader(ctx.session_factory), msg, row, spec_of))
+        return True
 
     retrying(attempt)
     return found[0] if found else None
@@ -233,14 +242,28 @@ _UPSTREAM_RESULTS = select(_TI.c.task_id, _TI.c.result).where(
 (building a statement costs as much as running it)."""
 
 
+def _dag_reader(factory: sessionmaker[Session]) -> Callable[[str, str], Dag | None]:
+    """`_DAGS.get` that opens a session only when the cached copy is not that version."""
+
+    def read(dag_id: str, version_hash: str) -> Dag | None:
+        cached = _DAGS.cached(dag_id, version_hash)
+        if cached is not None:
+            return cached
+        with transaction(single_statement_factory(factory)) as session:
+            return _DAGS.get(session, dag_id, version_hash)
+
+    return read
+
+
 def _read_context(
-    session: Session,
+    dags: Callable[[str, str], Dag | None],
     msg: RunMessage,
-    row: Row[Any],
+    row: Any,
     spec_of: Callable[[str], dict[str, Any]] | None = None,
 ) -> Claimed:
-    """The run's context from the claim's returned `row` (+ the upstream results)."""
-    dag = _DAGS.get(session, row.dag_id, row.dag_hash)
+    """The run's context from the claim's returned `row` (+ the upstream results);
+    `dags` gives the DAG row of (dag_id, version hash)."""
+    dag = dags(row.dag_id, row.dag_hash)
     serialized = dag.serialized if dag is not None and dag.serialized else {}
     stored = dag is not None and dag.serialized and spec_of is None
     if spec_of is not None:

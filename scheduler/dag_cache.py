@@ -50,6 +50,13 @@ class SerializedDagCache:
             self._checked[dag_id] = clock
         return {d: self._rows[d] for d in hashes if d in self._rows}
 
+    def cached(self, dag_id: str, version_hash: str | None) -> Dag | None:
+        """The cached Dag row of `dag_id` if it has `version_hash`; else None (no query)."""
+        cached = self._rows.get(dag_id)
+        if cached is not None and version_hash is not None and cached.version_hash == version_hash:
+            return cached
+        return None
+
     def get(self, session: Session, dag_id: str, version_hash: str | None) -> Dag | None:
         """The Dag row of `dag_id`; no query when the cached copy has `version_hash`."""
         cached = self._rows.get(dag_id)

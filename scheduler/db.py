@@ -236,12 +236,25 @@ def committed_at_once(
     single = single_statement_factory(factory)
     if single is factory:
         return None
-    with single() as session:
-        return _send(session.connection(), statements, commit=True)
+    with single.kw["bind"].connect() as connection:
+        return _send(connection, statements, commit=True)
 
 
-def _send(connection: Connection, statements: Sequence[Sent], commit: bool = False) -> list[Any]:
-    """BEGIN, `statements` [and COMMIT] in one simple-protocol query on `connection`'s
+def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any] | None:
+    """One statement in autocommit (its own transaction), as a prepared statement on
+    PostgreSQL, without an ORM session: its rows (named tuples, values as psycopg gives
+    them: no SQLAlchemy result processing). None on SQLite (nothing sent)."""
+    single = single_statement_factory(factory)
+    if single is factory:
+        return None
+    with single.kw["bind"].connect() as connection:
+        return list(_send(connection, [statement], begin=False)[0])
+
+
+def _send(
+    connection: Connection, statements: Sequence[Sent], begin: bool = True, commit: bool = False
+) -> list[Any]:
+    """[BEGIN,] `statements` [and COMMIT] in one simple-protocol query on `connection`'s
     psycopg connection (each statement's parameters bound client-side by psycopg); each
     statement's rows (named tuples). psycopg's errors come back as SQLAlchemy's, after a
     ROLLBACK."""
@@ -253,11 +266,12 @@ def _send(connection: Connection, statements: Sequence[Sent], commit: bool = Fal
     try:
         with psycopg.ClientCursor(raw, row_factory=namedtuple_row) as cursor:
             texts = [_bound(cursor, connection, s) for s in statements]
-            query = "; ".join(["BEGIN", *texts, *(["COMMIT"] if commit else [])])
+            query = "; ".join([*(["BEGIN"] if begin else []), *texts, *(["COMMIT"] * commit)])
             cursor.execute(query)
             results = []
-            for _ in statements:
-                cursor.nextset()
+            for i in range(len(statements)):
+                if i or begin:
+                    cursor.nextset()
                 results.append(list(cursor.fetchall()) if cursor.description else [])
             return results
     except psycopg.Error as exc:
