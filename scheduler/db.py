@@ -292,13 +292,18 @@ def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
     if isinstance(statement, str):
         return statement
     stmt, values = statement
-    state = _compiled(stmt, connection.dialect).construct_expanded_state(dict(values))
-    name, order, prepare = _prepared(state.statement)
+    compiled = _compiled(stmt, connection.dialect)
+    if compiled.post_compile_params or compiled.literal_execute_params:  # an expanding IN
+        state = compiled.construct_expanded_state(dict(values))
+        sql, params, processors = state.statement, state.parameters, state.processors
+    else:  # the same text every time: skip the expansion step
+        sql, params = compiled.string, compiled.construct_params(dict(values))
+        processors = cast(Mapping[str, Any], compiled._bind_processors)  # as the expansion
+    name, order, prepare = _prepared(sql)
     known = connection.connection.info.setdefault("sluice_prepared", set())
     if name not in known:
         cursor.execute(prepare)
         known.add(name)
-    processors, params = state.processors, state.parameters
     args = [processors[k](params[k]) if k in processors else params[k] for k in order]
     if not args:
         return f"EXECUTE {name}"
