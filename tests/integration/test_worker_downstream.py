@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import OperationalError
 
 from broker.messages import RunMessage
 from broker.runner import Outcome, WorkerContext, run_task_instance
@@ -25,9 +26,9 @@ from broker.wakeup import LocalWaker
 from scheduler.dagrun import create_dagrun
 from scheduler.db import make_engine, make_session_factory, transaction, utcnow
 from scheduler.jobs.scheduler_job import SchedulerJob
-from scheduler.models import Dag, DagRun, Pool, TaskInstance
+from scheduler.models import Dag, DagRun, Pool, TaskInstance, TaskLog
 from scheduler.settings import Settings
-from scheduler.states import RunType
+from scheduler.states import TI, RunType
 from tasks.loader import DagCache
 from tests.procs import Sluice, wait_until
 
@@ -577,3 +578,92 @@ def test_the_last_two_results_of_a_join_racing_queue_it_once(harness: Harness) -
         for thread in threads:
             thread.join(10)
         assert harness.worker_queued() == ["join"]
+
+
+FAN_IN = """
+from tasks import DAG, task
+with DAG("fan_in", schedule=None) as dag:
+    join = task(task_id="join")(lambda: 9)
+    for i in range(3):
+        def work(i=i):
+            if i == 1:
+                print("upstream one says hello")
+            return i
+        task(task_id=f"u{i}")(work) >> join
+"""
+
+
+def test_fan_in_results_with_and_without_a_log_lead_to_one_join(harness: Harness) -> None:
+    """A fan-in's upstreams: the quiet ones are recorded in one query each, the one that
+    printed stores its log in the same transaction as its result; the last queues the join."""
+    harness.write("fan_in", FAN_IN)
+    harness.trigger("fan_in")
+    for task_id in ("u0", "u1"):
+        assert harness.run(task_id) is Outcome.SUCCESS
+        assert harness.states()["join"] == "none" and harness.news() == set()
+    with harness.factory() as session:
+        logs = session.execute(select(TaskLog.content).join(TaskInstance)).scalars().all()
+    assert ["upstream one says hello" in content for content in logs] == [True]
+    assert harness.run("u2") is Outcome.SUCCESS
+    assert harness.worker_queued() == ["join"] and harness.states()["join"] == "queued"
+
+
+def test_a_fan_in_result_of_another_try_changes_nothing(harness: Harness) -> None:
+    """The one-query fan-in result is a compare-and-set like any: a try that is no longer
+    the running one (cleared and re-queued meanwhile) writes nothing."""
+    from broker.fan_in_result import record_at_once
+    from scheduler.downstream import decidable
+
+    harness.write("fan_in", FAN_IN)
+    harness.trigger("fan_in")
+    with transaction(harness.factory) as session:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.task_id == "u0")
+            .values(state="running", attempt_id="the-current-try")
+        )
+    with harness.factory() as session:
+        dag = session.get(Dag, "fan_in")
+        ti = session.scalars(select(TaskInstance).where(TaskInstance.task_id == "u0")).one()
+        session.expunge_all()
+    assert dag is not None
+    plan = decidable(dag, "u0", ti.pool, TI.SUCCESS)
+    assert plan is not None and plan.fan_in is not None
+    follow = record_at_once(
+        harness.factory,
+        plan,
+        dag,
+        run_pk=ti.dag_run_id,
+        task_id="u0",
+        pool=ti.pool,
+        ti_id=ti.id,
+        attempt_id="an-older-try",
+        values={"result": "0", "error": None, "next_retry_at": None},
+        with_trace=False,
+    )
+    assert follow is None
+    assert harness.states()["u0"] == "running"
+
+
+def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last upstream's result is committed; the query deciding the join fails (the
+    database went away): the schedulers are woken and their next tick queues the join."""
+    harness.write("fan_in", FAN_IN)
+    run_pk = harness.trigger("fan_in")
+    harness.run("u0")
+    harness.run("u1")
+    import broker.fan_in_result
+
+    def unreachable(*_args: object, **_kwargs: object) -> None:
+        raise OperationalError("BEGIN", None, Exception("server closed the connection"))
+
+    monkeypatch.setattr(broker.fan_in_result, "transaction_opened_by", unreachable)
+    assert harness.run("u2") is Outcome.SUCCESS  # a quiet task: its result is one query
+    assert harness.states()["u2"] == "success" and harness.states()["join"] == "none"
+    assert harness.news() == {run_pk}
+    monkeypatch.undo()
+    harness.job.tick(utcnow())
+    assert harness.states()["join"] == "queued"
+    assert [m.task_id for m in harness.by_scheduler][-1] == "join"
