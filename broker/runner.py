@@ -9,7 +9,9 @@ Invariants:
   while running) is dropped and is `stale` too.
 - The claim is one statement (autocommit on PostgreSQL). The result, the try's log and
   the downstream decision share one transaction, the run's row locked first; what it
-  queued is published after the commit.
+  queued is published after the commit. One exception: a fan-in's success with no log
+  is committed alone in one query, and what follows it (a freed slot filled, the join
+  decided) is decided after it (`broker.fan_in_result`).
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
