@@ -125,17 +125,9 @@ def record_at_once(
     try:
         if row.unfinished and not with_trace:
             return _fill(factory, pool)
-        return _decide_after(
-            factory,
-            plan,
-            dag,
-            run_pk=run_pk,
-            task_id=task_id,
-            pool=pool,
-            row=row,
-            result=values.get("result"),
-            with_trace=with_trace,
-        )
+        last = (run_pk, task_id, pool)
+        waiting = bool(row.unfinished)
+        return _decide_after(factory, dag, last, values.get("result"), waiting, with_trace)
     except OperationalError as exc:
         log.warning("deciding after the result of %s failed, the schedulers will: %s", ti_id, exc)
         return FollowUp(wake=True)
@@ -150,18 +142,17 @@ def _fill(factory: sessionmaker[Session], pool: str) -> FollowUp:
 
 def _decide_after(
     factory: sessionmaker[Session],
-    plan: Plan,
     dag: Dag,
-    *,
-    run_pk: int,
-    task_id: str,
-    pool: str,
-    row: Any,
+    finished: tuple[int, str, str],
     result: str | None,
+    waiting: bool,
     with_trace: bool,
 ) -> FollowUp:
     """In a transaction of its own under the run's lock: the fan-in decided and queued
-    after the last upstream's result (`row.unfinished` 0), or the freed slot filled."""
+    after its last upstream's success (`finished`: run pk, task id, pool; its stored
+    `result`, which a branch task's choice is), or, while other upstreams are `waiting`,
+    the slot it freed filled."""
+    run_pk, task_id, pool = finished
     with transaction_opened_by(factory, [run_lock(run_pk)]) as (session, opened):
         now = utcnow()
         locked = lock_run(
@@ -174,11 +165,10 @@ def _decide_after(
         )
         if locked is None:
             return FollowUp(wake=True)
-        if row.unfinished:
+        if waiting:
             locked = replace(locked, waiting=True, backlog=True)
         else:
             locked = read_run(session, locked)
-        follow = schedule_downstream(
+        return schedule_downstream(
             session, locked, finished=TI.SUCCESS, result=result, now=now, with_trace=with_trace
         )
-        return follow

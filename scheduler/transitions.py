@@ -104,35 +104,6 @@ def _prepared_move(
     return stmt, params
 
 
-def move_ti_returning(
-    session: Session,
-    ti_id: int,
-    new: TaskInstanceState,
-    *,
-    expect: Iterable[TaskInstanceState],
-    now: dt.datetime,
-    returning: tuple[ColumnElement[Any], ...],
-    attempt_id: str | None = None,
-    values: Mapping[str, Any] | None = None,
-    params: Mapping[str, Any] | None = None,
-) -> Row[Any] | None:
-    """`move_ti` that also returns `returning` of the moved row (None if it lost), in the
-    same statement; `params` bind the parameters of `returning` (subqueries). `returning`
-    must be a module-level constant: statements are cached by it.
-    """
-    stmt, bound = ti_move_returning(
-        ti_id,
-        new,
-        expect=expect,
-        now=now,
-        returning=returning,
-        attempt_id=attempt_id,
-        values=values,
-        params=params,
-    )
-    return session.execute(stmt, bound).first()
-
-
 def ti_move_returning(
     ti_id: int,
     new: TaskInstanceState,
@@ -144,8 +115,11 @@ def ti_move_returning(
     values: Mapping[str, Any] | None = None,
     params: Mapping[str, Any] | None = None,
 ) -> tuple[Update, dict[str, Any]]:
-    """The statement of `move_ti_returning` and its parameters, not executed (for a caller
-    that sends it with other statements, `scheduler.db.transaction_opened_by`)."""
+    """The statement of `move_ti` for one TI that also returns `returning` of the moved
+    row (none if it lost), and its parameters; `params` bind the parameters of
+    `returning` (subqueries). `returning` must be a module-level constant: statements are
+    cached by it. Not executed: the caller runs it or sends it with other statements
+    (`scheduler.db.transaction_opened_by`, `executed_alone`)."""
     stmt, bound = _prepared_move(new, expect, now, attempt_id, values, returning, one=True)
     return stmt, {**(params or {}), **bound, "b_id": ti_id}
 

@@ -667,3 +667,27 @@ def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
     harness.job.tick(utcnow())
     assert harness.states()["join"] == "queued"
     assert [m.task_id for m in harness.by_scheduler][-1] == "join"
+
+
+@pytest.mark.parametrize(("choice", "join_state"), [("'join'", "queued"), ("[]", "skipped")])
+def test_a_branch_that_is_a_join_s_last_upstream_decides_it_by_its_choice(
+    harness: Harness, choice: str, join_state: str
+) -> None:
+    """The last upstream of a join is a branch task: its choice (its result) decides the
+    join, queued when chosen, skipped when not."""
+    harness.write(
+        "branch_join",
+        f"""
+    from tasks import DAG, task
+    with DAG("branch_join", schedule=None) as dag:
+        a = task(task_id="a")(lambda: 1)
+        pick = task.branch(task_id="pick")(lambda: {choice})
+        join = task(task_id="join", trigger_rule="none_failed")(lambda: 2)
+        [a, pick] >> join
+    """,
+    )
+    harness.trigger("branch_join")
+    assert harness.run("a") is Outcome.SUCCESS
+    assert harness.states()["join"] == "none"
+    assert harness.run("pick") is Outcome.SUCCESS
+    assert harness.states()["join"] == join_state
