@@ -25,7 +25,6 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -197,7 +196,10 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
         if rows is None:  # SQLite: one writer at a time, so the DAG is read in it too
             with transaction(ctx.session_factory) as session:
                 row = session.execute(*move).first()
-                dags = functools.partial(_DAGS.get, session)
+
+                def dags(dag_id: str, version: str, fileloc: str | None) -> Dag | None:
+                    return _DAGS.get(session, dag_id, version, fileloc)
+
                 found.append(None if row is None else _read_context(dags, msg, row, spec_of))
             return row is not None
         if not rows:
@@ -217,6 +219,7 @@ _DAGS = SerializedDagCache()
 
 _TI = TaskInstance.__table__
 _RUN = DagRun.__table__
+_DAG = Dag.__table__
 
 
 def _of_run(column: Any) -> Any:
@@ -235,6 +238,7 @@ _CLAIMED = (
     _of_run(_RUN.c.conf).label("conf"),
     _of_run(_RUN.c.dag_hash).label("dag_hash"),
     _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
+    select(_DAG.c.fileloc).where(_DAG.c.dag_id == _TI.c.dag_id).scalar_subquery().label("fileloc"),
 )
 _UPSTREAM_RESULTS = select(_TI.c.task_id, _TI.c.result).where(
     _TI.c.dag_run_id == bindparam("run_pk"),
@@ -244,28 +248,33 @@ _UPSTREAM_RESULTS = select(_TI.c.task_id, _TI.c.result).where(
 (building a statement costs as much as running it)."""
 
 
-def _dag_reader(factory: sessionmaker[Session]) -> Callable[[str, str], Dag | None]:
-    """`_DAGS.get` that opens a session only when the cached copy is not that version."""
+DagRows = Callable[[str, str, "str | None"], "Dag | None"]
+"""The DAG row of (dag_id, version hash, its file's current path)."""
 
-    def read(dag_id: str, version_hash: str) -> Dag | None:
-        cached = _DAGS.cached(dag_id, version_hash)
+
+def _dag_reader(factory: sessionmaker[Session]) -> DagRows:
+    """`_DAGS.get` that opens a session only when the cached copy is not that version
+    (or of another file)."""
+
+    def read(dag_id: str, version_hash: str, fileloc: str | None) -> Dag | None:
+        cached = _DAGS.cached(dag_id, version_hash, fileloc)
         if cached is not None:
             return cached
         with transaction(single_statement_factory(factory)) as session:
-            return _DAGS.get(session, dag_id, version_hash)
+            return _DAGS.get(session, dag_id, version_hash, fileloc)
 
     return read
 
 
 def _read_context(
-    dags: Callable[[str, str], Dag | None],
+    dags: DagRows,
     msg: RunMessage,
     row: Any,
     spec_of: Callable[[str], dict[str, Any]] | None = None,
 ) -> Claimed:
     """The run's context from the claim's returned `row` (+ the upstream results);
-    `dags` gives the DAG row of (dag_id, version hash)."""
-    dag = dags(row.dag_id, row.dag_hash)
+    `dags` gives the DAG row."""
+    dag = dags(row.dag_id, row.dag_hash, row.fileloc)
     serialized = dag.serialized if dag is not None and dag.serialized else {}
     stored = dag is not None and dag.serialized and spec_of is None
     if spec_of is not None:

@@ -50,16 +50,24 @@ class SerializedDagCache:
             self._checked[dag_id] = clock
         return {d: self._rows[d] for d in hashes if d in self._rows}
 
-    def cached(self, dag_id: str, version_hash: str | None) -> Dag | None:
-        """The cached Dag row of `dag_id` if it has `version_hash`; else None (no query)."""
+    def cached(
+        self, dag_id: str, version_hash: str | None, fileloc: str | None = None
+    ) -> Dag | None:
+        """The cached Dag row of `dag_id` if it has `version_hash` (and `fileloc`, when
+        given: moving a file keeps its DAGs' hash); else None (no query)."""
         cached = self._rows.get(dag_id)
-        if cached is not None and version_hash is not None and cached.version_hash == version_hash:
-            return cached
-        return None
+        if cached is None or version_hash is None or cached.version_hash != version_hash:
+            return None
+        return cached if fileloc is None or cached.fileloc == fileloc else None
 
-    def get(self, session: Session, dag_id: str, version_hash: str | None) -> Dag | None:
-        """The Dag row of `dag_id`; no query when the cached copy has `version_hash`."""
-        cached = self._rows.get(dag_id)
-        if cached is not None and version_hash is not None and cached.version_hash == version_hash:
-            return cached
+    def get(
+        self, session: Session, dag_id: str, version_hash: str | None, fileloc: str | None = None
+    ) -> Dag | None:
+        """The Dag row of `dag_id`; no query when the cached copy has `version_hash` (and
+        `fileloc`, when given; a copy of another file is read again)."""
+        found = self.cached(dag_id, version_hash, fileloc)
+        if found is not None:
+            return found
+        if fileloc is not None and dag_id in self._rows and self._rows[dag_id].fileloc != fileloc:
+            del self._rows[dag_id]  # the file moved: same hash, new path
         return self.get_many(session, [dag_id]).get(dag_id)

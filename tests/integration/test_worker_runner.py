@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, create_engine, select, text
+from sqlalchemy import Engine, create_engine, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from broker.app import create_app
@@ -284,6 +284,28 @@ def test_success_stores_result_and_wakes(ctx: WorkerContext, factory, dag_file) 
     assert (ti.hostname, ti.pid) == ("test-host", os.getpid())
     assert ti.start_date is not None and ti.end_date is not None
     assert ctx.waker.wait(0)
+
+
+def test_a_moved_dag_file_is_run_from_its_new_path(
+    ctx: WorkerContext, factory, dag_file: Path
+) -> None:
+    """Moving a file keeps its DAG's version hash: a worker that cached the DAG row must
+    still follow the new `fileloc` (the old file is gone)."""
+    run_id, ids = make_run(factory)
+    assert run_task_instance(ctx, queue_ti(factory, ids["ok"], run_id, "ok")) is Outcome.SUCCESS
+    moved = dag_file.parent / "sub" / dag_file.name
+    moved.parent.mkdir(exist_ok=True)
+    dag_file.rename(moved)
+    try:
+        with transaction(factory) as session:  # what the scheduler's folder sync writes
+            session.execute(update(Dag).where(Dag.dag_id == DAG_ID).values(fileloc=str(moved)))
+        run_id, ids = make_run(factory)
+        msg = queue_ti(factory, ids["ok"], run_id, "ok")
+        assert run_task_instance(ctx, msg) is Outcome.SUCCESS
+    finally:
+        moved.rename(dag_file)
+        with transaction(factory) as session:
+            session.execute(update(Dag).where(Dag.dag_id == DAG_ID).values(fileloc=str(dag_file)))
 
 
 def logical_date(factory: sessionmaker[Session], run_id: str) -> str:
