@@ -150,6 +150,7 @@ class BackfillJob(DagRunJob):
         result = TickResult()
         self.heartbeat(now)
         self.scheduling_pass(now, result)
+        self.poll_external_tasks(now)
         self.sweep(now, result)
         self.end_owned_spans(now)
         self.report(now)

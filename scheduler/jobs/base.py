@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from broker.messages import RunMessage
 from broker.wakeup import Waker
 from scheduler import spans
+from scheduler.celery_poller import poll_once
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.dagrun import update_state
 from scheduler.db import transaction, utcnow
@@ -87,6 +88,7 @@ class DagRunJob:
         self._sweeps = Every(min(settings.queued_timeout, settings.heartbeat_timeout) / 4)
         self._queue_passes = Every(settings.loop_interval)
         self._full_passes = Every(settings.loop_interval)
+        self._polls = Every(0.5)
         self._left_behind = False
         self._woken = False
         self._pending_news: set[int] = set()
@@ -325,6 +327,15 @@ class DagRunJob:
             self.publish(messages)
         except Exception as exc:  # broker down: the queued-timeout sweep re-publishes
             log.warning("publishing %d messages failed (%s); will re-publish", len(messages), exc)
+
+    def poll_external_tasks(self, now: dt.datetime) -> None:
+        """CeleryTask results, looked at twice a second at most (call before the sweep:
+        it refreshes their heartbeats). Every job polls, a backfill too (one run alone,
+        `--local`, has no scheduler beside it); TIs are taken SKIP LOCKED, so several
+        jobs poll disjoint sets."""
+        if not self._polls.take(now):
+            return
+        poll_once(self.factory, self.settings, now)
 
     def sweep(self, now: dt.datetime, result: TickResult) -> None:
         """Re-publish TIs nobody claimed; retry or fail TIs whose worker died.

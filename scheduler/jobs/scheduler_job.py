@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from scheduler import spans
-from scheduler.celery_poller import poll_once
 from scheduler.dagbag import next_run_fields, sync_dag_folder
 from scheduler.dagrun import RunExists, create_dagrun
 from scheduler.db import transaction
@@ -43,7 +42,6 @@ class SchedulerJob(DagRunJob):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._dag_syncs = Every(self.settings.dag_refresh_interval)
-        self._polls = Every(0.5)
         self._start_checks = Every(1.0)
         self._create_checks = Every(1.0)
         self._releases = Every(self.settings.heartbeat_timeout / 4)
@@ -68,12 +66,6 @@ class SchedulerJob(DagRunJob):
             parse_timeout=self.settings.parse_timeout,
             now=now,
         )
-
-    def poll_external_tasks(self, now: dt.datetime) -> None:
-        """CeleryTask results, looked at twice a second at most."""
-        if not self._polls.take(now):
-            return
-        poll_once(self.factory, self.settings, now)
 
     def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
         result.runs_created = self.create_due_runs(session, now)

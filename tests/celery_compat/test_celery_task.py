@@ -2,9 +2,10 @@
 
 One worker process of the user's app (`celery -A tests.celery_compat.their_worker worker
 -Q their_queue,<ns>.default`, the app calling `broker.attach.attach`) serves both the
-user's own tasks and Sluice's; a real `sluice scheduler` subprocess drives the runs. The
-poller is not wired into `SchedulerJob.tick` yet, so the test calls
-`scheduler.celery_poller.poll_once` in a loop while it waits, as the scheduler does.
+user's own tasks and Sluice's; a real `sluice scheduler` subprocess drives the runs and
+polls the external tasks' results; the tests also call `scheduler.celery_poller.poll_once`
+while they wait (TIs are polled SKIP LOCKED, so both can). A local backfill polls them
+itself, with no scheduler running.
 """
 
 from __future__ import annotations
@@ -178,3 +179,62 @@ def test_failure_retry_and_timeout(sluice: Sluice, poller: Settings, tmp_path: P
     assert "timed out after 1s" in states["slow"]["error"]
     assert "revoked" in states["slow"]["error"]
     assert states["done"]["state"] == "success"
+
+
+def test_a_local_backfill_waits_for_their_task_without_a_scheduler(sluice: Sluice) -> None:
+    """`sluice backfill --local` runs the Python tasks in its own process and polls the
+    external task's result itself: no scheduler is running."""
+    write_dag(
+        sluice,
+        "mixed_backfill",
+        """
+        from datetime import datetime, timezone
+
+        with DAG("mixed_backfill", schedule="@daily",
+                 start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+            @task
+            def extract():
+                return 40
+
+            add = CeleryTask("add", name="their_module.add", args=[Upstream("extract"), 2],
+                             timeout=timedelta(seconds=30))
+
+            @task
+            def report(context):
+                return context["upstream"]["add"] + 1
+
+            extract >> add >> report
+        """,
+    )
+    sluice.ok("dags", "list")  # stored, as a deployed DAG is
+    sluice.extra_env["SLUICE_RESULT_BACKEND"] = sluice.broker_url
+    their_worker(sluice)
+
+    done = sluice.cli(
+        "backfill",
+        "mixed_backfill",
+        "--start",
+        "2026-05-01",
+        "--end",
+        "2026-05-01",
+        "--local",
+        timeout=60,
+    )
+
+    assert done.returncode == 0, f"{done.stderr}\n{sluice.logs()}"
+    engine = make_engine(sluice.database_url)
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                text(
+                    "SELECT task_id, result FROM task_instance WHERE dag_id = 'mixed_backfill'"
+                    " AND state = 'success'"
+                )
+            ).all()
+        )
+        run_state = conn.execute(
+            text("SELECT state FROM dag_run WHERE dag_id = 'mixed_backfill'")
+        ).scalar()
+    engine.dispose()
+    assert run_state == "success"
+    assert rows == {"extract": "40", "add": "42", "report": "43"}
