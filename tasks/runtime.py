@@ -20,6 +20,7 @@ Shell tasks enforce the timeout themselves by killing the command's process grou
 from __future__ import annotations
 
 import ctypes
+import functools
 import inspect
 import json
 import os
@@ -70,7 +71,15 @@ def wants_context(task: Task) -> bool:
 
 
 def _wants_context(fn: Callable[..., Any]) -> bool:
-    """True if ``fn`` has a parameter named ``context`` that can be passed by keyword."""
+    """True if ``fn`` has a parameter named ``context`` that can be passed by keyword
+    (asked for each run of a task: remembered per callable)."""
+    try:
+        return _wants_context_cached(fn)
+    except TypeError:  # an unhashable callable
+        return _reads_signature(fn)
+
+
+def _reads_signature(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -80,6 +89,9 @@ def _wants_context(fn: Callable[..., Any]) -> bool:
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
         inspect.Parameter.KEYWORD_ONLY,
     )
+
+
+_wants_context_cached = functools.lru_cache(maxsize=4096)(_reads_signature)
 
 
 def _call_with_alarm(call: Callable[[], Any], timeout: float, what: str) -> Any:
