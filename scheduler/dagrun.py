@@ -42,6 +42,28 @@ class RunExists(ValueError):
     """A run with this run_id or logical date already exists for the DAG."""
 
 
+RUN_ID_MAX = 250
+"""Longest run id (the column's length)."""
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` if a user may give it to a run, else a ValueError saying why: not empty,
+    no leading or trailing spaces, no '/' (the API names a run in a URL path, so such a
+    run could not be read or cleared there; Airflow restricts run ids the same way), no
+    NUL, at most RUN_ID_MAX characters."""
+    if not run_id.strip():
+        raise ValueError("must not be empty")
+    if run_id != run_id.strip():
+        raise ValueError("must not start or end with spaces")
+    if "/" in run_id:
+        raise ValueError("must not contain '/' (it could not be named in a URL)")
+    if "\x00" in run_id:
+        raise ValueError("must not contain NUL characters")
+    if len(run_id) > RUN_ID_MAX:
+        raise ValueError(f"must be at most {RUN_ID_MAX} characters")
+    return run_id
+
+
 def run_id_for(run_type: RunType, logical_date: dt.datetime) -> str:
     return f"{run_type.value}__{logical_date.isoformat()}"
 

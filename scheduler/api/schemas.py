@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
+from scheduler.dagrun import check_run_id
 from scheduler.states import DagRunState, RunType, TaskInstanceState
 
 ID_MAX = 250
@@ -29,13 +30,7 @@ def storable(value: str) -> str:
 
 
 def _run_id(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty")
-    if value != value.strip():
-        raise ValueError("must not start or end with spaces")
-    if "/" in value:
-        raise ValueError("must not contain '/' (it could not be named in a URL)")
-    return storable(value)
+    return storable(check_run_id(value))
 
 
 RunIdIn = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(_run_id)]

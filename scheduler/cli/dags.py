@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from scheduler import operations
 from scheduler.cli.context import Cli, CliError, iso, parse_conf, parse_date
-from scheduler.dagrun import RunExists
+from scheduler.dagrun import RunExists, check_run_id
 from scheduler.db import transaction, utcnow
 from scheduler.models import Dag, DagFile
 from scheduler.operations import trigger_run
@@ -85,8 +85,11 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
     conf = parse_conf(args.conf)
     now = utcnow()
     logical = parse_date(args.logical_date, "--logical-date") if args.logical_date else now
-    if args.run_id is not None and not args.run_id.strip():
-        raise CliError("--run-id must not be empty")
+    if args.run_id is not None:
+        try:
+            check_run_id(args.run_id)
+        except ValueError as exc:
+            raise CliError(f"--run-id {exc}") from None
     cli.sync_dags()
     with transaction(cli.factory) as session:
         dag = cli.get_dag(session, args.dag_id)

@@ -63,6 +63,8 @@ def test_dags_list_shows_dags_and_broken_files(sluice: Sluice) -> None:
         (["dags", "trigger", "good", "--conf", "[1]"], "JSON object"),
         (["dags", "trigger", "good", "--logical-date", "yesterday"], "ISO 8601"),
         (["dags", "trigger", "good", "--run-id", "taken"], "already has a run"),
+        (["dags", "trigger", "good", "--run-id", "team/nightly"], "must not contain '/'"),
+        (["dags", "trigger", "good", "--run-id", " padded"], "must not start or end"),
         (["dags", "state", "good", "missing"], "no run"),
         (["tasks", "states", "nope", "r"], "unknown DAG"),
         (["tasks", "clear", "good", "taken", "--task", "ghost"], "no task"),
