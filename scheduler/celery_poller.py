@@ -151,12 +151,25 @@ def poll_once(
 
     Without `app`, the result app of `settings` (built once per process and settings).
     """
-    if app is None:
-        app = _apps.get(settings)
-        if app is None:
-            app = _apps[settings] = result_app(settings)
     with transaction(factory) as session:
-        return poll_external(session, app, now, settings)
+        return poll_external(session, app or _app_for(settings), now, settings)
+
+
+def _app_for(settings: Settings) -> Celery:
+    """The result app of `settings`, built once per process and settings."""
+    app = _apps.get(settings)
+    if app is None:
+        app = _apps[settings] = result_app(settings)
+    return app
+
+
+def revoke_ids(settings: Settings, task_ids: Sequence[str]) -> None:
+    """Revoke Celery tasks by id through `settings.broker_url` (without terminating, as
+    `_revoke`); a broker error is logged, not raised."""
+    try:
+        _app_for(settings).control.revoke(list(task_ids))
+    except Exception as exc:
+        log.warning("revoking Celery tasks %s failed: %s", ", ".join(task_ids), exc)
 
 
 def _revoke(result: AsyncResult) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -39,6 +40,16 @@ def downstream_closure(spec: dict[str, Any], roots: Sequence[str]) -> set[str]:
     return seen
 
 
+@dataclass
+class Cleared:
+    """What `clear_task_instances` did: how many TIs it reset, and the external Celery
+    tasks of the CeleryTask tries it cleared while they ran (to revoke after the commit,
+    `revoke_external_tasks`)."""
+
+    count: int = 0
+    external_ids: list[str] = field(default_factory=list)
+
+
 def clear_task_instances(
     session: Session,
     run: DagRun,
@@ -47,14 +58,15 @@ def clear_task_instances(
     *,
     downstream: bool,
     now: dt.datetime,
-) -> int:
+) -> Cleared:
     """Reset the chosen TIs of `run` to `none` (all of them if `task_ids` is empty or None).
 
     Each cleared TI gets its retries again (`max_tries` counts from its current
     try), and the run goes back to `queued` so a scheduler picks it up. Raises
     UnknownTask, before writing anything, for a task the DAG does not have.
-    Returns how many TIs moved. Cleared TIs whose span was exported get new span
-    ids; an exported run span is continued by the next scheduler.
+    Returns how many TIs moved and the external tasks of the running CeleryTask tries
+    among them. Cleared TIs whose span was exported get new span ids; an exported run
+    span is continued by the next scheduler.
     """
     tasks = dag.serialized["tasks"]
     wanted = set(task_ids or [])
@@ -67,21 +79,23 @@ def clear_task_instances(
     # worker writing a result under it)
     session.execute(select(DagRun.id).where(DagRun.id == run.id).with_for_update())
     tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
-    cleared = 0
+    cleared = Cleared()
     for ti in tis:
         if wanted and ti.task_id not in wanted:
             continue
         retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
-        cleared += len(
-            move_tis(
-                session,
-                [ti.id],
-                TI.NONE,
-                expect=[s for s in TI if s is not TI.NONE],
-                now=now,
-                values={"max_tries": ti.try_number + retries + 1},
-            )
+        external = ti.external_id if ti.state == TI.RUNNING else None
+        moved = move_tis(
+            session,
+            [ti.id],
+            TI.NONE,
+            expect=[s for s in TI if s is not TI.NONE],
+            now=now,
+            values={"max_tries": ti.try_number + retries + 1},
         )
+        cleared.count += len(moved)
+        if moved and external:
+            cleared.external_ids.append(external)
         # a span already exported cannot be reopened: the next try gets new span ids
         move_spans(
             session,
@@ -122,6 +136,18 @@ def trigger_run(
         run_id=run_id,
         conf=conf or {},
     )
+
+
+def revoke_external_tasks(settings: Settings, task_ids: Sequence[str]) -> None:
+    """Revoke the external Celery tasks of cleared CeleryTask tries, after the clear's
+    commit, as the poller revokes a timed-out one: a task not started yet never runs; a
+    running one may finish, and its result is ignored (the next try has another id).
+    Best-effort: a broker error is logged, never raised."""
+    if not task_ids:
+        return
+    from scheduler.celery_poller import revoke_ids
+
+    revoke_ids(settings, task_ids)
 
 
 def wake_schedulers(settings: Settings) -> None:

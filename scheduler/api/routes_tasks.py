@@ -28,7 +28,7 @@ from scheduler.api.views import task_order, ti_fields, ti_out, trace_id_of
 from scheduler.db import utcnow
 from scheduler.explain import ExplainError, explain_ti
 from scheduler.models import DagRun, TaskInstance
-from scheduler.operations import clear_task_instances, wake_schedulers
+from scheduler.operations import clear_task_instances, revoke_external_tasks, wake_schedulers
 from scheduler.queries.task_logs import task_log_of, tries_of
 from scheduler.states import TI
 
@@ -107,10 +107,11 @@ def clear_task(
         session, run, dag, [ti.task_id], downstream=downstream, now=utcnow()
     )
     session.commit()
+    revoke_external_tasks(state.settings, cleared.external_ids)
     wake_schedulers(state.settings)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
     assert run_state is not None
-    return ClearOut(cleared=cleared, run_state=run_state)
+    return ClearOut(cleared=cleared.count, run_state=run_state)
 
 
 @router.get(

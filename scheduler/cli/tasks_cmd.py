@@ -20,6 +20,7 @@ from scheduler.models import Dag, DagRun, TaskInstance
 from scheduler.operations import (
     UnknownTask,
     clear_task_instances,
+    revoke_external_tasks,
     wake_schedulers,
 )
 
@@ -104,6 +105,7 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
             )
         except UnknownTask as exc:
             raise CliError(str(exc)) from None
+    revoke_external_tasks(cli.settings, cleared.external_ids)
     wake_schedulers(cli.settings)
-    print(f"cleared {cleared} task instance(s) of {args.dag_id} {args.run_id}")
+    print(f"cleared {cleared.count} task instance(s) of {args.dag_id} {args.run_id}")
     return 0

@@ -24,7 +24,7 @@ from scheduler.db import make_engine, make_session_factory, utcnow
 from scheduler.settings import Settings
 from tasks.celery_task import external_id_for
 from tests.celery_compat.their_app import THEIR_QUEUE, make_app
-from tests.procs import Sluice
+from tests.procs import Sluice, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -238,3 +238,41 @@ def test_a_local_backfill_waits_for_their_task_without_a_scheduler(sluice: Sluic
     engine.dispose()
     assert run_state == "success"
     assert rows == {"extract": "40", "add": "42", "report": "43"}
+
+
+def test_clearing_a_running_celery_task_revokes_its_external_task(sluice: Sluice) -> None:
+    """`sluice tasks clear` of a CeleryTask try that is waiting on its external task
+    revokes that task on the user's workers (its result would be ignored anyway)."""
+    write_dag(
+        sluice,
+        "slow_one",
+        """
+        with DAG("slow_one", schedule=None) as dag:
+            CeleryTask("nap", name="their_module.sleep", args=[6],
+                       timeout=timedelta(seconds=60))
+        """,
+    )
+    sluice.extra_env["SLUICE_RESULT_BACKEND"] = sluice.broker_url
+    sluice.scheduler()
+    their_worker(sluice)
+    run_id = sluice.trigger("slow_one")
+    engine = make_engine(sluice.database_url)
+
+    def external_id() -> str | None:
+        with engine.connect() as conn:
+            return conn.execute(
+                text("SELECT external_id FROM task_instance WHERE dag_id = 'slow_one'")
+            ).scalar()
+
+    try:
+        external = wait_until(external_id, timeout=30)
+    finally:
+        engine.dispose()
+
+    sluice.ok("tasks", "clear", "slow_one", run_id, "--task", "nap")
+
+    def flagged() -> bool:
+        logs = "\n".join(p.read_text() for p in sluice.log_dir.glob("their-worker-*.log"))
+        return f"Tasks flagged as revoked: {external}" in logs
+
+    wait_until(flagged, timeout=20)
