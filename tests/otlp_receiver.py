@@ -1,4 +1,5 @@
-"""A small OTLP/HTTP receiver for tests: spans from /v1/traces, metric names from /v1/metrics."""
+"""Small OTLP receivers for tests: over HTTP, spans from /v1/traces and metric names from
+/v1/metrics; over gRPC, spans from the trace service."""
 
 from __future__ import annotations
 
@@ -34,7 +35,47 @@ def _value(any_value: Any) -> Any:
     return getattr(any_value, kind) if kind else None
 
 
-class OtlpReceiver:
+class SpanCollector:
+    """The spans received, by trace."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReceivedSpan] = []
+        self._lock = threading.Lock()
+
+    def _add(self, request: ExportTraceServiceRequest) -> None:
+        found: list[ReceivedSpan] = []
+        for resource_spans in request.resource_spans:
+            service = next(
+                (
+                    _value(a.value)
+                    for a in resource_spans.resource.attributes
+                    if a.key == "service.name"
+                ),
+                "",
+            )
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    found.append(
+                        ReceivedSpan(
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_id=span.parent_span_id.hex(),
+                            name=span.name,
+                            service=service,
+                            attributes={a.key: _value(a.value) for a in span.attributes},
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
+                        )
+                    )
+        with self._lock:
+            self.spans.extend(found)
+
+    def trace(self, trace_id: str) -> list[ReceivedSpan]:
+        with self._lock:
+            return [s for s in self.spans if s.trace_id == trace_id]
+
+
+class OtlpReceiver(SpanCollector):
     """Collects what is POSTed; `endpoint` is what the OTEL_* variables need.
 
     Spans of /v1/traces go to `spans`, names of metrics of /v1/metrics to
@@ -42,10 +83,9 @@ class OtlpReceiver:
     """
 
     def __init__(self) -> None:
-        self.spans: list[ReceivedSpan] = []
+        super().__init__()
         self.metric_names: set[str] = set()
         self.paths: set[str] = set()
-        self._lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -80,44 +120,43 @@ class OtlpReceiver:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def _add(self, request: ExportTraceServiceRequest) -> None:
-        found: list[ReceivedSpan] = []
-        for resource_spans in request.resource_spans:
-            service = next(
-                (
-                    _value(a.value)
-                    for a in resource_spans.resource.attributes
-                    if a.key == "service.name"
-                ),
-                "",
-            )
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    found.append(
-                        ReceivedSpan(
-                            trace_id=span.trace_id.hex(),
-                            span_id=span.span_id.hex(),
-                            parent_id=span.parent_span_id.hex(),
-                            name=span.name,
-                            service=service,
-                            attributes={a.key: _value(a.value) for a in span.attributes},
-                            start_ns=span.start_time_unix_nano,
-                            end_ns=span.end_time_unix_nano,
-                        )
-                    )
-        with self._lock:
-            self.spans.extend(found)
-
     def _add_metrics(self, request: ExportMetricsServiceRequest) -> None:
         with self._lock:
             for rm in request.resource_metrics:
                 for sm in rm.scope_metrics:
                     self.metric_names.update(m.name for m in sm.metrics)
 
-    def trace(self, trace_id: str) -> list[ReceivedSpan]:
-        with self._lock:
-            return [s for s in self.spans if s.trace_id == trace_id]
-
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class OtlpGrpcReceiver(SpanCollector):
+    """An OTLP/gRPC trace service on a free local port (insecure); `endpoint` for the
+    OTEL_* variables, with OTEL_EXPORTER_OTLP_PROTOCOL=grpc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+        receiver = self
+
+        class Service(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's naming
+                receiver._add(request)
+                return ExportTraceServiceResponse()
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self._server)
+        self._port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def close(self) -> None:
+        self._server.stop(grace=None)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan, SpanCollector
 from tests.procs import Sluice, wait_until
 
 DAG_FILE = """
@@ -89,7 +89,7 @@ def scheduler_job_ids(sluice: Sluice) -> list[int]:
         engine.dispose()
 
 
-def check_one_tree(receiver: OtlpReceiver, trace_id: str, tasks: list[str]) -> list[ReceivedSpan]:
+def check_one_tree(receiver: SpanCollector, trace_id: str, tasks: list[str]) -> list[ReceivedSpan]:
     """One root (the run span), no missing parent, user spans under their task's span."""
 
     def complete() -> list[ReceivedSpan] | None:
@@ -174,6 +174,30 @@ def pause_between_transactions(sluice: Sluice, proc: object, app: str) -> None:
     finally:
         engine.dispose()
     raise AssertionError(f"{app} was always inside a transaction")
+
+
+def test_spans_go_over_otlp_grpc_too(sluice: Sluice) -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc: the scheduler's and the worker's spans reach a
+    gRPC trace service as one tree."""
+    receiver = OtlpGrpcReceiver()
+    try:
+        sluice.extra_env.update(
+            OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+            OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+            OTEL_EXPORTER_OTLP_INSECURE="true",
+            OTEL_BSP_SCHEDULE_DELAY="100",
+            OTEL_METRICS_EXPORTER="none",
+        )
+        write_dag(sluice, 0.05)
+        sluice.scheduler()
+        sluice.worker()
+        run_id = sluice.trigger("traced")
+        assert sluice.wait_run("traced", run_id) == "success"
+        wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=20)
+        trace_id = run_row(sluice, run_id)["carrier"]["traceparent"].split("-")[1]
+        check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    finally:
+        receiver.close()
 
 
 def test_paused_owner_ends_its_span_after_another_finishes(
