@@ -144,10 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.dag}: {total} tasks in {seconds:.2f} s = {total / seconds:.0f} tasks/s")
         for name in after:
             print(f"  CPU {name}: {1000 * (after[name] - before[name]) / total:.2f} ms/task")
-        busy, all_cpu = (b - a for a, b in zip(busy_before, busy_after, strict=True))
+        used, all_cpu = (b - a for a, b in zip(busy_before, busy_after, strict=True))
         print(
-            f"  CPU whole machine: {1000 * busy / total:.2f} ms/task, "
-            f"{busy / seconds:.2f} of {all_cpu / seconds:.2f} cores busy"
+            f"  CPU whole machine: {1000 * used / total:.2f} ms/task, "
+            f"{used / seconds:.2f} of {all_cpu / seconds:.2f} cores busy"
         )
         gaps, busy = _stamps(env)
         print(
