@@ -13,6 +13,7 @@ import functools
 import re
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -300,14 +301,32 @@ def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
         sql, params = compiled.string, compiled.construct_params(dict(values))
         processors = cast(Mapping[str, Any], compiled._bind_processors)  # as the expansion
     name, order, prepare = _prepared(sql)
-    known = connection.connection.info.setdefault("sluice_prepared", set())
-    if name not in known:
-        cursor.execute(prepare)
-        known.add(name)
+    _ensure_prepared(cursor, connection, name, prepare)
     args = [processors[k](params[k]) if k in processors else params[k] for k in order]
     if not args:
         return f"EXECUTE {name}"
     return str(cursor.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args))
+
+
+PREPARED_PER_CONNECTION = 64
+"""Most statements prepared on one connection; the least recently used is deallocated
+(statements with an expanding IN have one text per list length)."""
+
+
+def _ensure_prepared(cursor: Any, connection: Connection, name: str, prepare: str) -> None:
+    """PREPARE `name` on this connection unless it is (its names kept in the pool's
+    connection record, which is emptied when the connection is replaced)."""
+    known: OrderedDict[str, None] = connection.connection.info.setdefault(
+        "sluice_prepared", OrderedDict()
+    )
+    if name in known:
+        known.move_to_end(name)
+        return
+    if len(known) >= PREPARED_PER_CONNECTION:
+        oldest, _ = known.popitem(last=False)
+        cursor.execute(f"DEALLOCATE {oldest}")
+    cursor.execute(prepare)
+    known[name] = None
 
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")

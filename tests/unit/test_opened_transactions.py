@@ -139,3 +139,18 @@ def test_a_statement_is_prepared_once_per_connection(factory: sessionmaker[Sessi
             assert sent is not None and sent[1][0].slots == n
             assert session.scalar(PREPARED) == 1  # the same connection (LIFO pool)
     assert slots(factory) == 7
+
+
+def test_the_least_recently_used_statement_is_deallocated_past_the_cap(
+    factory: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import scheduler.db
+
+    monkeypatch.setattr(scheduler.db, "PREPARED_PER_CONNECTION", 2)
+    names = [Pool.name.in_(["p", *extra]) for extra in ([], ["q"], ["q", "r"])]
+    for where in names:  # three texts: the first is deallocated for the third
+        committed_at_once(factory, [(select(Pool.slots).where(where), {})])
+    with transaction(single_statement_factory(factory)) as session:
+        assert session.scalar(PREPARED) == 2
+    sent = committed_at_once(factory, [(select(Pool.slots).where(names[0]), {})])
+    assert sent is not None and sent[0][0].slots == 1  # prepared again when needed
