@@ -11,7 +11,7 @@ Invariants:
   the downstream decision share one transaction, the run's row locked first; what it
   queued is published after the commit. One exception: a fan-in's success with no log
   is committed alone in one query, and what follows it (a freed slot filled, the join
-  decided) is decided after it (`broker.fan_in_result`).
+  decided) is decided after it (`broker.one_query_result`).
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
@@ -35,9 +35,9 @@ from typing import Any, Protocol
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.fan_in_result import record_at_once, result_statements
 from broker.heartbeat import Heartbeat
 from broker.messages import RunMessage
+from broker.one_query_result import record_at_once, record_chain_at_once, result_statements
 from broker.retrying import retrying
 from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
@@ -52,6 +52,7 @@ from scheduler.db import (
 )
 from scheduler.downstream import (
     FollowUp,
+    Plan,
     decidable,
     lock_run,
     schedule_downstream,
@@ -451,30 +452,10 @@ def _record(
     downstream = downstream and new in _SCHEDULES_DOWNSTREAM
 
     plan = decidable(claimed.dag, msg.task_id, claimed.pool, new) if downstream else None
-    if (
-        plan is not None
-        and plan.fan_in is not None
-        and claimed.dag is not None
-        and task_log is None
-        and sends_in_one_query(ctx.session_factory)
-    ):
-        done = record_at_once(
-            ctx.session_factory,
-            plan,
-            claimed.dag,
-            run_pk=claimed.run_pk,
-            task_id=msg.task_id,
-            pool=claimed.pool,
-            ti_id=msg.ti_id,
-            attempt_id=msg.attempt_id,
-            values=values,
-            with_trace=ctx.trace_tis,
-        )
-        if done is None:
-            log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
-            return Outcome.STALE, None
-        log.info("%s -> %s", _what(msg), new)
-        return Outcome(new.value), done
+    if plan is not None and task_log is None and new is TI.SUCCESS:
+        at_once = _record_at_once(ctx, msg, claimed, plan, values)
+        if at_once is not None:
+            return at_once
 
     def write() -> bool:
         follow.clear()
@@ -549,3 +530,46 @@ def _record(
         return Outcome.STALE, None
     log.info("%s -> %s", _what(msg), new)
     return Outcome(new.value), follow[0] if follow else None
+
+
+def _record_at_once(
+    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, plan: Plan, values: dict[str, Any]
+) -> tuple[Outcome, FollowUp | None] | None:
+    """A success with no log recorded in one query (`broker.one_query_result`), when its
+    plan allows (a fan-in's upstream, a chain's link) on PostgreSQL; else None."""
+    dag = claimed.dag
+    if dag is None or not sends_in_one_query(ctx.session_factory):
+        return None
+    factory = ctx.session_factory
+    if plan.fan_in is not None:
+        follow = record_at_once(
+            factory,
+            plan,
+            dag,
+            run_pk=claimed.run_pk,
+            task_id=msg.task_id,
+            pool=claimed.pool,
+            ti_id=msg.ti_id,
+            attempt_id=msg.attempt_id,
+            values=values,
+            with_trace=ctx.trace_tis,
+        )
+    elif plan.chain_next is not None and not ctx.trace_tis:
+        follow = record_chain_at_once(
+            factory,
+            plan,
+            dag,
+            run_pk=claimed.run_pk,
+            task_id=msg.task_id,
+            pool=claimed.pool,
+            ti_id=msg.ti_id,
+            attempt_id=msg.attempt_id,
+            values=values,
+        )
+    else:
+        return None
+    if follow is None:
+        log.info("result success of %s dropped: the task instance moved meanwhile", _what(msg))
+        return Outcome.STALE, None
+    log.info("%s -> %s", _what(msg), TI.SUCCESS)
+    return Outcome.SUCCESS, follow

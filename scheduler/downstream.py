@@ -7,7 +7,7 @@ decides the downstream tasks of what it just finished, queues the ready ones tha
 their pool and DAG limits, and publishes after its commit (Airflow's
 `schedule_after_task_execution`, carried on to queueing). A fan-in's success with no
 log to store is committed alone, its decision (if any) following in a transaction of its
-own under the same lock (`broker.fan_in_result`).
+own under the same lock (`broker.one_query_result`).
 
 Invariants:
 - Decisions about a run are made only under its row lock, taken `FOR UPDATE` as the
@@ -47,6 +47,7 @@ from sqlalchemy import (
     Row,
     Select,
     Update,
+    and_,
     bindparam,
     case,
     exists,
@@ -58,10 +59,11 @@ from sqlalchemy.orm import Session
 from broker.messages import RunMessage
 from scheduler import spans
 from scheduler.db import Sent
-from scheduler.deps import TiView, decide_one
+from scheduler.deps import TiView, decide_one, upstream_counts
 from scheduler.models import Dag, DagRun, Pool, TaskInstance
 from scheduler.queries.sql import one_of
 from scheduler.queries.tis import (
+    FITS_ITS_POOL_FIRST,
     HAS_ROOM,
     NEXT_WAITING_FITS,
     NEXT_WAITING_FITS_ITS_POOL,
@@ -73,13 +75,14 @@ from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskIns
 from scheduler.transitions import (
     move_ti_reading,
     move_tis,
+    queue_decided_statement,
     queue_ti_if,
     queue_tis,
     queue_waiting_if,
     queue_waiting_statement,
     ti_move_returning,
 )
-from tasks.trigger_rules import TriggerRule
+from tasks.trigger_rules import TriggerRule, Verdict, decide
 
 READ_LIMIT = 256
 """Most TIs a worker reads to decide a downstream. Beyond it (the 10,000-way fan-in of a
@@ -241,6 +244,10 @@ class Plan:
     fan_in: tuple[tuple[ColumnElement[Any], ...], list[str]] | None
     """For a success into one fan-in that waits for all its upstreams: the columns the
     result's UPDATE returns and the task ids they name (`_FAN_IN_*`)."""
+    chain_next: str | None = None
+    """For a success whose one downstream has this task as its only upstream, in the same
+    pool, and runs after it (its trigger rule's verdict on one success), this task not a
+    branch: that downstream, which is ready once the result is written (`chain_next_statements`)."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +311,12 @@ def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool)
         and bool(downstream)
         and all(tasks[d]["upstream"] == [task_id] for d in downstream)
     )
-    return Plan(downstream, frozenset(needed), params, whole_run, locks_pool, fan_in)
+    chain_next = None
+    if locks_pool and len(downstream) == 1 and not tasks[task_id].get("is_branch"):
+        rule = TriggerRule(tasks[downstream[0]]["trigger_rule"])
+        if decide(rule, upstream_counts([TI.SUCCESS])) is Verdict.RUN:
+            chain_next = downstream[0]
+    return Plan(downstream, frozenset(needed), params, whole_run, locks_pool, fan_in, chain_next)
 
 
 def _fan_in(
@@ -464,6 +476,47 @@ def fan_in_write(
         values=values,
         params=check,
     )
+
+
+_ME = TaskInstance.__table__.alias("finished")
+_CHAIN_NEXT = and_(
+    _TI.dag_run_id == bindparam("run_pk"),
+    _TI.task_id == bindparam("next_task"),
+    exists().where(
+        _RUN.id == bindparam("run_pk"),
+        _RUN.state == DagRunState.RUNNING.value,
+        _UNCLAIMED,
+        _RUN.dag_hash == bindparam("dag_hash"),
+        _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
+    ),
+    exists().where(_ME.c.id == bindparam("finished_id"), _ME.c.state == TI.SUCCESS.value),
+    FITS_ITS_POOL_FIRST,
+)
+"""A chain's next TI, to queue in the query that writes its only upstream's success: of a
+run a worker drives (as `drives` checks), that upstream succeeded (the write before it
+won, or an earlier one did), nobody waits in its pool, which has room (`FITS_ITS_POOL_FIRST`)."""
+
+
+def chain_next_statements(
+    plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, attempt_id: str, now: dt.datetime
+) -> list[Sent]:
+    """After the statement that writes a success of a task with `plan.chain_next`: its
+    pool's row locked, then that next TI queued as `attempt_id` if it may be (`_CHAIN_NEXT`;
+    its row, `_PICKED`, makes the message: `fill_message`). Not queued (no room, TIs
+    waiting, its DAG at max_active_tasks), the decision is a transaction's
+    (`read_run`, `schedule_downstream`)."""
+    assert plan.chain_next is not None
+    params = {
+        "run_pk": run_pk,
+        "next_task": plan.chain_next,
+        "dag_hash": dag.version_hash,
+        "finished_id": finished_id,
+        "r_max_active": dag.max_active_tasks,
+    }
+    queue = queue_decided_statement(
+        attempt_id, now=now, condition=_CHAIN_NEXT, params=params, returning=_PICKED
+    )
+    return [pool_lock(plan.params["pools"][0]), queue]
 
 
 def _read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any]]:

@@ -368,6 +368,30 @@ def queue_waiting_statement(
     return stmt, {**params, "b_attempt": attempt_id, "b_now": now, "b_job": None}
 
 
+def queue_decided_statement(
+    attempt_id: str,
+    *,
+    now: dt.datetime,
+    condition: ColumnElement[bool],
+    params: Mapping[str, Any],
+    returning: tuple[ColumnElement[Any], ...],
+) -> tuple[Update, dict[str, Any]]:
+    """`queue_ti_if` of the `none` TI that `condition` names (not by id), the move through
+    `scheduled` in one write, as statement and parameters, not executed; `returning` of
+    it. `condition` and `returning` are module-level constants (statements are cached)."""
+    check_ti_move(TI.NONE, TI.SCHEDULED)
+    check_ti_move(TI.SCHEDULED, TI.QUEUED)
+    stmt = _queue_decided_statement(condition, returning)
+    return stmt, {**params, "b_attempt": attempt_id, "b_now": now, "b_job": None}
+
+
+@functools.lru_cache(maxsize=8)
+def _queue_decided_statement(
+    condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...]
+) -> Update:
+    return _queue_statement(True, by_id=False).where(condition).returning(*returning)
+
+
 @functools.lru_cache(maxsize=8)
 def _queue_picked_statement(
     condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...]

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, func, select
+from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, exists, func, select
 from sqlalchemy.orm import Session
 
 from scheduler.models import Dag, DagRun, Pool, TaskInstance
@@ -145,6 +145,20 @@ NEXT_WAITING_FITS_ITS_POOL = _next_waiting_fits(
 )
 """NEXT_WAITING_FITS with the pool's slots read in the statement (for a statement sent
 right after the one that locked the pool's row, `pool_lock`)."""
+FITS_ITS_POOL_FIRST = and_(
+    ~exists().where(_WAITING.c.state == TI.SCHEDULED.value, _WAITING.c.pool == _TIS.pool),
+    _room_for(
+        _TIS.pool,
+        _TIS.pool_slots,
+        select(_POOLS.slots).where(_POOLS.name == _TIS.pool).scalar_subquery(),
+        _TIS.dag_id,
+        bindparam("r_max_active"),
+    ),
+)
+"""The TI being queued may go straight to `queued`: no TI waits in its pool (they would
+come first, by priority), its pool has room for its slots and its DAG is under
+`r_max_active` active TIs. For a statement sent right after the one that locked the
+pool's row (`pool_lock`): it counts the room with a snapshot taken after the lock."""
 
 
 @dataclass(frozen=True)

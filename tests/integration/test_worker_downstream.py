@@ -611,7 +611,7 @@ def test_fan_in_results_with_and_without_a_log_lead_to_one_join(harness: Harness
 def test_a_fan_in_result_of_another_try_changes_nothing(harness: Harness) -> None:
     """The one-query fan-in result is a compare-and-set like any: a try that is no longer
     the running one (cleared and re-queued meanwhile) writes nothing."""
-    from broker.fan_in_result import record_at_once
+    from broker.one_query_result import record_at_once
     from scheduler.downstream import decidable
 
     harness.write("fan_in", FAN_IN)
@@ -654,12 +654,12 @@ def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
     run_pk = harness.trigger("fan_in")
     harness.run("u0")
     harness.run("u1")
-    import broker.fan_in_result
+    import broker.one_query_result
 
     def unreachable(*_args: object, **_kwargs: object) -> None:
         raise OperationalError("BEGIN", None, Exception("server closed the connection"))
 
-    monkeypatch.setattr(broker.fan_in_result, "transaction_opened_by", unreachable)
+    monkeypatch.setattr(broker.one_query_result, "transaction_opened_by", unreachable)
     assert harness.run("u2") is Outcome.SUCCESS  # a quiet task: its result is one query
     assert harness.states()["u2"] == "success" and harness.states()["join"] == "none"
     assert harness.news() == {run_pk}
@@ -691,3 +691,87 @@ def test_a_branch_that_is_a_join_s_last_upstream_decides_it_by_its_choice(
     assert harness.states()["join"] == "none"
     assert harness.run("pick") is Outcome.SUCCESS
     assert harness.states()["join"] == join_state
+
+
+def test_a_chain_link_of_another_try_queues_nothing(harness: Harness) -> None:
+    """The one-query chain result is a compare-and-set: a try that is no longer the
+    running one writes nothing, and the next task stays `none` (its upstream did not
+    succeed)."""
+    from broker.one_query_result import record_chain_at_once
+    from scheduler.downstream import decidable
+
+    harness.write("chain", CHAIN)
+    harness.trigger("chain")
+    with transaction(harness.factory) as session:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.task_id == "a")
+            .values(state="running", attempt_id="the-current-try")
+        )
+    with harness.factory() as session:
+        dag = session.get(Dag, "chain")
+        ti = session.scalars(select(TaskInstance).where(TaskInstance.task_id == "a")).one()
+        session.expunge_all()
+    assert dag is not None
+    plan = decidable(dag, "a", ti.pool, TI.SUCCESS)
+    assert plan is not None and plan.chain_next == "b"
+    follow = record_chain_at_once(
+        harness.factory,
+        plan,
+        dag,
+        run_pk=ti.dag_run_id,
+        task_id="a",
+        pool=ti.pool,
+        ti_id=ti.id,
+        attempt_id="an-older-try",
+        values={"result": "1", "error": None, "next_retry_at": None},
+    )
+    assert follow is None
+    assert harness.states() == {"a": "running", "b": "none", "c": "none"}
+
+
+def test_a_chain_link_whose_next_may_not_run_on_its_success_is_not_a_chain(
+    harness: Harness,
+) -> None:
+    """A downstream whose trigger rule does not run after one success (one_failed) is
+    decided as before: skipped, and the scheduler woken for the cascade."""
+    harness.write(
+        "on_failure",
+        """
+    from tasks import DAG, task
+    with DAG("on_failure", schedule=None) as dag:
+        a = task(task_id="a")(lambda: 1)
+        alert = task(task_id="alert", trigger_rule="one_failed")(lambda: 2)
+        a >> alert
+    """,
+    )
+    run_pk = harness.trigger("on_failure")
+    assert harness.run("a") is Outcome.SUCCESS
+    assert harness.states()["alert"] == "skipped"
+    assert harness.worker_queued() == [] and harness.news() == {run_pk}
+
+
+def test_a_chain_link_s_next_waits_behind_higher_priority_tis_in_its_pool(
+    harness: Harness,
+) -> None:
+    """The slot a chain link frees goes to the TI already waiting in its pool with a
+    higher priority; its next task waits in `scheduled` (the schedulers' order)."""
+    with transaction(harness.factory) as session:
+        session.add(Pool(name="small", slots=2))
+    harness.write(
+        "busy_pool",
+        """
+    from tasks import DAG, task
+    with DAG("busy_pool", schedule=None) as dag:
+        a = task(task_id="a", pool="small", priority_weight=100)(lambda: 1)
+        b = task(task_id="b", pool="small", priority_weight=1)(lambda: 2)
+        w1 = task(task_id="w1", pool="small", priority_weight=50)(lambda: 3)
+        w2 = task(task_id="w2", pool="small", priority_weight=50)(lambda: 4)
+        a >> b
+    """,
+    )
+    harness.trigger("busy_pool")
+    assert harness.states() == {"a": "queued", "w1": "queued", "w2": "scheduled", "b": "none"}
+    assert harness.run("a") is Outcome.SUCCESS
+    assert harness.worker_queued() == ["w2"]
+    assert harness.states() == {"a": "success", "w1": "queued", "w2": "queued", "b": "scheduled"}

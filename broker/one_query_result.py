@@ -1,5 +1,4 @@
-"""A worker's result that travels with its run's lock, and the fan-in result committed
-in one query.
+"""Results committed in one query: a fan-in's upstream and a chain's link.
 
 A success into a fan-in that waits for all its upstreams decides nothing while another
 upstream is unfinished: its UPDATE counts them (`scheduler.downstream.fan_in_write`).
@@ -13,7 +12,13 @@ server runs them. What the UPDATE returned says what follows, each in its own qu
   queues the fan-in as a plain result does (the lock serialises the upstreams' UPDATEs,
   so exactly one of them counts no other unfinished).
 
-Invariant: the result is committed before the decision that follows it; a worker that
+A success of a chain's link (`Plan.chain_next`: one downstream, whose only upstream it
+is, in its pool, ready on its success) with no log to store is one query too: BEGIN, the
+run's lock, the result's write, the pool's lock, the next TI queued if nobody waits in
+its pool and it fits (`chain_next_statements`), COMMIT. Not queued, the decision follows
+in a transaction of its own, as for a fan-in's last upstream.
+
+Invariant: the result is committed before any decision that follows it; a worker that
 dies in between leaves the decision to the schedulers' passes (a dropped follow-up query
 wakes them), never a double queueing (every queueing is a compare-and-set).
 """
@@ -34,6 +39,7 @@ from scheduler.db import Sent, committed_at_once, transaction_opened_by, utcnow
 from scheduler.downstream import (
     FollowUp,
     Plan,
+    chain_next_statements,
     drives,
     fan_in_write,
     fill_message,
@@ -45,6 +51,7 @@ from scheduler.downstream import (
 )
 from scheduler.models import Dag
 from scheduler.states import TI
+from scheduler.transitions import ti_move_returning
 
 log = logging.getLogger("sluice.worker")
 
@@ -128,6 +135,59 @@ def record_at_once(
         last = (run_pk, task_id, pool)
         waiting = bool(row.unfinished)
         return _decide_after(factory, dag, last, values.get("result"), waiting, with_trace)
+    except OperationalError as exc:
+        log.warning("deciding after the result of %s failed, the schedulers will: %s", ti_id, exc)
+        return FollowUp(wake=True)
+
+
+def record_chain_at_once(
+    factory: sessionmaker[Session],
+    plan: Plan,
+    dag: Dag,
+    *,
+    run_pk: int,
+    task_id: str,
+    pool: str,
+    ti_id: int,
+    attempt_id: str,
+    values: dict[str, Any],
+) -> FollowUp | None:
+    """Record a chain link's success (`plan.chain_next`) and queue the next TI in one
+    query (module doc); None if the compare-and-set lost (nothing was written)."""
+    sent: list[list[Any]] = []
+    next_attempt = str(uuid.uuid4())
+
+    def write() -> bool:
+        now = utcnow()
+        move = ti_move_returning(
+            ti_id,
+            TI.SUCCESS,
+            expect=[TI.RUNNING],
+            now=now,
+            returning=(),
+            attempt_id=attempt_id,
+            values=values,
+        )
+        statements = [
+            run_lock(run_pk),
+            move,
+            *chain_next_statements(
+                plan, dag, run_pk=run_pk, finished_id=ti_id, attempt_id=next_attempt, now=now
+            ),
+        ]
+        sent[:] = committed_at_once(factory, statements) or [[], [], [], []]
+        return bool(sent[1])
+
+    if not retrying(write):
+        return None
+    run = (sent[0] or [None])[0]
+    if run is None or not drives(run, dag):
+        return FollowUp(wake=True)
+    if sent[3]:
+        return FollowUp([fill_message(row, next_attempt) for row in sent[3]])
+    try:  # not queued: no room, TIs waiting, the DAG at max_active_tasks, or not `none`
+        finished = (run_pk, task_id, pool)
+        return _decide_after(factory, dag, finished, values.get("result"), False, False)
     except OperationalError as exc:
         log.warning("deciding after the result of %s failed, the schedulers will: %s", ti_id, exc)
         return FollowUp(wake=True)
