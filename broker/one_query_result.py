@@ -28,7 +28,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
@@ -87,39 +88,52 @@ def result_statements(
     return [lock] if fan_in is None else [lock, fan_in]
 
 
+@dataclass(frozen=True)
+class Success:
+    """A try's success to record: its TI, run and pool, and the values it writes."""
+
+    run_pk: int
+    task_id: str
+    pool: str
+    ti_id: int
+    attempt_id: str
+    values: dict[str, Any]
+
+
+def records_at_once(plan: Plan, with_trace: bool) -> bool:
+    """Whether `record_at_once` records a success of `plan` (a fan-in's upstream; a
+    chain's link, without spans to start)."""
+    return plan.fan_in is not None or (plan.chain_next is not None and not with_trace)
+
+
 def record_at_once(
-    factory: sessionmaker[Session],
-    plan: Plan,
-    dag: Dag,
-    *,
-    run_pk: int,
-    task_id: str,
-    pool: str,
-    ti_id: int,
-    attempt_id: str,
-    values: dict[str, Any],
-    with_trace: bool,
+    factory: sessionmaker[Session], plan: Plan, dag: Dag, done: Success, *, with_trace: bool
 ) -> FollowUp | None:
-    """Record a fan-in's success (`plan.fan_in`) in one query, then what follows (module
-    doc); None if the compare-and-set lost (nothing was written)."""
+    """Record `done` in one query, then what follows (module doc), for a plan that
+    `records_at_once`; None if the compare-and-set lost (nothing was written)."""
+    if plan.fan_in is not None:
+        return _fan_in_at_once(factory, plan, dag, done, with_trace)
+    return _chain_at_once(factory, plan, dag, done)
+
+
+def _fan_in_at_once(
+    factory: sessionmaker[Session], plan: Plan, dag: Dag, done: Success, with_trace: bool
+) -> FollowUp | None:
     sent: list[list[Any]] = []
-    written: list[dt.datetime] = []
 
     def write() -> bool:
-        now = utcnow()
         statements = result_statements(
             plan,
-            run_pk=run_pk,
-            pool=pool,
-            ti_id=ti_id,
-            attempt_id=attempt_id,
+            run_pk=done.run_pk,
+            pool=done.pool,
+            ti_id=done.ti_id,
+            attempt_id=done.attempt_id,
             new=TI.SUCCESS,
-            now=now,
-            values=values,
+            now=utcnow(),
+            values=done.values,
         )
         assert statements is not None and len(statements) == 2
         sent[:] = committed_at_once(factory, statements) or [[], []]
-        written[:] = [now]
         return bool(sent[1])
 
     if not retrying(write):
@@ -129,52 +143,33 @@ def record_at_once(
         return FollowUp(wake=True)
     if row.unfinished and row.pool_total is None:
         return FollowUp()
-    try:
-        if row.unfinished and not with_trace:
-            return _fill(factory, pool)
-        last = (run_pk, task_id, pool)
-        waiting = bool(row.unfinished)
-        return _decide_after(factory, dag, last, values.get("result"), waiting, with_trace)
-    except OperationalError as exc:
-        log.warning("deciding after the result of %s failed, the schedulers will: %s", ti_id, exc)
-        return FollowUp(wake=True)
+    if row.unfinished and not with_trace:
+        return _then(done, lambda: _fill(factory, done.pool))
+    waiting = bool(row.unfinished)
+    return _then(done, lambda: _decide_after(factory, dag, done, waiting, with_trace))
 
 
-def record_chain_at_once(
-    factory: sessionmaker[Session],
-    plan: Plan,
-    dag: Dag,
-    *,
-    run_pk: int,
-    task_id: str,
-    pool: str,
-    ti_id: int,
-    attempt_id: str,
-    values: dict[str, Any],
+def _chain_at_once(
+    factory: sessionmaker[Session], plan: Plan, dag: Dag, done: Success
 ) -> FollowUp | None:
-    """Record a chain link's success (`plan.chain_next`) and queue the next TI in one
-    query (module doc); None if the compare-and-set lost (nothing was written)."""
     sent: list[list[Any]] = []
     next_attempt = str(uuid.uuid4())
 
     def write() -> bool:
         now = utcnow()
         move = ti_move_returning(
-            ti_id,
+            done.ti_id,
             TI.SUCCESS,
             expect=[TI.RUNNING],
             now=now,
             returning=(),
-            attempt_id=attempt_id,
-            values=values,
+            attempt_id=done.attempt_id,
+            values=done.values,
         )
-        statements = [
-            run_lock(run_pk),
-            move,
-            *chain_next_statements(
-                plan, dag, run_pk=run_pk, finished_id=ti_id, attempt_id=next_attempt, now=now
-            ),
-        ]
+        queue_next = chain_next_statements(
+            plan, dag, run_pk=done.run_pk, finished_id=done.ti_id, attempt_id=next_attempt, now=now
+        )
+        statements = [run_lock(done.run_pk), move, *queue_next]
         sent[:] = committed_at_once(factory, statements) or [[], [], [], []]
         return bool(sent[1])
 
@@ -185,11 +180,19 @@ def record_chain_at_once(
         return FollowUp(wake=True)
     if sent[3]:
         return FollowUp([fill_message(row, next_attempt) for row in sent[3]])
-    try:  # not queued: no room, TIs waiting, the DAG at max_active_tasks, or not `none`
-        finished = (run_pk, task_id, pool)
-        return _decide_after(factory, dag, finished, values.get("result"), False, False)
+    # not queued: no room, TIs waiting, the DAG at max_active_tasks, or not `none`
+    return _then(done, lambda: _decide_after(factory, dag, done, False, False))
+
+
+def _then(done: Success, follow: Callable[[], FollowUp]) -> FollowUp:
+    """What follows a committed result; the schedulers' if it fails (a dropped
+    connection: the result stays written, they decide on their next pass)."""
+    try:
+        return follow()
     except OperationalError as exc:
-        log.warning("deciding after the result of %s failed, the schedulers will: %s", ti_id, exc)
+        log.warning(
+            "deciding after the result of ti %s failed, the schedulers will: %s", done.ti_id, exc
+        )
         return FollowUp(wake=True)
 
 
@@ -201,18 +204,14 @@ def _fill(factory: sessionmaker[Session], pool: str) -> FollowUp:
 
 
 def _decide_after(
-    factory: sessionmaker[Session],
-    dag: Dag,
-    finished: tuple[int, str, str],
-    result: str | None,
-    waiting: bool,
-    with_trace: bool,
+    factory: sessionmaker[Session], dag: Dag, done: Success, waiting: bool, with_trace: bool
 ) -> FollowUp:
-    """In a transaction of its own under the run's lock: the fan-in decided and queued
-    after its last upstream's success (`finished`: run pk, task id, pool; its stored
-    `result`, which a branch task's choice is), or, while other upstreams are `waiting`,
-    the slot it freed filled."""
-    run_pk, task_id, pool = finished
+    """In a transaction of its own under the run's lock: the downstream of `done` decided
+    and queued (a fan-in after its last upstream, a chain link's next that could not be
+    queued in its query; the stored result passes on: a branch's choice), or, while other
+    upstreams are `waiting`, the slot it freed filled."""
+    run_pk, task_id, pool = done.run_pk, done.task_id, done.pool
+    result = done.values.get("result")
     with transaction_opened_by(factory, [run_lock(run_pk)]) as (session, opened):
         now = utcnow()
         locked = lock_run(

@@ -37,7 +37,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from broker.heartbeat import Heartbeat
 from broker.messages import RunMessage
-from broker.one_query_result import record_at_once, record_chain_at_once, result_statements
+from broker.one_query_result import (
+    Success,
+    record_at_once,
+    records_at_once,
+    result_statements,
+)
 from broker.retrying import retrying
 from broker.task_logs import capture_task_log
 from broker.wakeup import Waker
@@ -538,36 +543,14 @@ def _record_at_once(
     """A success with no log recorded in one query (`broker.one_query_result`), when its
     plan allows (a fan-in's upstream, a chain's link) on PostgreSQL; else None."""
     dag = claimed.dag
-    if dag is None or not sends_in_one_query(ctx.session_factory):
+    if (
+        dag is None
+        or not records_at_once(plan, ctx.trace_tis)
+        or not sends_in_one_query(ctx.session_factory)
+    ):
         return None
-    factory = ctx.session_factory
-    if plan.fan_in is not None:
-        follow = record_at_once(
-            factory,
-            plan,
-            dag,
-            run_pk=claimed.run_pk,
-            task_id=msg.task_id,
-            pool=claimed.pool,
-            ti_id=msg.ti_id,
-            attempt_id=msg.attempt_id,
-            values=values,
-            with_trace=ctx.trace_tis,
-        )
-    elif plan.chain_next is not None and not ctx.trace_tis:
-        follow = record_chain_at_once(
-            factory,
-            plan,
-            dag,
-            run_pk=claimed.run_pk,
-            task_id=msg.task_id,
-            pool=claimed.pool,
-            ti_id=msg.ti_id,
-            attempt_id=msg.attempt_id,
-            values=values,
-        )
-    else:
-        return None
+    done = Success(claimed.run_pk, msg.task_id, claimed.pool, msg.ti_id, msg.attempt_id, values)
+    follow = record_at_once(ctx.session_factory, plan, dag, done, with_trace=ctx.trace_tis)
     if follow is None:
         log.info("result success of %s dropped: the task instance moved meanwhile", _what(msg))
         return Outcome.STALE, None

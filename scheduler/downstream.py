@@ -75,11 +75,10 @@ from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskIns
 from scheduler.transitions import (
     move_ti_reading,
     move_tis,
-    queue_decided_statement,
+    queue_picked_statement,
     queue_ti_if,
     queue_tis,
     queue_waiting_if,
-    queue_waiting_statement,
     ti_move_returning,
 )
 from tasks.trigger_rules import TriggerRule, Verdict, decide
@@ -513,8 +512,8 @@ def chain_next_statements(
         "finished_id": finished_id,
         "r_max_active": dag.max_active_tasks,
     }
-    queue = queue_decided_statement(
-        attempt_id, now=now, condition=_CHAIN_NEXT, params=params, returning=_PICKED
+    queue = queue_picked_statement(
+        attempt_id, now=now, condition=_CHAIN_NEXT, params=params, returning=_PICKED, decided=True
     )
     return [pool_lock(plan.params["pools"][0]), queue]
 
@@ -625,7 +624,7 @@ def fill_statements(pool: str, attempt_id: str, now: dt.datetime) -> list[Sent]:
     makes the message (`fill_message`)."""
     return [
         pool_lock(pool),
-        queue_waiting_statement(
+        queue_picked_statement(
             attempt_id,
             now=now,
             condition=NEXT_WAITING_FITS_ITS_POOL,

@@ -348,55 +348,37 @@ def queue_waiting_if(
     statement; `returning` of it, or None. `condition` and `returning` are module-level
     constants (statements are cached by them)."""
     return session.execute(
-        *queue_waiting_statement(
+        *queue_picked_statement(
             attempt_id, now=now, condition=condition, params=params, returning=returning
         )
     ).first()
 
 
-def queue_waiting_statement(
+def queue_picked_statement(
     attempt_id: str,
     *,
     now: dt.datetime,
     condition: ColumnElement[bool],
     params: Mapping[str, Any],
     returning: tuple[ColumnElement[Any], ...],
+    decided: bool = False,
 ) -> tuple[Update, dict[str, Any]]:
-    """The statement of `queue_waiting_if` and its parameters, not executed."""
+    """The statement of `queue_waiting_if` and its parameters, not executed: the
+    `scheduled` TI that `condition` picks moved to queued; with `decided`, the `none` TI it
+    names, moved through `scheduled` in the same write (`queue_ti_if`, not by id).
+    `condition` and `returning` are module-level constants (statements are cached)."""
+    if decided:
+        check_ti_move(TI.NONE, TI.SCHEDULED)
     check_ti_move(TI.SCHEDULED, TI.QUEUED)
-    stmt = _queue_picked_statement(condition, returning)
-    return stmt, {**params, "b_attempt": attempt_id, "b_now": now, "b_job": None}
-
-
-def queue_decided_statement(
-    attempt_id: str,
-    *,
-    now: dt.datetime,
-    condition: ColumnElement[bool],
-    params: Mapping[str, Any],
-    returning: tuple[ColumnElement[Any], ...],
-) -> tuple[Update, dict[str, Any]]:
-    """`queue_ti_if` of the `none` TI that `condition` names (not by id), the move through
-    `scheduled` in one write, as statement and parameters, not executed; `returning` of
-    it. `condition` and `returning` are module-level constants (statements are cached)."""
-    check_ti_move(TI.NONE, TI.SCHEDULED)
-    check_ti_move(TI.SCHEDULED, TI.QUEUED)
-    stmt = _queue_decided_statement(condition, returning)
+    stmt = _queue_picked(condition, returning, decided)
     return stmt, {**params, "b_attempt": attempt_id, "b_now": now, "b_job": None}
 
 
 @functools.lru_cache(maxsize=8)
-def _queue_decided_statement(
-    condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...]
+def _queue_picked(
+    condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...], decided: bool
 ) -> Update:
-    return _queue_statement(True, by_id=False).where(condition).returning(*returning)
-
-
-@functools.lru_cache(maxsize=8)
-def _queue_picked_statement(
-    condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...]
-) -> Update:
-    return _queue_statement(False, by_id=False).where(condition).returning(*returning)
+    return _queue_statement(decided, by_id=False).where(condition).returning(*returning)
 
 
 @functools.lru_cache(maxsize=4)

@@ -21,10 +21,12 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
 from broker.messages import RunMessage
+from broker.one_query_result import Success, record_at_once, records_at_once
 from broker.runner import Outcome, WorkerContext, run_task_instance
 from broker.wakeup import LocalWaker
 from scheduler.dagrun import create_dagrun
 from scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from scheduler.downstream import FollowUp, decidable
 from scheduler.jobs.scheduler_job import SchedulerJob
 from scheduler.models import Dag, DagRun, Pool, TaskInstance, TaskLog
 from scheduler.settings import Settings
@@ -608,40 +610,33 @@ def test_fan_in_results_with_and_without_a_log_lead_to_one_join(harness: Harness
     assert harness.worker_queued() == ["join"] and harness.states()["join"] == "queued"
 
 
-def test_a_fan_in_result_of_another_try_changes_nothing(harness: Harness) -> None:
-    """The one-query fan-in result is a compare-and-set like any: a try that is no longer
-    the running one (cleared and re-queued meanwhile) writes nothing."""
-    from broker.one_query_result import record_at_once
-    from scheduler.downstream import decidable
-
-    harness.write("fan_in", FAN_IN)
-    harness.trigger("fan_in")
+def record_an_older_try(harness: Harness, dag_id: str, task_id: str) -> FollowUp | None:
+    """`task_id` running as "the-current-try"; a success of "an-older-try" recorded in one
+    query (`broker.one_query_result`)."""
     with transaction(harness.factory) as session:
         session.execute(
             update(TaskInstance)
-            .where(TaskInstance.task_id == "u0")
+            .where(TaskInstance.task_id == task_id)
             .values(state="running", attempt_id="the-current-try")
         )
     with harness.factory() as session:
-        dag = session.get(Dag, "fan_in")
-        ti = session.scalars(select(TaskInstance).where(TaskInstance.task_id == "u0")).one()
+        dag = session.get(Dag, dag_id)
+        ti = session.scalars(select(TaskInstance).where(TaskInstance.task_id == task_id)).one()
         session.expunge_all()
     assert dag is not None
-    plan = decidable(dag, "u0", ti.pool, TI.SUCCESS)
-    assert plan is not None and plan.fan_in is not None
-    follow = record_at_once(
-        harness.factory,
-        plan,
-        dag,
-        run_pk=ti.dag_run_id,
-        task_id="u0",
-        pool=ti.pool,
-        ti_id=ti.id,
-        attempt_id="an-older-try",
-        values={"result": "0", "error": None, "next_retry_at": None},
-        with_trace=False,
-    )
-    assert follow is None
+    plan = decidable(dag, task_id, ti.pool, TI.SUCCESS)
+    assert plan is not None and records_at_once(plan, with_trace=False)
+    values = {"result": "0", "error": None, "next_retry_at": None}
+    older = Success(ti.dag_run_id, task_id, ti.pool, ti.id, "an-older-try", values)
+    return record_at_once(harness.factory, plan, dag, older, with_trace=False)
+
+
+def test_a_fan_in_result_of_another_try_changes_nothing(harness: Harness) -> None:
+    """The one-query fan-in result is a compare-and-set like any: a try that is no longer
+    the running one (cleared and re-queued meanwhile) writes nothing."""
+    harness.write("fan_in", FAN_IN)
+    harness.trigger("fan_in")
+    assert record_an_older_try(harness, "fan_in", "u0") is None
     assert harness.states()["u0"] == "running"
 
 
@@ -697,36 +692,9 @@ def test_a_chain_link_of_another_try_queues_nothing(harness: Harness) -> None:
     """The one-query chain result is a compare-and-set: a try that is no longer the
     running one writes nothing, and the next task stays `none` (its upstream did not
     succeed)."""
-    from broker.one_query_result import record_chain_at_once
-    from scheduler.downstream import decidable
-
     harness.write("chain", CHAIN)
     harness.trigger("chain")
-    with transaction(harness.factory) as session:
-        session.execute(
-            update(TaskInstance)
-            .where(TaskInstance.task_id == "a")
-            .values(state="running", attempt_id="the-current-try")
-        )
-    with harness.factory() as session:
-        dag = session.get(Dag, "chain")
-        ti = session.scalars(select(TaskInstance).where(TaskInstance.task_id == "a")).one()
-        session.expunge_all()
-    assert dag is not None
-    plan = decidable(dag, "a", ti.pool, TI.SUCCESS)
-    assert plan is not None and plan.chain_next == "b"
-    follow = record_chain_at_once(
-        harness.factory,
-        plan,
-        dag,
-        run_pk=ti.dag_run_id,
-        task_id="a",
-        pool=ti.pool,
-        ti_id=ti.id,
-        attempt_id="an-older-try",
-        values={"result": "1", "error": None, "next_retry_at": None},
-    )
-    assert follow is None
+    assert record_an_older_try(harness, "chain", "a") is None
     assert harness.states() == {"a": "running", "b": "none", "c": "none"}
 
 
