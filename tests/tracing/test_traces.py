@@ -129,14 +129,19 @@ def write_dag(sluice: Sluice, sleep: float) -> None:
     (sluice.dags_folder / "traced.py").write_text(textwrap.dedent(DAG_FILE.format(sleep=sleep)))
 
 
+def run_once(sluice: Sluice) -> tuple[str, str]:
+    """One scheduler and one worker run the DAG once, to its spans' end: (run id, trace id)."""
+    write_dag(sluice, 0.05)
+    sluice.scheduler()
+    sluice.worker()
+    run_id = sluice.trigger("traced")
+    assert sluice.wait_run("traced", run_id) == "success"
+    wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=20)
+    return run_id, run_row(sluice, run_id)["carrier"]["traceparent"].split("-")[1]
+
+
 def test_one_scheduler_one_worker(traced: Sluice, receiver: OtlpReceiver) -> None:
-    write_dag(traced, 0.05)
-    traced.scheduler()
-    traced.worker()
-    run_id = traced.trigger("traced")
-    assert traced.wait_run("traced", run_id) == "success"
-    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    run_id, trace_id = run_once(traced)
     spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
     run_span = next(s for s in spans if not s.parent_id)
     assert run_span.attributes["run_id"] == run_id and run_span.attributes["state"] == "success"
@@ -188,13 +193,7 @@ def test_spans_go_over_otlp_grpc_too(sluice: Sluice) -> None:
             OTEL_BSP_SCHEDULE_DELAY="100",
             OTEL_METRICS_EXPORTER="none",
         )
-        write_dag(sluice, 0.05)
-        sluice.scheduler()
-        sluice.worker()
-        run_id = sluice.trigger("traced")
-        assert sluice.wait_run("traced", run_id) == "success"
-        wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=20)
-        trace_id = run_row(sluice, run_id)["carrier"]["traceparent"].split("-")[1]
+        _, trace_id = run_once(sluice)
         check_one_tree(receiver, trace_id, ["first", "slow", "last"])
     finally:
         receiver.close()
