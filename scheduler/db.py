@@ -8,8 +8,11 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
+import hashlib
+import logging
 import re
 import time
 import weakref
@@ -31,6 +34,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
+
+log = logging.getLogger("sluice.db")
 
 
 def utcnow() -> dt.datetime:
@@ -258,7 +263,12 @@ def _send(
     """[BEGIN,] `statements` [and COMMIT] in one simple-protocol query on `connection`'s
     psycopg connection (each statement's parameters bound client-side by psycopg); each
     statement's rows (named tuples). psycopg's errors come back as SQLAlchemy's, after a
-    ROLLBACK."""
+    ROLLBACK.
+
+    A prepared statement missing on the server (behind a pooler in transaction mode,
+    queries of one client connection reach different server connections) turns
+    preparing off for this process and the query is sent again with its statements
+    inline, once."""
     import psycopg
     from psycopg.rows import namedtuple_row
 
@@ -268,7 +278,14 @@ def _send(
         with psycopg.ClientCursor(raw, row_factory=namedtuple_row) as cursor:
             texts = [_bound(cursor, connection, s) for s in statements]
             query = "; ".join([*(["BEGIN"] if begin else []), *texts, *(["COMMIT"] * commit)])
-            cursor.execute(query)
+            try:
+                cursor.execute(query)
+            except psycopg.errors.InvalidSqlStatementName:
+                cursor.execute("ROLLBACK")
+                _stop_preparing(connection)
+                texts = [_bound(cursor, connection, s) for s in statements]
+                query = "; ".join([*(["BEGIN"] if begin else []), *texts, *(["COMMIT"] * commit)])
+                cursor.execute(query)
             results = []
             for i in range(len(statements)):
                 if i or begin:
@@ -284,12 +301,28 @@ def _send(
         raise DBAPIError(query, None, exc) from exc
 
 
+_preparing = True
+"""Whether statements are prepared (off for good once one was missing on the server)."""
+
+
+def _stop_preparing(connection: Connection) -> None:
+    global _preparing
+    if _preparing:
+        log.warning(
+            "a prepared statement was missing on the database server (a pooler in "
+            "transaction mode?): statements are sent unprepared from now on"
+        )
+    _preparing = False
+    connection.connection.info.pop("sluice_prepared", None)
+
+
 def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
     """`statement` as SQL text for a multi-statement query: plain text as is; a statement
     with parameters as `EXECUTE` of a server-side prepared statement (prepared on this
     connection the first time, in a query of its own: a simple-protocol query is planned
     at every execution otherwise), its arguments inlined by psycopg's client-side binding
-    after SQLAlchemy's type processing, as an execution would do."""
+    after SQLAlchemy's type processing, as an execution would do; inline when preparing
+    is off (`_stop_preparing`)."""
     if isinstance(statement, str):
         return statement
     stmt, values = statement
@@ -300,6 +333,9 @@ def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
     else:  # the same text every time: skip the expansion step
         sql, params = compiled.string, compiled.construct_params(dict(values))
         processors = cast(Mapping[str, Any], compiled._bind_processors)  # as the expansion
+    if not _preparing:
+        bound = {k: processors[k](v) if k in processors else v for k, v in params.items()}
+        return str(cursor.mogrify(sql, bound))
     name, order, prepare = _prepared(sql)
     _ensure_prepared(cursor, connection, name, prepare)
     args = [processors[k](params[k]) if k in processors else params[k] for k in order]
@@ -322,10 +358,14 @@ def _ensure_prepared(cursor: Any, connection: Connection, name: str, prepare: st
     if name in known:
         known.move_to_end(name)
         return
+    import psycopg
+
     if len(known) >= PREPARED_PER_CONNECTION:
         oldest, _ = known.popitem(last=False)
         cursor.execute(f"DEALLOCATE {oldest}")
-    cursor.execute(prepare)
+    # the same name is the same text (a pooler's server connection may have it already)
+    with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
+        cursor.execute(prepare)
     known[name] = None
 
 
@@ -334,8 +374,9 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
 
 @functools.lru_cache(maxsize=256)
 def _prepared(sql: str) -> tuple[str, tuple[str, ...], str]:
-    """For `sql` with pyformat placeholders: a statement name unique to it in this
-    process, its parameter names in `$n` order, and the PREPARE statement."""
+    """For `sql` with pyformat placeholders: a statement name made from its text (the same
+    in every process, so a server connection shared through a pooler never holds another
+    text under it), its parameter names in `$n` order, and the PREPARE statement."""
     order: list[str] = []
 
     def numbered(match: re.Match[str]) -> str:
@@ -346,12 +387,8 @@ def _prepared(sql: str) -> tuple[str, tuple[str, ...], str]:
         return f"${order.index(match[1]) + 1}"
 
     numbered_sql = _PLACEHOLDER.sub(numbered, sql)
-    name = _statement_names.setdefault(sql, f"sluice_{len(_statement_names)}")
+    name = "sluice_" + hashlib.sha1(sql.encode("utf-8")).hexdigest()[:20]
     return name, tuple(order), f"PREPARE {name} AS {numbered_sql}"
-
-
-_statement_names: dict[str, str] = {}
-"""SQL text → its prepared statement's name (the same on every connection)."""
 
 
 @functools.lru_cache(maxsize=64)

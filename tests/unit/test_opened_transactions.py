@@ -154,3 +154,45 @@ def test_the_least_recently_used_statement_is_deallocated_past_the_cap(
         assert session.scalar(PREPARED) == 2
     sent = committed_at_once(factory, [(select(Pool.slots).where(names[0]), {})])
     assert sent is not None and sent[0][0].slots == 1  # prepared again when needed
+
+
+def on_sluice_connection(factory: sessionmaker[Session], sql: str) -> None:
+    """`sql` on the pooled connection the next one-query transaction uses, behind its back."""
+    engine = single_statement_factory(factory).kw["bind"]
+    with engine.connect() as conn:
+        conn.connection.dbapi_connection.execute(sql)  # type: ignore[union-attr]
+
+
+def test_statements_missing_on_the_server_are_sent_unprepared(
+    factory: sessionmaker[Session],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Behind a pooler in transaction mode a prepared statement may be missing on the
+    server connection a query reaches: the query is sent again inline, and preparing
+    stops for the process."""
+    import scheduler.db
+
+    monkeypatch.setattr(scheduler.db, "_preparing", True)
+    assert committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 3})]) is not None
+    on_sluice_connection(factory, "DEALLOCATE ALL")  # what another server connection lacks
+    sent = committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 4})])
+    assert sent is not None and sent[1][0].slots == 4 and slots(factory) == 4
+    assert "sent unprepared" in caplog.text and not scheduler.db._preparing
+    assert committed_at_once(factory, [(SET_SLOTS, {"n": 5})]) is not None
+    with transaction(single_statement_factory(factory)) as session:
+        assert session.scalar(PREPARED) == 0
+    assert slots(factory) == 5
+
+
+def test_a_statement_prepared_already_under_its_name_is_used(
+    factory: sessionmaker[Session],
+) -> None:
+    """A statement's name comes from its text: finding it prepared (a pooler's server
+    connection shared with another process) is no error."""
+    assert committed_at_once(factory, [(SET_SLOTS, {"n": 6})]) is not None
+    engine = single_statement_factory(factory).kw["bind"]
+    with engine.connect() as conn:  # forget the names, keep the statements
+        conn.connection.info.pop("sluice_prepared", None)
+    sent = committed_at_once(factory, [(SET_SLOTS, {"n": 7})])
+    assert sent is not None and sent[0][0].slots == 7
