@@ -15,10 +15,12 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ClauseElement,
     ColumnElement,
     Row,
     Select,
+    String,
     Update,
     bindparam,
     func,
@@ -26,6 +28,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from scheduler.models import DagRun, TaskInstance
@@ -308,8 +311,51 @@ def queue_tis(
         check_ti_move(TI.NONE, TI.SCHEDULED)
     if not assignments:
         return
+    if len(assignments) > 1 and session.get_bind().dialect.name == "postgresql":
+        pairs = list(assignments)
+        for start in range(0, len(pairs), _CHUNK):
+            chunk = pairs[start : start + _CHUNK]
+            ids, attempts = [i for i, _ in chunk], [a for _, a in chunk]
+            bound = {"b_ids": ids, "b_attempts": attempts, "b_now": now, "b_job": job_id}
+            session.execute(_queue_many_statement(decided), bound)
+        return
     params = [{"b_id": i, "b_attempt": a, "b_now": now, "b_job": job_id} for i, a in assignments]
     session.execute(_queue_statement(decided), params)
+
+
+@functools.lru_cache(maxsize=2)
+def _queue_many_statement(decided: bool) -> Update:
+    """`_queue_statement` for many TIs in one statement (PostgreSQL): `UPDATE … FROM
+    unnest(ids, attempt ids)`, one plan and one pass instead of one statement per TI."""
+    table = TaskInstance.__table__
+    pairs = (
+        func.unnest(
+            bindparam("b_ids", type_=postgresql.ARRAY(BigInteger)),
+            bindparam("b_attempts", type_=postgresql.ARRAY(String)),
+        )
+        .table_valued("id", "attempt")
+        .render_derived(name="picked")
+    )
+    now = bindparam("b_now", type_=table.c.queued_at.type)
+    stamps: dict[str, Any] = {"queued_at": now}
+    if decided:
+        stamps["scheduled_at"] = now
+    return (
+        update(table)  # type: ignore[arg-type]
+        .where(
+            table.c.id == pairs.c.id,
+            table.c.state == (TI.NONE if decided else TI.SCHEDULED).value,
+        )
+        .values(
+            state=TI.QUEUED.value,
+            attempt_id=pairs.c.attempt,
+            try_number=table.c.try_number + 1,
+            queued_by_job_id=bindparam("b_job", type_=table.c.queued_by_job_id.type),
+            hostname=None,
+            pid=None,
+            **stamps,
+        )
+    )
 
 
 def queue_ti_if(
