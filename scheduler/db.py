@@ -229,7 +229,13 @@ def transaction_opened_by(
 def sends_in_one_query(factory: sessionmaker[Session]) -> bool:
     """Whether `factory`'s database takes several statements in one query with their
     BEGIN (PostgreSQL: `transaction_opened_by`, `committed_at_once`)."""
-    return single_statement_factory(factory) is not factory
+    return _autocommit_engine(factory) is not None
+
+
+def _autocommit_engine(factory: sessionmaker[Session]) -> Engine | None:
+    """The autocommit engine of `single_statement_factory(factory)`; None on SQLite."""
+    single = single_statement_factory(factory)
+    return None if single is factory else cast(Engine, single.kw["bind"])
 
 
 def committed_at_once(
@@ -239,10 +245,10 @@ def committed_at_once(
     round trip; locks are held only while the server runs them): each statement's rows.
     None on SQLite (nothing sent: the caller runs them in a `transaction`). Errors as for
     `transaction_opened_by`; nothing is committed then."""
-    single = single_statement_factory(factory)
-    if single is factory:
+    engine = _autocommit_engine(factory)
+    if engine is None:
         return None
-    with single.kw["bind"].connect() as connection:
+    with engine.connect() as connection:
         return _send(connection, statements, commit=True)
 
 
@@ -250,10 +256,10 @@ def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any]
     """One statement in autocommit (its own transaction), as a prepared statement on
     PostgreSQL, without an ORM session: its rows (named tuples, values as psycopg gives
     them: no SQLAlchemy result processing). None on SQLite (nothing sent)."""
-    single = single_statement_factory(factory)
-    if single is factory:
+    engine = _autocommit_engine(factory)
+    if engine is None:
         return None
-    with single.kw["bind"].connect() as connection:
+    with engine.connect() as connection:
         return list(_send(connection, [statement], begin=False)[0])
 
 
@@ -274,17 +280,20 @@ def _send(
 
     raw = cast(psycopg.Connection[Any], connection.connection.dbapi_connection)
     query = "BEGIN"
+
+    def composed(cursor: Any) -> str:
+        texts = [_bound(cursor, connection, s) for s in statements]
+        return "; ".join([*(["BEGIN"] if begin else []), *texts, *(["COMMIT"] * commit)])
+
     try:
         with psycopg.ClientCursor(raw, row_factory=namedtuple_row) as cursor:
-            texts = [_bound(cursor, connection, s) for s in statements]
-            query = "; ".join([*(["BEGIN"] if begin else []), *texts, *(["COMMIT"] * commit)])
+            query = composed(cursor)
             try:
                 cursor.execute(query)
             except psycopg.errors.InvalidSqlStatementName:
                 cursor.execute("ROLLBACK")
                 _stop_preparing(connection)
-                texts = [_bound(cursor, connection, s) for s in statements]
-                query = "; ".join([*(["BEGIN"] if begin else []), *texts, *(["COMMIT"] * commit)])
+                query = composed(cursor)
                 cursor.execute(query)
             results = []
             for i in range(len(statements)):
