@@ -336,25 +336,13 @@ def _queue_many_statement(decided: bool) -> Update:
         .table_valued("id", "attempt")
         .render_derived(name="picked")
     )
-    now = bindparam("b_now", type_=table.c.queued_at.type)
-    stamps: dict[str, Any] = {"queued_at": now}
-    if decided:
-        stamps["scheduled_at"] = now
     return (
         update(table)  # type: ignore[arg-type]
         .where(
             table.c.id == pairs.c.id,
             table.c.state == (TI.NONE if decided else TI.SCHEDULED).value,
         )
-        .values(
-            state=TI.QUEUED.value,
-            attempt_id=pairs.c.attempt,
-            try_number=table.c.try_number + 1,
-            queued_by_job_id=bindparam("b_job", type_=table.c.queued_by_job_id.type),
-            hostname=None,
-            pid=None,
-            **stamps,
-        )
+        .values(_queued_values(decided, attempt_id=pairs.c.attempt))
     )
 
 
@@ -430,24 +418,31 @@ def _queue_picked(
 @functools.lru_cache(maxsize=4)
 def _queue_statement(decided: bool, by_id: bool = True) -> Update:
     table = TaskInstance.__table__
-    now = bindparam("b_now", type_=table.c.queued_at.type)
-    stamps: dict[str, Any] = {"queued_at": now}
-    if decided:
-        stamps["scheduled_at"] = now
     stmt = update(table).where(  # type: ignore[arg-type]
         table.c.state == (TI.NONE if decided else TI.SCHEDULED).value
     )
     if by_id:
         stmt = stmt.where(table.c.id == bindparam("b_id"))
-    return stmt.values(
-        state=TI.QUEUED.value,
-        attempt_id=bindparam("b_attempt"),
-        try_number=table.c.try_number + 1,
-        queued_by_job_id=bindparam("b_job", type_=table.c.queued_by_job_id.type),
-        hostname=None,
-        pid=None,
+    return stmt.values(_queued_values(decided, attempt_id=bindparam("b_attempt")))
+
+
+def _queued_values(decided: bool, *, attempt_id: ColumnElement[Any]) -> dict[str, Any]:
+    """What queueing writes: the new try (`attempt_id`, try_number + 1), the stamps at
+    `b_now` (`scheduled_at` too when `decided`), the queueing job `b_job`."""
+    table = TaskInstance.__table__
+    now = bindparam("b_now", type_=table.c.queued_at.type)
+    stamps: dict[str, Any] = {"queued_at": now}
+    if decided:
+        stamps["scheduled_at"] = now
+    return {
+        "state": TI.QUEUED.value,
+        "attempt_id": attempt_id,
+        "try_number": table.c.try_number + 1,
+        "queued_by_job_id": bindparam("b_job", type_=table.c.queued_by_job_id.type),
+        "hostname": None,
+        "pid": None,
         **stamps,
-    )
+    }
 
 
 def move_spans(
