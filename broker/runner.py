@@ -9,9 +9,10 @@ Invariants:
   while running) is dropped and is `stale` too.
 - The claim is one statement (autocommit on PostgreSQL). The result, the try's log and
   the downstream decision share one transaction, the run's row locked first; what it
-  queued is published after the commit. One exception: a fan-in's success with no log
-  is committed alone in one query, and what follows it (a freed slot filled, the join
-  decided) is decided after it (`broker.one_query_result`).
+  queued is published after the commit. One exception: a success with no log of a
+  fan-in's upstream or of a chain's link is committed in one query (a link's next task
+  queued in it when it fits), and what else follows (a freed slot filled, the join
+  decided, a next task that did not fit) is decided after it (`broker.one_query_result`).
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
@@ -457,10 +458,6 @@ def _record(
     downstream = downstream and new in _SCHEDULES_DOWNSTREAM
 
     plan = decidable(claimed.dag, msg.task_id, claimed.pool, new) if downstream else None
-    if plan is not None and task_log is None and new is TI.SUCCESS:
-        at_once = _record_at_once(ctx, msg, claimed, plan, values)
-        if at_once is not None:
-            return at_once
 
     def write() -> bool:
         follow.clear()
@@ -530,29 +527,28 @@ def _record(
                 )
             return won
 
-    if not retrying(write):
+    dag = claimed.dag
+    if (
+        plan is not None
+        and dag is not None
+        and task_log is None
+        and new is TI.SUCCESS
+        and _one_query(ctx, plan)
+    ):  # a fan-in's upstream or a chain's link (`broker.one_query_result`)
+        done = Success(claimed.run_pk, msg.task_id, claimed.pool, msg.ti_id, msg.attempt_id, values)
+        follow[:] = [record_at_once(ctx.session_factory, plan, dag, done, with_trace=ctx.trace_tis)]
+        won = follow[0] is not None
+    else:
+        won = retrying(write)
+    if not won:
         log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
         return Outcome.STALE, None
     log.info("%s -> %s", _what(msg), new)
     return Outcome(new.value), follow[0] if follow else None
 
 
-def _record_at_once(
-    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, plan: Plan, values: dict[str, Any]
-) -> tuple[Outcome, FollowUp | None] | None:
-    """A success with no log recorded in one query (`broker.one_query_result`), when its
-    plan allows (a fan-in's upstream, a chain's link) on PostgreSQL; else None."""
-    dag = claimed.dag
-    if (
-        dag is None
-        or not records_at_once(plan, ctx.trace_tis)
-        or not sends_in_one_query(ctx.session_factory)
-    ):
-        return None
-    done = Success(claimed.run_pk, msg.task_id, claimed.pool, msg.ti_id, msg.attempt_id, values)
-    follow = record_at_once(ctx.session_factory, plan, dag, done, with_trace=ctx.trace_tis)
-    if follow is None:
-        log.info("result success of %s dropped: the task instance moved meanwhile", _what(msg))
-        return Outcome.STALE, None
-    log.info("%s -> %s", _what(msg), TI.SUCCESS)
-    return Outcome.SUCCESS, follow
+def _one_query(ctx: WorkerContext, plan: Plan) -> bool:
+    """Whether a success with no log to store is recorded in one query
+    (`broker.one_query_result`): its plan allows it (a fan-in's upstream, a chain's link)
+    and the database is PostgreSQL."""
+    return records_at_once(plan, ctx.trace_tis) and sends_in_one_query(ctx.session_factory)

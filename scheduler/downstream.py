@@ -5,9 +5,10 @@ compare-and-set, `schedule_downstream` after it won), so a hop (end of task i â†
 of task i+1) needs no scheduler round trip: the worker
 decides the downstream tasks of what it just finished, queues the ready ones that fit
 their pool and DAG limits, and publishes after its commit (Airflow's
-`schedule_after_task_execution`, carried on to queueing). A fan-in's success with no
-log to store is committed alone, its decision (if any) following in a transaction of its
-own under the same lock (`broker.one_query_result`).
+`schedule_after_task_execution`, carried on to queueing). A success with no log to
+store of a fan-in's upstream or of a chain's link is committed in one query (a link's
+next task queued in it, `chain_next_statements`), any further decision following in a
+transaction of its own under the same lock (`broker.one_query_result`).
 
 Invariants:
 - Decisions about a run are made only under its row lock, taken `FOR UPDATE` as the
