@@ -59,6 +59,10 @@ class Harness:
             publish=self.by_worker.extend,
         )
 
+    def add_pool(self, name: str, slots: int) -> None:
+        with transaction(self.factory) as session:
+            session.add(Pool(name=name, slots=slots))
+
     def write(self, name: str, body: str) -> None:
         (self.settings.dags_folder / f"{name}.py").write_text(textwrap.dedent(body))
 
@@ -169,8 +173,7 @@ def test_a_join_is_queued_by_the_worker_that_finishes_its_last_upstream(harness:
 
 
 def test_worker_respects_pool_slots_and_fills_the_slot_it_frees(harness: Harness) -> None:
-    with transaction(harness.factory) as session:
-        session.add(Pool(name="small", slots=2))
+    harness.add_pool("small", 2)
     harness.write(
         "pooled",
         """
@@ -206,8 +209,7 @@ def test_a_wide_join_waits_for_its_last_upstream_while_results_fill_the_pool(
     """A join of 20 upstreams in a 2-slot pool: each upstream's result leaves the join
     alone (others unfinished) and gives its slot to the next in line; only the last one
     queues the join, and no result needs a scheduler."""
-    with transaction(harness.factory) as session:
-        session.add(Pool(name="small", slots=2))
+    harness.add_pool("small", 2)
     harness.write(
         "wide_join",
         """
@@ -251,8 +253,7 @@ def test_a_one_success_join_is_queued_by_its_first_upstream(harness: Harness) ->
 def test_a_chain_s_next_task_waits_when_its_pool_is_full(harness: Harness) -> None:
     """The next task of a chain is queued only if its pool has room; otherwise it waits in
     `scheduled` and the result that frees the slot queues it."""
-    with transaction(harness.factory) as session:
-        session.add(Pool(name="one", slots=1))
+    harness.add_pool("one", 1)
     harness.write(
         "tight",
         """
@@ -309,8 +310,7 @@ def test_a_chain_result_counts_its_pool_after_the_lock_holder_committed(
     """The result's read waits for the pool's row (held by another queuer); the room is
     counted after that holder's commit, so what it queued meanwhile is seen: the freed
     slot went to the holder's TI, and the chain's next task waits."""
-    with transaction(harness.factory) as session:
-        session.add(Pool(name="one", slots=1))
+    harness.add_pool("one", 1)
     harness.write(
         "pair",
         """
@@ -334,8 +334,7 @@ def test_a_freed_slot_is_filled_after_the_pool_s_lock_holder_committed(
 ) -> None:
     """A fan-in result frees a slot TIs wait for: its own UPDATE waits for the pool's row
     (held by another queuer), and the fill counts the room after that holder's commit."""
-    with transaction(harness.factory) as session:
-        session.add(Pool(name="one", slots=1))
+    harness.add_pool("one", 1)
     harness.write(
         "fan",
         """
@@ -368,8 +367,7 @@ def test_a_freed_slot_s_message_carries_the_waiting_ti_s_span(harness: Harness) 
     worker's span nests under it), as a scheduler's queueing sends it."""
     from scheduler.downstream import fill_freed_slot
 
-    with transaction(harness.factory) as session:
-        session.add(Pool(name="one", slots=1))
+    harness.add_pool("one", 1)
     harness.write(
         "traced_pool",
         """
@@ -724,8 +722,7 @@ def test_a_chain_link_s_next_waits_behind_higher_priority_tis_in_its_pool(
 ) -> None:
     """The slot a chain link frees goes to the TI already waiting in its pool with a
     higher priority; its next task waits in `scheduled` (the schedulers' order)."""
-    with transaction(harness.factory) as session:
-        session.add(Pool(name="small", slots=2))
+    harness.add_pool("small", 2)
     harness.write(
         "busy_pool",
         """
