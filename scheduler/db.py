@@ -13,12 +13,15 @@ import datetime as dt
 import functools
 import hashlib
 import logging
+import os
 import re
+import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -118,13 +121,18 @@ def _ping_idle_connections(engine: Engine) -> None:
         since = record.info.get("checked_in")
         if since is None or time.monotonic() - since < IDLE_PING_SECONDS:
             return
-        try:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("SELECT 1")
-            cursor.close()
-            dbapi_connection.rollback()
-        except Exception as exc:
-            raise DisconnectionError(f"stale pooled connection: {exc}") from exc
+        _ping(dbapi_connection)
+
+
+def _ping(dbapi_connection: Any) -> None:
+    """SELECT 1 on a connection that sat idle; DisconnectionError if it is dead."""
+    try:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SELECT 1")
+        cursor.close()
+        dbapi_connection.rollback()
+    except Exception as exc:
+        raise DisconnectionError(f"stale pooled connection: {exc}") from exc
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -173,6 +181,7 @@ def single_statement_factory(factory: sessionmaker[Session]) -> sessionmaker[Ses
             autocommit=True,
         )
         event.listen(engine, "engine_disposed", lambda *_: autocommit.dispose())
+        event.listen(autocommit, "engine_disposed", release_held_connection)
         made = make_session_factory(autocommit)
     _single_statement_factories[factory] = made
     return made
@@ -211,8 +220,8 @@ def transaction_opened_by(
         with transaction(factory) as session:
             yield session, None
         return
-    with single() as session:
-        connection = session.connection()
+    connection = held_connection(cast(Engine, single.kw["bind"]))
+    with single(bind=connection) as session:
         results = _send(connection, [opener] if isinstance(opener, str) else opener)
         try:
             yield session, results
@@ -248,8 +257,7 @@ def committed_at_once(
     engine = _autocommit_engine(factory)
     if engine is None:
         return None
-    with engine.connect() as connection:
-        return _send(connection, statements, commit=True)
+    return _send(held_connection(engine), statements, commit=True)
 
 
 def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any] | None:
@@ -259,8 +267,66 @@ def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any]
     engine = _autocommit_engine(factory)
     if engine is None:
         return None
-    with engine.connect() as connection:
-        return list(_send(connection, [statement], begin=False)[0])
+    return list(_send(held_connection(engine), [statement], begin=False)[0])
+
+
+class _Held(threading.local):
+    """Per thread: the autocommit engines' connections it keeps and when each was last used."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.connections: weakref.WeakKeyDictionary[Engine, tuple[Connection, float]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+
+_held = _Held()
+
+
+def held_connection(engine: Engine) -> Connection:
+    """The connection of autocommit `engine` this thread keeps between one-query sends
+    (`committed_at_once`, `executed_alone`): a pool checkout and check-in per query cost
+    more of a worker's CPU than the statement.
+
+    Invariants: never shared between threads or inherited across a fork; each use is one
+    autocommit query, so between uses it holds no transaction and no lock. Replaced when
+    invalidated (a broken connection: `_send` invalidates it, the caller's retry gets a
+    new one); pinged after IDLE_PING_SECONDS unused, as a pooled one is at checkout."""
+    if _held.pid != os.getpid():
+        _held.__init__()  # type: ignore[misc]  # a forked child: the parent's are not ours
+    now = time.monotonic()
+    kept = _held.connections.get(engine)
+    if kept is not None:
+        connection, used = kept
+        if connection.invalidated or connection.closed:
+            connection.close()
+        elif now - used < IDLE_PING_SECONDS or _alive(connection):
+            if connection.in_transaction():  # SQLAlchemy's own, begun by exec_driver_sql
+                connection.rollback()  # in autocommit: nothing sent
+            _held.connections[engine] = (connection, now)
+            return connection
+    connection = engine.connect()
+    _held.connections[engine] = (connection, now)
+    return connection
+
+
+def _alive(connection: Connection) -> bool:
+    """Whether a held connection that sat idle still answers (else it is invalidated)."""
+    try:
+        _ping(connection.connection.dbapi_connection)
+    except DisconnectionError as exc:
+        connection.invalidate(exc)
+        connection.close()
+        return False
+    return True
+
+
+def release_held_connection(engine: Engine) -> None:
+    """Give back the connection this thread keeps for `engine` (at its disposal)."""
+    kept = _held.connections.pop(engine, None) if _held.pid == os.getpid() else None
+    if kept is not None and not kept[0].closed:
+        kept[0].invalidate()  # closed now: the pool it came from is gone
+        kept[0].close()
 
 
 def _send(
@@ -335,22 +401,83 @@ def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
     if isinstance(statement, str):
         return statement
     stmt, values = statement
-    compiled = _compiled(stmt, connection.dialect)
-    if compiled.post_compile_params or compiled.literal_execute_params:  # an expanding IN
-        state = compiled.construct_expanded_state(dict(values))
-        sql, params, processors = state.statement, state.parameters, state.processors
-    else:  # the same text every time: skip the expansion step
-        sql, params = compiled.string, compiled.construct_params(dict(values))
-        processors = cast(Mapping[str, Any], compiled._bind_processors)  # as the expansion
+    sql, bound = _binding(_compiled(stmt, connection.dialect), values).bind(values)
     if not _preparing:
-        bound = {k: processors[k](v) if k in processors else v for k, v in params.items()}
         return str(cursor.mogrify(sql, bound))
     name, order, prepare = _prepared(sql)
     _ensure_prepared(cursor, connection, name, prepare)
-    args = [processors[k](params[k]) if k in processors else params[k] for k in order]
+    args = [bound[k] for k in order]
     if not args:
         return f"EXECUTE {name}"
     return str(cursor.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args))
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """How one compiled statement's text and processed parameters come from the values
+    of a call, for calls with the same value names and the same list lengths (what
+    SQLAlchemy's parameter construction and IN expansion would give, worked out once)."""
+
+    sql: str
+    constants: dict[str, Any]
+    """Parameters whose values are the statement's own (processed)."""
+    direct: tuple[tuple[str, Callable[[Any], Any] | None], ...]
+    """Parameters given by name: (name, processor)."""
+    expanded: tuple[tuple[str, str, int, Callable[[Any], Any] | None], ...]
+    """An expanding IN's parameters: (name, the list's name, index, processor)."""
+
+    def bind(self, values: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        bound = dict(self.constants)
+        for name, process in self.direct:
+            value = values[name]
+            bound[name] = value if process is None else process(value)
+        for name, source, i, process in self.expanded:
+            value = values[source][i]
+            bound[name] = value if process is None else process(value)
+        return self.sql, bound
+
+
+_BINDINGS = "sluice_bindings"
+
+
+def _binding(compiled: SQLCompiler, values: Mapping[str, Any]) -> _Binding:
+    """The `_Binding` of `compiled` for calls shaped like `values` (kept on the compiled
+    statement, which `_compiled` caches by the statement's identity)."""
+    expanding = [compiled.bind_names[b] for b in compiled.post_compile_params]
+    lengths = tuple(len(values[n]) if n in values else -1 for n in expanding)
+    key = (frozenset(values), lengths)
+    cache: dict[Any, _Binding] = compiled.__dict__.setdefault(_BINDINGS, {})
+    found = cache.get(key)
+    if found is not None:
+        return found
+    if compiled.post_compile_params or compiled.literal_execute_params:  # an expanding IN
+        state = compiled.construct_expanded_state(dict(values))
+        sql, params, processors = state.statement, state.parameters, state.processors
+        expansion = state.parameter_expansion
+    else:  # the same text every time: no expansion step
+        sql, params = compiled.string, compiled.construct_params(dict(values))
+        processors = cast(Mapping[str, Any], compiled._bind_processors)  # as the expansion
+        expansion = {}
+    made = {  # an expanded name → its list and index (one name per item: not a tuple IN)
+        name: (source, i)
+        for source, names in expansion.items()
+        if source in values and len(names) == len(values[source])
+        for i, name in enumerate(names)
+    }
+    constants: dict[str, Any] = {}
+    direct, expanded = [], []
+    for name, value in params.items():
+        process = processors.get(name)
+        if name in made:
+            expanded.append((name, *made[name], process))
+        elif name in values:
+            direct.append((name, process))
+        else:
+            constants[name] = value if process is None else process(value)
+    binding = _Binding(sql, constants, tuple(direct), tuple(expanded))
+    if not compiled.literal_execute_params and len(made) == sum(map(len, expansion.values())):
+        cache[key] = binding  # else its text, or where its values come from, varies
+    return binding
 
 
 PREPARED_PER_CONNECTION = 64

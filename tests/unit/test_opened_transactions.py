@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.db import (
     committed_at_once,
+    held_connection,
     make_engine,
     make_session_factory,
     single_statement_factory,
@@ -141,6 +142,55 @@ def test_a_statement_is_prepared_once_per_connection(factory: sessionmaker[Sessi
     assert slots(factory) == 7
 
 
+NAMED = (
+    select(Pool.name)
+    .where(Pool.name.in_(bindparam("names", expanding=True)), Pool.slots >= bindparam("least"))
+    .order_by(Pool.name)
+)
+
+
+def test_values_are_bound_afresh_on_every_call(factory: sessionmaker[Session]) -> None:
+    """How a statement's values are bound is worked out once per shape of its values (the
+    same names, the same list lengths): calls of one shape still send their own values."""
+    with transaction(factory) as session:
+        session.add(Pool(name="q", slots=3))
+
+    def named(names: list[str], least: int = 0) -> list[str]:
+        sent = committed_at_once(factory, [(NAMED, {"names": names, "least": least})])
+        assert sent is not None
+        return [row.name for row in sent[0]]
+
+    assert named(["p"]) == ["p"]
+    assert named(["q"]) == ["q"]  # same shape, other value
+    assert named(["q"], least=4) == []  # same shape, other scalar
+    assert named(["p", "q"]) == ["p", "q"]  # another length
+    assert named([]) == []
+    assert named(["x", "p"], least=1) == ["p"]
+
+
+def kill_held_connection(factory: sessionmaker[Session]) -> None:
+    """Terminate the server process of the connection one-query sends keep."""
+    held = held_connection(single_statement_factory(factory).kw["bind"])
+    pid = held.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
+    with factory.kw["bind"].connect() as other:
+        other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+
+def test_a_kept_connection_that_broke_is_replaced(
+    factory: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import scheduler.db
+
+    kill_held_connection(factory)  # in use: the query fails, the caller's retry succeeds
+    with pytest.raises(OperationalError):
+        committed_at_once(factory, [(SET_SLOTS, {"n": 2})])
+    assert committed_at_once(factory, [(SET_SLOTS, {"n": 3})]) is not None
+    kill_held_connection(factory)  # idle long enough to be pinged: replaced before use
+    monkeypatch.setattr(scheduler.db, "IDLE_PING_SECONDS", 0.0)
+    assert committed_at_once(factory, [(SET_SLOTS, {"n": 4})]) is not None
+    assert slots(factory) == 4
+
+
 def test_the_least_recently_used_statement_is_deallocated_past_the_cap(
     factory: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,17 +200,16 @@ def test_the_least_recently_used_statement_is_deallocated_past_the_cap(
     names = [Pool.name.in_(["p", *extra]) for extra in ([], ["q"], ["q", "r"])]
     for where in names:  # three texts: the first is deallocated for the third
         committed_at_once(factory, [(select(Pool.slots).where(where), {})])
-    with transaction(single_statement_factory(factory)) as session:
+    with transaction_opened_by(factory, LOCK) as (session, _):  # the same connection
         assert session.scalar(PREPARED) == 2
     sent = committed_at_once(factory, [(select(Pool.slots).where(names[0]), {})])
     assert sent is not None and sent[0][0].slots == 1  # prepared again when needed
 
 
 def on_sluice_connection(factory: sessionmaker[Session], sql: str) -> None:
-    """`sql` on the pooled connection the next one-query transaction uses, behind its back."""
-    engine = single_statement_factory(factory).kw["bind"]
-    with engine.connect() as conn:
-        conn.connection.dbapi_connection.execute(sql)  # type: ignore[union-attr]
+    """`sql` on the connection the next one-query transaction uses, behind its back."""
+    conn = held_connection(single_statement_factory(factory).kw["bind"])
+    conn.connection.dbapi_connection.execute(sql)  # type: ignore[union-attr]
 
 
 def test_statements_missing_on_the_server_are_sent_unprepared(
@@ -180,7 +229,7 @@ def test_statements_missing_on_the_server_are_sent_unprepared(
     assert sent is not None and sent[1][0].slots == 4 and slots(factory) == 4
     assert "sent unprepared" in caplog.text and not scheduler.db._preparing
     assert committed_at_once(factory, [(SET_SLOTS, {"n": 5})]) is not None
-    with transaction(single_statement_factory(factory)) as session:
+    with transaction_opened_by(factory, LOCK) as (session, _):
         assert session.scalar(PREPARED) == 0
     assert slots(factory) == 5
 
@@ -191,8 +240,7 @@ def test_a_statement_prepared_already_under_its_name_is_used(
     """A statement's name comes from its text: finding it prepared (a pooler's server
     connection shared with another process) is no error."""
     assert committed_at_once(factory, [(SET_SLOTS, {"n": 6})]) is not None
-    engine = single_statement_factory(factory).kw["bind"]
-    with engine.connect() as conn:  # forget the names, keep the statements
-        conn.connection.info.pop("sluice_prepared", None)
+    conn = held_connection(single_statement_factory(factory).kw["bind"])
+    conn.connection.info.pop("sluice_prepared", None)  # forget the names, keep the statements
     sent = committed_at_once(factory, [(SET_SLOTS, {"n": 7})])
     assert sent is not None and sent[0][0].slots == 7
