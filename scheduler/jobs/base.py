@@ -237,8 +237,10 @@ class DagRunJob:
             return
         limit = self.settings.runs_per_loop
         runs = claim_runs_to_examine(session, self.runs_i_drive(), limit, only)
-        if only is not None:
-            self._pending_news |= only - {run.id for run in runs}
+        # runs with news, or started in this pass, that the limit left: the next pass
+        # (at once: `more_runs`) examines them, not the next full pass
+        left = (self._started_now if only is None else only) - {run.id for run in runs}
+        self._pending_news |= left
         dags = self.dag_cache.get_many(
             session, [run.dag_id for run in runs], max_age=self.settings.dag_refresh_interval
         )

@@ -186,3 +186,26 @@ def test_a_dag_held_by_its_own_limit_does_not_starve_others(harness: Harness) ->
     # Then the other DAG's task is queued although 599 higher-priority TIs wait
     assert [m.dag_id for m in harness.sent].count("greedy") == 1
     assert [m.task_id for m in harness.sent if m.dag_id == "modest"] == ["only"]
+
+
+def test_runs_past_one_pass_limit_are_examined_without_waiting(harness: Harness) -> None:
+    """Started runs beyond `runs_per_loop` are examined by the passes that follow at once
+    (each says it is busy), not a loop interval later."""
+    write(
+        harness.job.settings.dags_folder,
+        "small",
+        """
+    from tasks import DAG, task
+    with DAG("small", schedule=None, max_active_runs=10) as dag:
+        task(task_id="only")(lambda: None)
+    """,
+    )
+    harness.job.settings = harness.job.settings.with_(runs_per_loop=2)
+    now = utcnow()
+    harness.job.tick(now)
+    harness.trigger("small", 5)
+    busy = [harness.job.tick(now).busy]  # the same instant: no pass is due by the clock
+    while busy[-1] and len(busy) < 10:
+        busy.append(harness.job.tick(now).busy)
+    assert len(harness.sent) == 5
+    assert busy[-1] is False  # and then the loop may wait
