@@ -145,6 +145,8 @@ def _fan_in_at_once(
         return FollowUp()
     if row.unfinished and not with_trace:
         return _then(done, lambda: _fill(factory, done.pool))
+    if plan.wide:  # the last upstream, or a slot to fill with spans: the schedulers decide
+        return FollowUp(wake=True)
     waiting = bool(row.unfinished)
     return _then(done, lambda: _decide_after(factory, dag, done, waiting, with_trace))
 

@@ -62,6 +62,7 @@ from scheduler.downstream import (
     decidable,
     lock_run,
     schedule_downstream,
+    wide_fan_in,
     write_result,
 )
 from scheduler.models import Dag, DagRun, TaskInstance
@@ -528,15 +529,20 @@ def _record(
             return won
 
     dag = claimed.dag
+    at_once = plan
+    if downstream and plan is None:  # too wide to read; a fan-in's upstream needs no read
+        at_once = wide_fan_in(claimed.dag, msg.task_id, claimed.pool, new)
     if (
-        plan is not None
+        at_once is not None
         and dag is not None
         and task_log is None
         and new is TI.SUCCESS
-        and _one_query(ctx, plan)
+        and _one_query(ctx, at_once)
     ):  # a fan-in's upstream or a chain's link (`broker.one_query_result`)
         done = Success(claimed.run_pk, msg.task_id, claimed.pool, msg.ti_id, msg.attempt_id, values)
-        follow[:] = [record_at_once(ctx.session_factory, plan, dag, done, with_trace=ctx.trace_tis)]
+        follow[:] = [
+            record_at_once(ctx.session_factory, at_once, dag, done, with_trace=ctx.trace_tis)
+        ]
         won = follow[0] is not None
     else:
         won = retrying(write)

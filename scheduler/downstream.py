@@ -52,7 +52,6 @@ from sqlalchemy import (
     bindparam,
     case,
     exists,
-    func,
     select,
 )
 from sqlalchemy.orm import Session
@@ -182,13 +181,13 @@ result frees goes to one of them, `fill_freed_slot`); else NULL and nothing lock
 
 
 def _fan_in_columns(names: ColumnElement[bool]) -> tuple[ColumnElement[Any], ...]:
-    unfinished = select(func.count()).where(*_OF_RUN_UNFINISHED, names).scalar_subquery()
+    unfinished = exists().where(*_OF_RUN_UNFINISHED, names)  # the first found is enough
     return unfinished.label("unfinished"), _WAITING.label("backlog"), _POOL_TOTAL_IF_WAITING
 
 
 _FAN_IN_OTHERS = _fan_in_columns(_OTHER.c.task_id.in_(bindparam("fan_in", expanding=True)))
 _FAN_IN_ALL_BUT = _fan_in_columns(_OTHER.c.task_id.not_in(bindparam("fan_in", expanding=True)))
-"""Returned by the result's own UPDATE: how many of a fan-in's other upstreams are
+"""Returned by the result's own UPDATE: whether any of a fan-in's other upstreams is
 unfinished (named, or as all the run's TIs but the fewer others), whether TIs wait in
 the pools, and the freed pool's slots with its row locked if TIs wait in it. One round
 trip under the run's lock, whatever the fan-in's width (waiting there for the pool's
@@ -248,6 +247,10 @@ class Plan:
     """For a success whose one downstream has this task as its only upstream, in the same
     pool, and runs after it (its trigger rule's verdict on one success), this task not a
     branch: that downstream, which is ready once the result is written (`chain_next_statements`)."""
+    wide: bool = False
+    """More than READ_LIMIT TIs to read, but a success into a fan-in (`fan_in`): its result's
+    write says whether other upstreams are unfinished, without reading them
+    (`wide_fan_in`); the decision after the last one is the schedulers'."""
 
 
 @dataclass(frozen=True)
@@ -293,9 +296,15 @@ def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool)
     needed = {task_id, *downstream}
     for down in downstream:
         needed.update(tasks[down]["upstream"])
-    if len(needed) > READ_LIMIT:
-        return None  # a wide fan-out or fan-in: one scheduler pass serves many results
     pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
+    if len(needed) > READ_LIMIT:  # a wide fan-out or fan-in: one scheduler pass decides
+        fan_in = (
+            _fan_in(tasks, task_id, downstream[0]) if success and len(downstream) == 1 else None
+        )
+        if fan_in is None:
+            return None
+        params = {"pools": pools}
+        return Plan(downstream, frozenset(), params, False, False, fan_in, None, wide=True)
     branches = sorted(t for t in needed if tasks[t].get("is_branch"))
     params = {
         "task_ids": sorted(needed),
@@ -340,7 +349,19 @@ def decidable(dag: Dag | None, task_id: str, pool: str, finished: TaskInstanceSt
     more than READ_LIMIT TIs to read): `lock_run` then locks nothing."""
     if dag is None or not dag.serialized:
         return None
-    return _plan(dag, task_id, pool, finished is TI.SUCCESS)
+    plan = _plan(dag, task_id, pool, finished is TI.SUCCESS)
+    return None if plan is None or plan.wide else plan
+
+
+def wide_fan_in(
+    dag: Dag | None, task_id: str, pool: str, finished: TaskInstanceState
+) -> Plan | None:
+    """For a success into a fan-in too wide for `decidable`: the plan of its result's
+    write that says whether other upstreams are unfinished (`Plan.wide`); else None."""
+    if dag is None or not dag.serialized or finished is not TI.SUCCESS:
+        return None
+    plan = _plan(dag, task_id, pool, True)
+    return plan if plan is not None and plan.wide else None
 
 
 def lock_run(

@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -142,6 +143,16 @@ class TaskInstance(Base):
         UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),
         Index("ix_task_instance_state_pool", "state", "pool"),
         Index("ix_task_instance_dag_state", "dag_id", "state"),
+        Index("ix_task_instance_run_state", "dag_run_id", "state"),
+        Index(
+            "ix_task_instance_waiting",  # a pool's first waiting TI: the order of the fills
+            "pool",
+            text("priority_weight DESC"),
+            "scheduled_at",
+            "id",
+            postgresql_where=text("state = 'scheduled'"),
+            sqlite_where=text("state = 'scheduled'"),
+        ),
     )
 
 

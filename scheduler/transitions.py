@@ -32,7 +32,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from scheduler.models import DagRun, TaskInstance
-from scheduler.queries.sql import one_of
+from scheduler.queries.sql import expected_state
 from scheduler.states import (
     TI,
     TI_TERMINAL,
@@ -213,7 +213,7 @@ def _build_move(
             table.c.id == bindparam("b_id")
             if one
             else table.c.id.in_(bindparam("b_ids", expanding=True)),
-            one_of(table.c.state, [TI(state).value for state in expected]),
+            expected_state(table.c.state, [TI(state).value for state in expected]),
         )
         .values(state=TI(new).value, **_bound_values(table, keys))
         .returning(table.c.id, *returning)
@@ -282,7 +282,7 @@ def _cached_run_move(
         update(table)  # type: ignore[arg-type]
         .where(
             table.c.id == bindparam("b_run"),
-            one_of(table.c.state, [DagRunState(s).value for s in expected]),
+            expected_state(table.c.state, [DagRunState(s).value for s in expected]),
         )
         .values(state=DagRunState(new).value, **_bound_values(table, keys))
         .returning(table.c.id)
@@ -340,7 +340,7 @@ def _queue_many_statement(decided: bool) -> Update:
         update(table)  # type: ignore[arg-type]
         .where(
             table.c.id == pairs.c.id,
-            table.c.state == (TI.NONE if decided else TI.SCHEDULED).value,
+            expected_state(table.c.state, [(TI.NONE if decided else TI.SCHEDULED).value]),
         )
         .values(_queued_values(decided, attempt_id=pairs.c.attempt))
     )
@@ -419,7 +419,7 @@ def _queue_picked(
 def _queue_statement(decided: bool, by_id: bool = True) -> Update:
     table = TaskInstance.__table__
     stmt = update(table).where(  # type: ignore[arg-type]
-        table.c.state == (TI.NONE if decided else TI.SCHEDULED).value
+        expected_state(table.c.state, [(TI.NONE if decided else TI.SCHEDULED).value])
     )
     if by_id:
         stmt = stmt.where(table.c.id == bindparam("b_id"))

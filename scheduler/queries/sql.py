@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, literal
+from sqlalchemy import ColumnElement, literal, literal_column
 
 
 def one_of(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
@@ -19,3 +19,12 @@ def one_of(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[b
     if len(found) == 1:
         return column == literal(found[0])
     return column.in_([literal(value) for value in found])
+
+
+def expected_state(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
+    """The expected-state check of a compare-and-set on rows named by their key (`one_of`
+    on `column || ''`): an expression no index covers, so the planner reaches the rows by
+    their key whatever its statistics say. A plan made while the table was small (a
+    prepared statement keeps it until the next ANALYZE) otherwise picks an index on the
+    state and reads every row in that state to change one."""
+    return one_of(column.op("||")(literal_column("''")), values)

@@ -13,7 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, exists, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from scheduler.models import Dag, DagRun, Pool, TaskInstance
@@ -125,7 +135,7 @@ _FIRST_WAITING = (
     select(_WAITING.c.id)
     .join(DagRun.__table__, _RUNS.id == _WAITING.c.dag_run_id)
     .where(
-        _WAITING.c.state == TI.SCHEDULED.value,
+        _WAITING.c.state == literal_column(f"'{TI.SCHEDULED.value}'"),  # inline: the index
         _WAITING.c.pool == bindparam("r_pool"),
         _RUNS.state == DagRunState.RUNNING.value,
         _RUNS.claimed_by_job_id.is_(None),
@@ -137,9 +147,11 @@ _FIRST_WAITING = (
 )
 NEXT_WAITING_FITS = _next_waiting_fits(bindparam("r_pool_total"))
 """The first TI waiting in pool `r_pool` (of a running run no job claimed; by priority,
-then age; SKIP LOCKED), if it fits: its pool (`r_pool_total` slots) and its DAG's
-max_active_tasks have room for it. For the statement that queues it, after the pool's
-row was locked by an earlier statement (see HAS_ROOM)."""
+then age; SKIP LOCKED: read in that order from `ix_task_instance_waiting`, whose condition
+a prepared statement's plan can use only with the state written inline), if it fits: its
+pool (`r_pool_total` slots) and its DAG's max_active_tasks have room for it. For the
+statement that queues it, after the pool's row was locked by an earlier statement (see
+HAS_ROOM)."""
 NEXT_WAITING_FITS_ITS_POOL = _next_waiting_fits(
     select(_POOLS.slots).where(_POOLS.name == bindparam("r_pool")).scalar_subquery()
 )

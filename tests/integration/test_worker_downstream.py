@@ -548,6 +548,39 @@ def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
     assert len(harness.by_scheduler) == 1 + 128  # root, then as many as the pool holds
 
 
+def test_a_wide_fan_in_s_upstreams_wake_no_scheduler_until_the_last(harness: Harness) -> None:
+    """A fan-in with more upstreams than a worker reads: each result's write says whether
+    others are unfinished (and fills the slot it freed for a TI waiting in the pool); only
+    the last one wakes the schedulers, whose pass queues the join."""
+    from scheduler.downstream import READ_LIMIT
+
+    harness.write(
+        "wide_in",
+        f"""
+    from tasks import DAG, task
+    with DAG("wide_in", schedule=None, max_active_tasks=1000) as dag:
+        join = task(task_id="join")(lambda: 0)
+        for i in range({READ_LIMIT + 1}):
+            task(task_id=f"w{{i:04d}}")(lambda: i) >> join
+    """,
+    )
+    harness.trigger("wide_in")
+    assert len(harness.by_scheduler) == 128  # as many as the default pool holds
+    done: set[str] = set()
+    woken = []
+    while len(done) < READ_LIMIT + 1:
+        todo = [m for m in harness.by_scheduler + harness.by_worker if m.task_id not in done]
+        assert todo, "an upstream waits in the pool and nobody queued it"
+        for msg in todo:
+            assert run_task_instance(harness.worker, msg) is Outcome.SUCCESS
+            done.add(msg.task_id)
+            woken.append(bool(harness.news()))  # (read, and left for the tick below)
+    assert woken == [False] * READ_LIMIT + [True]  # only the last result woke them
+    assert "join" not in harness.worker_queued()
+    harness.job.tick(utcnow())
+    assert [m.task_id for m in harness.by_scheduler][-1] == "join"
+
+
 def test_the_last_two_results_of_a_join_racing_queue_it_once(harness: Harness) -> None:
     """Two workers finish a join's last two upstreams at the same time, again and again:
     each time exactly one of them queues the join (neither waits for the other)."""
