@@ -61,7 +61,7 @@ from scheduler import spans
 from scheduler.db import Sent
 from scheduler.deps import TiView, decide_one, upstream_counts
 from scheduler.models import Dag, DagRun, Pool, TaskInstance
-from scheduler.queries.sql import one_of
+from scheduler.queries.sql import expected_state, one_of
 from scheduler.queries.tis import (
     FITS_ITS_POOL_FIRST,
     HAS_ROOM,
@@ -106,7 +106,10 @@ _UNCLAIMED = _RUN.claimed_by_job_id.is_(None)
 """The runs workers drive (no job claimed them): one constant, so statements cache."""
 _LOCK_RUN = (
     select(_RUN.run_id, _RUN.claimed_by_job_id, _RUN.dag_hash, _RUN.span_status)
-    .where(_RUN.id == bindparam("run_pk"), _RUN.state == DagRunState.RUNNING.value)
+    .where(
+        _RUN.id == bindparam("run_pk"),
+        expected_state(_RUN.state, [DagRunState.RUNNING.value]),  # by its key
+    )
     .with_for_update()
 )
 """Its own statement: a statement that waits for a row lock keeps the snapshot it
@@ -505,12 +508,14 @@ _CHAIN_NEXT = and_(
     _TI.task_id == bindparam("next_task"),
     exists().where(
         _RUN.id == bindparam("run_pk"),
-        _RUN.state == DagRunState.RUNNING.value,
+        expected_state(_RUN.state, [DagRunState.RUNNING.value]),
         _UNCLAIMED,
         _RUN.dag_hash == bindparam("dag_hash"),
         _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
     ),
-    exists().where(_ME.c.id == bindparam("finished_id"), _ME.c.state == TI.SUCCESS.value),
+    exists().where(
+        _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
+    ),
     FITS_ITS_POOL_FIRST,
 )
 """A chain's next TI, to queue in the query that writes its only upstream's success: of a
