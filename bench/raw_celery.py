@@ -175,3 +175,33 @@ def cleanup_queue(broker_url: str, queue: str) -> None:
             client.delete(key)
     finally:
         client.close()
+
+
+class PairedFloor:
+    """The floor's worker kept running beside the Sluice workloads, so that each W1 or W3
+    run can be paired with a drain made just before it: on a VM whose speed drifts by
+    tens of percent within minutes, the ratio of two figures from the same minute says
+    more than the ratio of medians taken minutes apart."""
+
+    def __init__(self, broker_url: str, queue: str, log_dir: Path, drain_n: int) -> None:
+        self.broker_url, self.queue, self.drain_n = broker_url, queue, drain_n
+        self.worker = start_raw_worker(broker_url, queue, log_dir)
+        self.app = create_raw_app(broker_url, queue)
+        self.ids: list[str] = []
+        noop = self.app.tasks["bench.noop"]
+        for _ in range(8):  # warm every pool child and the connections
+            result = noop.apply_async(queue=queue)
+            result.get(timeout=30)
+            self.ids.append(result.id)
+
+    def drain(self) -> float:
+        """One drain of the floor now: tasks/s."""
+        return _drain(self.app, self.queue, self.drain_n, self.ids)["drain_tasks_per_s"]
+
+    def close(self) -> None:
+        try:
+            self.worker.stop()
+            _forget(self.app, self.ids)
+        finally:
+            self.app.close()
+            cleanup_queue(self.broker_url, self.queue)

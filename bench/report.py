@@ -46,6 +46,18 @@ def _check(ok: bool, *values: float | None) -> bool | None:
     return None if any(v is None for v in values) else ok
 
 
+def _against_floor(
+    results: dict[str, Any], name: str, value: float | None, drain: float | None
+) -> tuple[float | None, str, float | None]:
+    """(reference, its label, ratio) of a throughput against the floor's drain: with
+    paired drains (one just before each run), the median of the per-run ratios and of
+    those drains; else the run's median against the floor's."""
+    paired = _fig(results, name, "paired_ratio_median")
+    if paired is not None:
+        return _fig(results, name, "paired_floor_drain_median"), "raw Celery, paired", paired
+    return drain, "raw Celery", _ratio(value, drain)
+
+
 def rows_for(results: dict[str, Any]) -> list[Row]:
     """One row per figure that has a target (and a few that only inform)."""
     floor = results.get("floor") or {}
@@ -63,14 +75,14 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
         ]
     if "W1" in ran:
         v = _fig(results, "W1", "tasks_per_s")
-        r = _ratio(v, drain)
+        ref, label, r = _against_floor(results, "W1", v, drain)
         rows.append(
             Row(
                 "W1",
                 "fan-out, tasks/s",
                 v,
-                drain,
-                raw,
+                ref,
+                label,
                 r,
                 "≥ 0.6× raw drain",
                 _check(r is not None and r >= 0.6, r),
@@ -106,14 +118,14 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
         )
     if "W3" in ran:
         v = _fig(results, "W3", "tasks_per_s")
-        r = _ratio(v, drain)
+        ref, label, r = _against_floor(results, "W3", v, drain)
         rows.append(
             Row(
                 "W3",
                 "many runs, tasks/s",
                 v,
-                drain,
-                raw,
+                ref,
+                label,
                 r,
                 "≥ 0.5× raw drain",
                 _check(r is not None and r >= 0.5, r),
@@ -267,7 +279,7 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
         ref = f"{_fmt(row.reference)} ({row.reference_label})" if row.reference is not None else ""
         lines.append(
             f"| {row.workload} | {row.metric} | {_fmt(row.value)} | {ref} | "
-            f"{_fmt(row.ratio, 2) + '×' if row.ratio is not None else ''} | {row.target} | "
+            f"{_fmt(row.ratio) + '×' if row.ratio is not None else ''} | {row.target} | "
             f"{_verdict(row.passed)} |"
         )
     errors = {w: e["error"] for w, e in results["workloads"].items() if e.get("error")}
@@ -291,6 +303,12 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
     return body + ("\n" + kept if kept else "")
 
 
+_RUN_UNITS = {
+    "paired_ratio": "ratio to the floor's drain just before",
+    "paired_floor_drain": "floor drain just before, tasks/s",
+}
+
+
 def _runs_lines(results: dict[str, Any]) -> list[str]:
     """Each repeated measurement's runs, in the order they ran (the table has the median)."""
     found = [("floor drain", (results.get("floor") or {}).get("drain_runs"))]
@@ -300,7 +318,8 @@ def _runs_lines(results: dict[str, Any]) -> list[str]:
         for metric, values in (runs or {}).items():
             if len(values) > 1:
                 listed = ", ".join(_fmt(v) for v in values)
-                unit = "tasks/s" if metric.endswith("tasks_per_s") else metric
+                unit = _RUN_UNITS.get(metric, metric)
+                unit = "tasks/s" if metric.endswith("tasks_per_s") else unit
                 parts.append(f"{name} {unit} {listed}")
     if not parts:
         return []
@@ -317,6 +336,10 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "timestamps (task start_date/end_date), the floor's from the task's own clock.",
         "The floor's drain is measured before the Sluice workloads and again after them",
         "(full mode: three drains, then two): its figure is the median of all of them.",
+        "In full mode W1 and W3 are also paired with the floor: the floor's worker runs beside",
+        "them and drains 200 tasks just before each of their runs; their ratio is the median",
+        "of the per-run ratios (reference: the median of those drains), as this VM's speed",
+        "drifts by tens of percent within minutes.",
         f"Settings: SLUICE_LOOP_INTERVAL={s['loop_interval']}, "
         f"SLUICE_DAG_REFRESH_INTERVAL=0.5, other settings at their defaults; DAGs have",
         "max_active_runs/max_active_tasks high enough that only the default pool (128 slots)",

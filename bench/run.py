@@ -225,6 +225,17 @@ class Bench:
             app.close()
             raw_celery.cleanup_queue(self.floor_url, queue)
 
+    def paired_floor(self) -> raw_celery.PairedFloor | None:
+        """The floor's worker beside W1 and W3, for a drain before each of their runs
+        (`raw_celery.PairedFloor`); None (unpaired figures) if it does not start."""
+        try:
+            return raw_celery.PairedFloor(
+                self.floor_url, f"bench-raw-pairs-{self.tag}", self.logs, self.sizes.floor_drain
+            )
+        except Exception as exc:
+            print(f"bench: no paired floor drains: {type(exc).__name__}: {exc}")
+            return None
+
     def floor_after(self) -> dict[str, Any]:
         """More drains of the floor after the live workloads (one fewer than before, for an
         odd count): the floor's drain is the median of drains on both sides of W1 and W3,
@@ -278,13 +289,24 @@ class Bench:
                 return
             if "W2" in want:
                 self.attempt(["W2"], lambda: {"W2": workloads.w2_chain(env, s, self.prof)})
-            if want & {"W1", "W6"}:
-                names = sorted(want & {"W1", "W6"})
-                self.attempt(
-                    names, lambda: workloads.w1_and_w6(env, s, self.prof, with_commits="W6" in want)
-                )
-            if "W3" in want:
-                self.attempt(["W3"], lambda: {"W3": workloads.w3_many_runs(env, s, self.prof)})
+            pairs = self.paired_floor() if want & {"W1", "W3"} and s.repeats > 1 else None
+            drain = pairs.drain if pairs else None
+            try:
+                if want & {"W1", "W6"}:
+                    names = sorted(want & {"W1", "W6"})
+                    self.attempt(
+                        names,
+                        lambda: workloads.w1_and_w6(
+                            env, s, self.prof, with_commits="W6" in want, floor_drain=drain
+                        ),
+                    )
+                if "W3" in want:
+                    self.attempt(
+                        ["W3"], lambda: {"W3": workloads.w3_many_runs(env, s, self.prof, drain)}
+                    )
+            finally:
+                if pairs:
+                    pairs.close()
             if "W7" in want:
                 self.attempt(["W7"], lambda: {"W7": workloads.w7_two_schedulers(env, s, self.prof)})
             if e2e:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench.dagfiles import fanout_tasks
 from bench.live import LiveEnv
 from bench.metrics import (
     chain_hops,
+    median,
     median_run,
     read_runs,
     read_tis,
@@ -57,16 +58,23 @@ def warm_up(env: LiveEnv, sizes: Sizes) -> None:
 
 
 def w1_and_w6(
-    env: LiveEnv, sizes: Sizes, prof: Profiler, *, with_commits: bool
+    env: LiveEnv,
+    sizes: Sizes,
+    prof: Profiler,
+    *,
+    with_commits: bool,
+    floor_drain: Callable[[], float] | None = None,
 ) -> dict[str, Result]:
-    """W1 fan-out; W6 counts the database's commits over the same run, less an idle baseline."""
+    """W1 fan-out; W6 counts the database's commits over the same run, less an idle baseline.
+    With `floor_drain`, each W1 run follows a drain of the floor (`paired`)."""
     tasks = fanout_tasks(sizes.w1_width)
     if with_commits:
         time.sleep(sizes.w6_settle)
+    drain = floor_drain() if floor_drain else None  # Redis only: W6 counts no commit of it
     c0 = env.db.xact_commit()
     t0 = time.monotonic()
     with profiled(prof, env, "W1"):
-        first = _w1_run(env, sizes, "w1")
+        first = paired(_w1_run(env, sizes, "w1"), drain)
     out: dict[str, Result] = {}
     if with_commits:  # before the repeats: the idle baseline follows this run alone
         time.sleep(sizes.w6_settle)
@@ -85,17 +93,39 @@ def w1_and_w6(
                 "tasks": float(tasks),
             },
         }
-    more = [_w1_run(env, sizes, f"w1-{i}") for i in range(1, sizes.repeats)]
+    more = []
+    for i in range(1, sizes.repeats):
+        drain = floor_drain() if floor_drain else None
+        more.append(paired(_w1_run(env, sizes, f"w1-{i}"), drain))
     title = f"fan-out: start → {sizes.w1_width} parallel → join, one run"
     if sizes.repeats > 1:
         title += f" (the median of {sizes.repeats})"
-    every = [first, *more]
-    out["W1"] = {
-        "title": title,
-        "figures": median_run(every, "tasks_per_s"),
-        "runs": runs_of(every, "tasks_per_s"),
-    }
+    out["W1"] = {"title": title, **with_pairs([first, *more], "tasks_per_s")}
     return out
+
+
+def paired(run: dict[str, float], drain: float | None) -> dict[str, float]:
+    """`run` with the floor's drain made just before it and their ratio, if one was."""
+    if drain is None:
+        return run
+    return {**run, "paired_floor_drain": drain, "paired_ratio": run["tasks_per_s"] / drain}
+
+
+def with_pairs(every: list[dict[str, float]], key: str) -> dict[str, Any]:
+    """The median run's figures and every run's `key`; with pairs (`paired`), the median
+    of the ratios and of the drains too."""
+    figures = median_run(every, key)
+    runs = runs_of(every, key)
+    if all("paired_ratio" in run for run in every):
+        ratios = [run["paired_ratio"] for run in every]
+        drains = [run["paired_floor_drain"] for run in every]
+        figures = {
+            **figures,
+            "paired_ratio_median": median(ratios),
+            "paired_floor_drain_median": median(drains),
+        }
+        runs = {**runs, "paired_ratio": ratios, "paired_floor_drain": drains}
+    return {"figures": figures, "runs": runs}
 
 
 def _w1_run(env: LiveEnv, sizes: Sizes, prefix: str) -> dict[str, float]:
@@ -130,23 +160,24 @@ def w2_chain(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
     }
 
 
-def w3_many_runs(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
-    """`repeats` batches of runs, one after another; the median batch."""
+def w3_many_runs(
+    env: LiveEnv, sizes: Sizes, prof: Profiler, floor_drain: Callable[[], float] | None = None
+) -> Result:
+    """`repeats` batches of runs, one after another; the median batch. With `floor_drain`,
+    each batch follows a drain of the floor (`paired`)."""
     batches: list[dict[str, float]] = []
     with profiled(prof, env, "W3"):
         for i in range(sizes.repeats):
+            drain = floor_drain() if floor_drain else None
             pks = env.trigger(DAG_W3, sizes.w3_runs, f"w3-{i}")
             env.wait_runs(pks, sizes.run_timeout)
             runs = run_seconds(read_runs(env.factory, pks))
-            batches.append({**throughput(read_tis(env.factory, pks)), "runs_seconds": runs})
+            batch = {**throughput(read_tis(env.factory, pks)), "runs_seconds": runs}
+            batches.append(paired(batch, drain))
     title = f"{sizes.w3_runs} runs at once of a {fanout_tasks(sizes.w3_width)}-task diamond"
     if sizes.repeats > 1:
         title += f" (the median of {sizes.repeats} batches)"
-    return {
-        "title": title,
-        "figures": median_run(batches, "tasks_per_s"),
-        "runs": runs_of(batches, "tasks_per_s"),
-    }
+    return {"title": title, **with_pairs(batches, "tasks_per_s")}
 
 
 def w5_end_to_end(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
