@@ -8,9 +8,12 @@ server runs them. What the UPDATE returned says what follows, each in its own qu
 - another upstream unfinished and no TI waiting for the slot: nothing;
 - TIs wait in the finished TI's pool: the pool's row locked and the first of them queued
   if it fits, in one more query (`fill_statements`; with spans to start, a transaction);
-- the last upstream: a transaction that locks the run again, reads it, decides and
-  queues the fan-in as a plain result does (the lock serialises the upstreams' UPDATEs,
-  so exactly one of them counts no other unfinished).
+- the last upstream of an all_success fan-in in its pool (`Plan.join_next`): the fan-in
+  is queued by the same query when every upstream succeeded and it fits
+  (`join_next_statements`; the run's lock serialises the upstreams' writes, so exactly
+  one of them sees all the others succeeded);
+- else the last upstream: a transaction that locks the run again, reads it, decides and
+  queues the fan-in as a plain result does (a wide fan-in's: the schedulers, woken).
 
 A success of a chain's link (`Plan.chain_next`: one downstream, whose only upstream it
 is, in its pool, ready on its success) with no log to store is one query too: BEGIN, the
@@ -45,6 +48,7 @@ from scheduler.downstream import (
     fan_in_write,
     fill_message,
     fill_statements,
+    join_next_statements,
     lock_run,
     read_run,
     run_lock,
@@ -120,8 +124,11 @@ def _fan_in_at_once(
     factory: sessionmaker[Session], plan: Plan, dag: Dag, done: Success, with_trace: bool
 ) -> FollowUp | None:
     sent: list[list[Any]] = []
+    join_attempt = str(uuid.uuid4())
+    queues_join = plan.join_next is not None and not with_trace
 
     def write() -> bool:
+        now = utcnow()
         statements = result_statements(
             plan,
             run_pk=done.run_pk,
@@ -129,11 +136,20 @@ def _fan_in_at_once(
             ti_id=done.ti_id,
             attempt_id=done.attempt_id,
             new=TI.SUCCESS,
-            now=utcnow(),
+            now=now,
             values=done.values,
         )
         assert statements is not None and len(statements) == 2
-        sent[:] = committed_at_once(factory, statements) or [[], []]
+        if queues_join:
+            statements += join_next_statements(
+                plan,
+                dag,
+                run_pk=done.run_pk,
+                finished_id=done.ti_id,
+                attempt_id=join_attempt,
+                now=now,
+            )
+        sent[:] = committed_at_once(factory, statements) or [[]] * len(statements)
         return bool(sent[1])
 
     if not retrying(write):
@@ -141,6 +157,8 @@ def _fan_in_at_once(
     run, row = (sent[0] or [None])[0], sent[1][0]
     if run is None or not drives(run, dag):
         return FollowUp(wake=True)
+    if queues_join and sent[3]:  # the last upstream, and the fan-in fitted: queued
+        return FollowUp([fill_message(queued, join_attempt) for queued in sent[3]])
     if row.unfinished and row.pool_total is None:
         return FollowUp()
     if row.unfinished and not with_trace:

@@ -250,6 +250,10 @@ class Plan:
     """For a success whose one downstream has this task as its only upstream, in the same
     pool, and runs after it (its trigger rule's verdict on one success), this task not a
     branch: that downstream, which is ready once the result is written (`chain_next_statements`)."""
+    join_next: str | None = None
+    """For a success into one all_success fan-in in this task's pool, no upstream a
+    branch: that fan-in, queued in the result's own query when every upstream succeeded
+    (`join_next_statements`)."""
     wide: bool = False
     """More than READ_LIMIT TIs to read, but a success into a fan-in (`fan_in`): its result's
     write says whether other upstreams are unfinished, without reading them
@@ -307,7 +311,8 @@ def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool)
         if fan_in is None:
             return None
         params = {"pools": pools}
-        return Plan(downstream, frozenset(), params, False, False, fan_in, None, wide=True)
+        join = _join_next(tasks, task_id, downstream, pools)
+        return Plan(downstream, frozenset(), params, False, False, fan_in, None, join, wide=True)
     branches = sorted(t for t in needed if tasks[t].get("is_branch"))
     params = {
         "task_ids": sorted(needed),
@@ -328,7 +333,25 @@ def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool)
         rule = TriggerRule(tasks[downstream[0]]["trigger_rule"])
         if decide(rule, upstream_counts([TI.SUCCESS])) is Verdict.RUN:
             chain_next = downstream[0]
-    return Plan(downstream, frozenset(needed), params, whole_run, locks_pool, fan_in, chain_next)
+    join = _join_next(tasks, task_id, downstream, pools) if fan_in is not None else None
+    return Plan(
+        downstream, frozenset(needed), params, whole_run, locks_pool, fan_in, chain_next, join
+    )
+
+
+def _join_next(
+    tasks: Mapping[str, Any], task_id: str, downstream: tuple[str, ...], pools: list[str]
+) -> str | None:
+    """`Plan.join_next`: the one downstream, if its rule is all_success, it shares the
+    task's pool and none of its upstreams is a branch (whose choice could skip it)."""
+    if len(downstream) != 1 or len(pools) != 1:
+        return None
+    spec = tasks[downstream[0]]
+    if TriggerRule(spec["trigger_rule"]) is not TriggerRule.ALL_SUCCESS:
+        return None
+    if any(tasks[u].get("is_branch") for u in [task_id, *spec["upstream"]]):
+        return None
+    return downstream[0]
 
 
 def _fan_in(
@@ -521,6 +544,50 @@ _CHAIN_NEXT = and_(
 """A chain's next TI, to queue in the query that writes its only upstream's success: of a
 run a worker drives (as `drives` checks), that upstream succeeded (the write before it
 won, or an earlier one did), nobody waits in its pool, which has room (`FITS_ITS_POOL_FIRST`)."""
+
+
+_UP = TaskInstance.__table__.alias("up")
+_JOIN_NEXT = {
+    among: and_(
+        _CHAIN_NEXT,
+        ~exists().where(
+            _UP.c.dag_run_id == bindparam("run_pk"),
+            _UP.c.task_id.in_(bindparam("fan_in", expanding=True))
+            if among
+            else _UP.c.task_id.not_in(bindparam("fan_in", expanding=True)),
+            _UP.c.state != TI.SUCCESS.value,
+        ),
+    )
+    for among in (True, False)
+}
+"""A fan-in to queue in the query that writes one upstream's success (`_CHAIN_NEXT`: the
+run a worker drives, that upstream succeeded, room in the pool, nobody waiting), when no
+other upstream (named, or all the run's TIs but the fewer others: `Plan.fan_in`) is
+anything but a success. The run's lock, taken first in that query, serialises the
+upstreams' writes: exactly one of them sees all the others succeeded."""
+
+
+def join_next_statements(
+    plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, attempt_id: str, now: dt.datetime
+) -> list[Sent]:
+    """After the statement that writes a success of a task with `plan.join_next`: its
+    pool's row locked, then that fan-in queued as `attempt_id` if every upstream succeeded
+    and it may be (`_JOIN_NEXT`); not queued, what the write returned decides what follows."""
+    assert plan.join_next is not None and plan.fan_in is not None
+    columns, names = plan.fan_in
+    params = {
+        "run_pk": run_pk,
+        "next_task": plan.join_next,
+        "dag_hash": dag.version_hash,
+        "finished_id": finished_id,
+        "r_max_active": dag.max_active_tasks,
+        "fan_in": names,
+    }
+    condition = _JOIN_NEXT[columns is _FAN_IN_OTHERS]
+    queue = queue_picked_statement(
+        attempt_id, now=now, condition=condition, params=params, returning=_PICKED, decided=True
+    )
+    return [pool_lock(plan.params["pools"][0]), queue]
 
 
 def chain_next_statements(

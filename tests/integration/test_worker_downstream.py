@@ -548,10 +548,12 @@ def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
     assert len(harness.by_scheduler) == 1 + 128  # root, then as many as the pool holds
 
 
-def test_a_wide_fan_in_s_upstreams_wake_no_scheduler_until_the_last(harness: Harness) -> None:
+def test_a_wide_fan_in_is_queued_by_its_last_upstream_without_a_scheduler(
+    harness: Harness,
+) -> None:
     """A fan-in with more upstreams than a worker reads: each result's write says whether
-    others are unfinished (and fills the slot it freed for a TI waiting in the pool); only
-    the last one wakes the schedulers, whose pass queues the join."""
+    others are unfinished (and fills the slot it freed for a TI waiting in the pool); the
+    last one queues the fan-in in the same query. No result wakes the schedulers."""
     from scheduler.downstream import READ_LIMIT
 
     harness.write(
@@ -569,16 +571,52 @@ def test_a_wide_fan_in_s_upstreams_wake_no_scheduler_until_the_last(harness: Har
     done: set[str] = set()
     woken = []
     while len(done) < READ_LIMIT + 1:
-        todo = [m for m in harness.by_scheduler + harness.by_worker if m.task_id not in done]
+        todo = [
+            m
+            for m in harness.by_scheduler + harness.by_worker
+            if m.task_id not in done and m.task_id != "join"
+        ]
         assert todo, "an upstream waits in the pool and nobody queued it"
         for msg in todo:
             assert run_task_instance(harness.worker, msg) is Outcome.SUCCESS
             done.add(msg.task_id)
-            woken.append(bool(harness.news()))  # (read, and left for the tick below)
-    assert woken == [False] * READ_LIMIT + [True]  # only the last result woke them
+            woken.append(bool(harness.news()))
+    assert woken == [False] * (READ_LIMIT + 1)
+    assert harness.worker_queued()[-1] == "join"
+    assert harness.run("join") is Outcome.SUCCESS
+
+
+def test_a_fan_in_with_a_failed_upstream_is_decided_not_queued(harness: Harness) -> None:
+    """The last upstream's query queues the fan-in only when every upstream succeeded:
+    after a failure, the decision marks it upstream_failed."""
+    harness.write(
+        "failing_in",
+        """
+    from tasks import DAG, task
+
+    def boom():
+        raise RuntimeError("no")
+
+    with DAG("failing_in", schedule=None, default_args={"retries": 0}) as dag:
+        join = task(task_id="join")(lambda: 0)
+        task(task_id="bad")(boom) >> join
+        for i in range(3):
+            task(task_id=f"ok{i}")(lambda: i) >> join
+    """,
+    )
+    run_pk = harness.trigger("failing_in")
+    harness.run("bad")
+    for i in range(3):
+        assert harness.run(f"ok{i}") is Outcome.SUCCESS
     assert "join" not in harness.worker_queued()
     harness.job.tick(utcnow())
-    assert [m.task_id for m in harness.by_scheduler][-1] == "join"
+    with harness.factory() as session:
+        state = session.scalar(
+            select(TaskInstance.state).where(
+                TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == "join"
+            )
+        )
+    assert state == "upstream_failed"
 
 
 def test_the_last_two_results_of_a_join_racing_queue_it_once(harness: Harness) -> None:
@@ -675,8 +713,11 @@ def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The last upstream's result is committed; the query deciding the join fails (the
-    database went away): the schedulers are woken and their next tick queues the join."""
-    harness.write("fan_in", FAN_IN)
+    database went away): the schedulers are woken and their next tick queues the join.
+    (An all_done join: an all_success one is queued by the result's own query.)"""
+    harness.write(
+        "fan_in", FAN_IN.replace('task_id="join"', 'task_id="join", trigger_rule="all_done"')
+    )
     run_pk = harness.trigger("fan_in")
     harness.run("u0")
     harness.run("u1")
