@@ -575,19 +575,9 @@ def join_next_statements(
     and it may be (`_JOIN_NEXT`); not queued, what the write returned decides what follows."""
     assert plan.join_next is not None and plan.fan_in is not None
     columns, names = plan.fan_in
-    params = {
-        "run_pk": run_pk,
-        "next_task": plan.join_next,
-        "dag_hash": dag.version_hash,
-        "finished_id": finished_id,
-        "r_max_active": dag.max_active_tasks,
-        "fan_in": names,
-    }
     condition = _JOIN_NEXT[columns is _FAN_IN_OTHERS]
-    queue = queue_picked_statement(
-        attempt_id, now=now, condition=condition, params=params, returning=_PICKED, decided=True
-    )
-    return [pool_lock(plan.params["pools"][0]), queue]
+    found = (run_pk, finished_id, attempt_id, now)
+    return _next_statements(plan, dag, plan.join_next, condition, *found, fan_in=names)
 
 
 def chain_next_statements(
@@ -599,15 +589,32 @@ def chain_next_statements(
     waiting, its DAG at max_active_tasks), the decision is a transaction's
     (`read_run`, `schedule_downstream`)."""
     assert plan.chain_next is not None
+    found = (run_pk, finished_id, attempt_id, now)
+    return _next_statements(plan, dag, plan.chain_next, _CHAIN_NEXT, *found)
+
+
+def _next_statements(
+    plan: Plan,
+    dag: Dag,
+    next_task: str,
+    condition: ColumnElement[bool],
+    run_pk: int,
+    finished_id: int,
+    attempt_id: str,
+    now: dt.datetime,
+    **more: Any,
+) -> list[Sent]:
+    """The pool lock, then the queueing of `next_task` where `condition` holds."""
     params = {
         "run_pk": run_pk,
-        "next_task": plan.chain_next,
+        "next_task": next_task,
         "dag_hash": dag.version_hash,
         "finished_id": finished_id,
         "r_max_active": dag.max_active_tasks,
+        **more,
     }
     queue = queue_picked_statement(
-        attempt_id, now=now, condition=_CHAIN_NEXT, params=params, returning=_PICKED, decided=True
+        attempt_id, now=now, condition=condition, params=params, returning=_PICKED, decided=True
     )
     return [pool_lock(plan.params["pools"][0]), queue]
 
