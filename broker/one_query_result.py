@@ -8,11 +8,11 @@ server runs them. What the UPDATE returned says what follows, each in its own qu
 - another upstream unfinished and no TI waiting for the slot: nothing;
 - TIs wait in the finished TI's pool: the pool's row locked and the first of them queued
   if it fits, in one more query (`fill_statements`; with spans to start, a transaction);
-- the last upstream of an all_success fan-in in its pool (`Plan.join_next`): the fan-in
-  is queued by the same query when every upstream succeeded and it fits
-  (`join_next_statements`; the run's lock serialises the upstreams' writes, so exactly
-  one of them sees all the others succeeded);
-- else the last upstream: a transaction that locks the run again, reads it, decides and
+- the last upstream (the run's lock serialises the upstreams' UPDATEs, so exactly one of
+  them counts no other unfinished), of an all_success fan-in in its pool
+  (`Plan.join_next`): one more query queues the fan-in if every upstream succeeded and it
+  fits (`join_next_statements`, under the run's lock again);
+- else, or not queued so: a transaction that locks the run again, reads it, decides and
   queues the fan-in as a plain result does (a wide fan-in's: the schedulers, woken).
 
 A success of a chain's link (`Plan.chain_next`: one downstream, whose only upstream it
@@ -124,11 +124,8 @@ def _fan_in_at_once(
     factory: sessionmaker[Session], plan: Plan, dag: Dag, done: Success, with_trace: bool
 ) -> FollowUp | None:
     sent: list[list[Any]] = []
-    join_attempt = str(uuid.uuid4())
-    queues_join = plan.join_next is not None and not with_trace
 
     def write() -> bool:
-        now = utcnow()
         statements = result_statements(
             plan,
             run_pk=done.run_pk,
@@ -136,20 +133,11 @@ def _fan_in_at_once(
             ti_id=done.ti_id,
             attempt_id=done.attempt_id,
             new=TI.SUCCESS,
-            now=now,
+            now=utcnow(),
             values=done.values,
         )
         assert statements is not None and len(statements) == 2
-        if queues_join:
-            statements += join_next_statements(
-                plan,
-                dag,
-                run_pk=done.run_pk,
-                finished_id=done.ti_id,
-                attempt_id=join_attempt,
-                now=now,
-            )
-        sent[:] = committed_at_once(factory, statements) or [[]] * len(statements)
+        sent[:] = committed_at_once(factory, statements) or [[], []]
         return bool(sent[1])
 
     if not retrying(write):
@@ -157,16 +145,32 @@ def _fan_in_at_once(
     run, row = (sent[0] or [None])[0], sent[1][0]
     if run is None or not drives(run, dag):
         return FollowUp(wake=True)
-    if queues_join and sent[3]:  # the last upstream, and the fan-in fitted: queued
-        return FollowUp([fill_message(queued, join_attempt) for queued in sent[3]])
     if row.unfinished and row.pool_total is None:
         return FollowUp()
     if row.unfinished and not with_trace:
         return _then(done, lambda: _fill(factory, done.pool))
-    if plan.wide:  # the last upstream, or a slot to fill with spans: the schedulers decide
+    if not row.unfinished and plan.join_next is not None and not with_trace:
+        return _then(done, lambda: _queue_join(factory, plan, dag, done))
+    if plan.wide:  # a slot to fill with spans to start: the schedulers decide
         return FollowUp(wake=True)
     waiting = bool(row.unfinished)
     return _then(done, lambda: _decide_after(factory, dag, done, waiting, with_trace))
+
+
+def _queue_join(factory: sessionmaker[Session], plan: Plan, dag: Dag, done: Success) -> FollowUp:
+    """After the last upstream's result: the fan-in queued in one query (the run's lock,
+    its pool's lock, the queueing if every upstream succeeded and it fits:
+    `join_next_statements`); not queued, decided as a plain result's downstream is."""
+    attempt_id = str(uuid.uuid4())
+    joined = join_next_statements(
+        plan, dag, run_pk=done.run_pk, finished_id=done.ti_id, attempt_id=attempt_id, now=utcnow()
+    )
+    sent = committed_at_once(factory, [run_lock(done.run_pk), *joined]) or [[], [], []]
+    if sent[2]:
+        return FollowUp([fill_message(queued, attempt_id) for queued in sent[2]])
+    if plan.wide:  # a failed upstream, no room: the schedulers decide (they read the run)
+        return FollowUp(wake=True)
+    return _decide_after(factory, dag, done, False, False)
 
 
 def _chain_at_once(

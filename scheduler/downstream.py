@@ -294,25 +294,63 @@ def _plan(dag: Dag, task_id: str, pool: str, success: bool) -> Plan | None:
     if key not in _PLANS:
         if len(_PLANS) >= _PLANS_SIZE:
             _PLANS.clear()
-        _PLANS[key] = _make_plan(dag.serialized["tasks"], task_id, pool, success)
+        _PLANS[key] = _make_plan(dag.version_hash, dag.serialized["tasks"], task_id, pool, success)
     return _PLANS[key]
 
 
-def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool) -> Plan | None:
+@dataclass(frozen=True)
+class _Join:
+    """What every upstream's plan needs of one downstream, worked out once per DAG version
+    (a fan-in of 10,000 upstreams has 10,000 plans)."""
+
+    upstream: frozenset[str]
+    not_upstream: tuple[str, ...]
+    """The DAG's other tasks, sorted (the fan-in itself among them)."""
+    branch_upstream: bool
+
+
+_JOINS: dict[tuple[str, str], _Join] = {}
+
+
+def _join(version: str, tasks: Mapping[str, Any], down: str) -> _Join:
+    key = (version, down)
+    found = _JOINS.get(key)
+    if found is None:
+        if len(_JOINS) >= _PLANS_SIZE:
+            _JOINS.clear()
+        up = frozenset(tasks[down]["upstream"])
+        branchy = any(tasks[u].get("is_branch") for u in up)
+        found = _JOINS[key] = _Join(up, tuple(sorted(set(tasks) - up)), branchy)
+    return found
+
+
+def _make_plan(
+    version: str, tasks: Mapping[str, Any], task_id: str, pool: str, success: bool
+) -> Plan | None:
     downstream = tuple(tasks.get(task_id, {}).get("downstream", []))
-    needed = {task_id, *downstream}
-    for down in downstream:
-        needed.update(tasks[down]["upstream"])
-    pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
-    if len(needed) > READ_LIMIT:  # a wide fan-out or fan-in: one scheduler pass decides
-        fan_in = (
-            _fan_in(tasks, task_id, downstream[0]) if success and len(downstream) == 1 else None
+    join = _join(version, tasks, downstream[0]) if len(downstream) == 1 else None
+    if join is not None:
+        size = (
+            len(join.upstream)
+            + (task_id not in join.upstream)
+            + (downstream[0] not in join.upstream)
         )
+        needed: set[str] = set()
+    else:
+        needed = {task_id, *downstream}
+        for down in downstream:
+            needed.update(tasks[down]["upstream"])
+        size = len(needed)
+    pools = sorted({pool} | {tasks[d].get("pool") or pool for d in downstream})
+    fan_in = _fan_in(tasks, task_id, downstream[0], join) if success and join else None
+    join_next = _join_next(tasks, task_id, downstream, pools, join) if fan_in and join else None
+    if size > READ_LIMIT:  # a wide fan-out or fan-in: one scheduler pass decides
         if fan_in is None:
             return None
         params = {"pools": pools}
-        join = _join_next(tasks, task_id, downstream, pools)
-        return Plan(downstream, frozenset(), params, False, False, fan_in, None, join, wide=True)
+        return Plan(downstream, frozenset(), params, False, False, fan_in, None, join_next, True)
+    if join is not None:
+        needed = {task_id, *downstream, *join.upstream}
     branches = sorted(t for t in needed if tasks[t].get("is_branch"))
     params = {
         "task_ids": sorted(needed),
@@ -321,7 +359,6 @@ def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool)
         "pools": pools,
     }
     whole_run = len(needed) > FEW and len(tasks) <= READ_LIMIT
-    fan_in = _fan_in(tasks, task_id, downstream[0]) if success and len(downstream) == 1 else None
     locks_pool = (
         success
         and len(pools) == 1
@@ -333,40 +370,39 @@ def _make_plan(tasks: Mapping[str, Any], task_id: str, pool: str, success: bool)
         rule = TriggerRule(tasks[downstream[0]]["trigger_rule"])
         if decide(rule, upstream_counts([TI.SUCCESS])) is Verdict.RUN:
             chain_next = downstream[0]
-    join = _join_next(tasks, task_id, downstream, pools) if fan_in is not None else None
     return Plan(
-        downstream, frozenset(needed), params, whole_run, locks_pool, fan_in, chain_next, join
+        downstream, frozenset(needed), params, whole_run, locks_pool, fan_in, chain_next, join_next
     )
 
 
 def _join_next(
-    tasks: Mapping[str, Any], task_id: str, downstream: tuple[str, ...], pools: list[str]
+    tasks: Mapping[str, Any],
+    task_id: str,
+    downstream: tuple[str, ...],
+    pools: list[str],
+    join: _Join,
 ) -> str | None:
     """`Plan.join_next`: the one downstream, if its rule is all_success, it shares the
     task's pool and none of its upstreams is a branch (whose choice could skip it)."""
-    if len(downstream) != 1 or len(pools) != 1:
+    if len(pools) != 1 or join.branch_upstream or tasks[task_id].get("is_branch"):
         return None
-    spec = tasks[downstream[0]]
-    if TriggerRule(spec["trigger_rule"]) is not TriggerRule.ALL_SUCCESS:
-        return None
-    if any(tasks[u].get("is_branch") for u in [task_id, *spec["upstream"]]):
+    if TriggerRule(tasks[downstream[0]]["trigger_rule"]) is not TriggerRule.ALL_SUCCESS:
         return None
     return downstream[0]
 
 
 def _fan_in(
-    tasks: Mapping[str, Any], task_id: str, down: str
+    tasks: Mapping[str, Any], task_id: str, down: str, join: _Join
 ) -> tuple[tuple[ColumnElement[Any], ...], list[str]] | None:
     """If `task_id`'s success cannot decide `down` while another upstream of it is
     unfinished: how the result's UPDATE counts those (`_FAN_IN_*`, the names)."""
-    spec = tasks[down]
-    others = set(spec["upstream"]) - {task_id}
-    if not others or TriggerRule(spec["trigger_rule"]) not in WAITS_FOR_ALL:
+    others = len(join.upstream) - (task_id in join.upstream)
+    if not others or TriggerRule(tasks[down]["trigger_rule"]) not in WAITS_FOR_ALL:
         return None
-    rest = set(tasks) - others
-    if len(others) <= len(rest):
-        return _FAN_IN_OTHERS, sorted(others)
-    return _FAN_IN_ALL_BUT, sorted(rest)  # a wide fan-in: name the few that are not
+    if others <= len(tasks) - others:
+        return _FAN_IN_OTHERS, sorted(join.upstream - {task_id})
+    # a wide fan-in: name the few that are not (the task among them)
+    return _FAN_IN_ALL_BUT, sorted({*join.not_upstream, task_id})
 
 
 def decidable(dag: Dag | None, task_id: str, pool: str, finished: TaskInstanceState) -> Plan | None:

@@ -553,7 +553,7 @@ def test_a_wide_fan_in_is_queued_by_its_last_upstream_without_a_scheduler(
 ) -> None:
     """A fan-in with more upstreams than a worker reads: each result's write says whether
     others are unfinished (and fills the slot it freed for a TI waiting in the pool); the
-    last one queues the fan-in in the same query. No result wakes the schedulers."""
+    last one queues the fan-in with one more query. No result wakes the schedulers."""
     from scheduler.downstream import READ_LIMIT
 
     harness.write(
@@ -587,8 +587,8 @@ def test_a_wide_fan_in_is_queued_by_its_last_upstream_without_a_scheduler(
 
 
 def test_a_fan_in_with_a_failed_upstream_is_decided_not_queued(harness: Harness) -> None:
-    """The last upstream's query queues the fan-in only when every upstream succeeded:
-    after a failure, the decision marks it upstream_failed."""
+    """The last upstream queues the fan-in only when every upstream succeeded: after a
+    failure, the decision marks it upstream_failed."""
     harness.write(
         "failing_in",
         """
@@ -714,7 +714,7 @@ def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
 ) -> None:
     """The last upstream's result is committed; the query deciding the join fails (the
     database went away): the schedulers are woken and their next tick queues the join.
-    (An all_done join: an all_success one is queued by the result's own query.)"""
+    (An all_done join: an all_success one is queued by a query of its own.)"""
     harness.write(
         "fan_in", FAN_IN.replace('task_id="join"', 'task_id="join", trigger_rule="all_done"')
     )
