@@ -137,7 +137,12 @@ def run_once(sluice: Sluice) -> tuple[str, str]:
     run_id = sluice.trigger("traced")
     assert sluice.wait_run("traced", run_id) == "success"
     wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=20)
-    return run_id, run_row(sluice, run_id)["carrier"]["traceparent"].split("-")[1]
+    return run_id, trace_id_of(sluice, run_id)
+
+
+def trace_id_of(sluice: Sluice, run_id: str) -> str:
+    """The trace id in the run's stored carrier."""
+    return str(run_row(sluice, run_id)["carrier"]["traceparent"].split("-")[1])
 
 
 def test_one_scheduler_one_worker(traced: Sluice, receiver: OtlpReceiver) -> None:
@@ -212,7 +217,7 @@ def test_paused_owner_ends_its_span_after_another_finishes(
     finally:
         a.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    trace_id = trace_id_of(traced, run_id)
     check_one_tree(receiver, trace_id, ["first", "slow", "last"])
 
 
@@ -223,7 +228,7 @@ def test_sigterm_owner_leaves_continued_spans(traced: Sluice, receiver: OtlpRece
     traced.scheduler()  # B continues
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    trace_id = trace_id_of(traced, run_id)
     spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
     names = [s.name for s in spans]
     assert "scheduler exited" in names
@@ -245,7 +250,7 @@ def test_a_run_waiting_for_continuance_is_not_carried_on_by_workers(
     traced.scheduler()  # B
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    trace_id = trace_id_of(traced, run_id)
     spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
     last = next(s for s in spans if s.name == "task last")
     continued = next(s for s in spans if s.name == "dag_run traced continued")
@@ -261,7 +266,7 @@ def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceive
     traced.scheduler()  # B
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=30)
-    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    trace_id = trace_id_of(traced, run_id)
     spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
     root = next(s for s in spans if not s.parent_id)
     assert root.name == "dag_run traced recreated" and root.span_id == first_span_id
@@ -269,17 +274,12 @@ def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceive
 
 
 def test_cleared_run_stays_one_trace(traced: Sluice, receiver: OtlpReceiver) -> None:
-    write_dag(traced, 0.05)
-    traced.scheduler()
-    traced.worker()
-    run_id = traced.trigger("traced")
-    assert traced.wait_run("traced", run_id) == "success"
-    wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
+    run_id, _ = run_once(traced)
     traced.ok("tasks", "clear", "traced", run_id, "--task", "last")
     wait_until(lambda: traced.task_states("traced", run_id)["last"]["try_number"] == 2)
     assert traced.wait_run("traced", run_id) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[1]
+    trace_id = trace_id_of(traced, run_id)
     spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
     continued = next(s for s in spans if s.name == "dag_run traced continued")
     lasts = [s for s in spans if s.name == "task last"]
