@@ -12,7 +12,8 @@ Invariants:
   queued is published after the commit. One exception: a success with no log of a
   fan-in's upstream or of a chain's link is committed in one query (a link's next task
   queued in it when it fits), and what else follows (a freed slot filled, the join
-  decided, a next task that did not fit) is decided after it (`broker.one_query_result`).
+  queued or decided, a next task that did not fit) comes after it
+  (`broker.one_query_result`).
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.

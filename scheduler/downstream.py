@@ -7,8 +7,9 @@ decides the downstream tasks of what it just finished, queues the ready ones tha
 their pool and DAG limits, and publishes after its commit (Airflow's
 `schedule_after_task_execution`, carried on to queueing). A success with no log to
 store of a fan-in's upstream or of a chain's link is committed in one query (a link's
-next task queued in it, `chain_next_statements`), any further decision following in a
-transaction of its own under the same lock (`broker.one_query_result`).
+next task queued in it, `chain_next_statements`; a fan-in by one query after its last
+upstream, `join_next_statements`), any further decision following in a transaction of
+its own under the same lock (`broker.one_query_result`).
 
 Invariants:
 - Decisions about a run are made only under its row lock, taken `FOR UPDATE` as the
@@ -252,12 +253,13 @@ class Plan:
     branch: that downstream, which is ready once the result is written (`chain_next_statements`)."""
     join_next: str | None = None
     """For a success into one all_success fan-in in this task's pool, no upstream a
-    branch: that fan-in, queued in the result's own query when every upstream succeeded
-    (`join_next_statements`)."""
+    branch: that fan-in, which the last upstream queues by one query after its result
+    when every upstream succeeded and it fits (`join_next_statements`)."""
     wide: bool = False
     """More than READ_LIMIT TIs to read, but a success into a fan-in (`fan_in`): its result's
     write says whether other upstreams are unfinished, without reading them
-    (`wide_fan_in`); the decision after the last one is the schedulers'."""
+    (`wide_fan_in`); after the last one, the fan-in is queued by `join_next_statements`
+    when it may be, else decided by the schedulers (they read the run)."""
 
 
 @dataclass(frozen=True)
@@ -596,19 +598,20 @@ _JOIN_NEXT = {
     )
     for among in (True, False)
 }
-"""A fan-in to queue in the query that writes one upstream's success (`_CHAIN_NEXT`: the
-run a worker drives, that upstream succeeded, room in the pool, nobody waiting), when no
-other upstream (named, or all the run's TIs but the fewer others: `Plan.fan_in`) is
-anything but a success. The run's lock, taken first in that query, serialises the
-upstreams' writes: exactly one of them sees all the others succeeded."""
+"""A fan-in to queue after its last upstream's result (`_CHAIN_NEXT`: the run a worker
+drives, that upstream succeeded, room in the pool, nobody waiting), when no other
+upstream (named, or all the run's TIs but the fewer others: `Plan.fan_in`) is anything
+but a success. Only the upstream whose write, under the run's lock, saw no other
+unfinished sends it, again under the run's lock; the queueing is a compare-and-set."""
 
 
 def join_next_statements(
     plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, attempt_id: str, now: dt.datetime
 ) -> list[Sent]:
-    """After the statement that writes a success of a task with `plan.join_next`: its
-    pool's row locked, then that fan-in queued as `attempt_id` if every upstream succeeded
-    and it may be (`_JOIN_NEXT`); not queued, what the write returned decides what follows."""
+    """After the run's lock, once the last upstream (a task with `plan.join_next`) wrote its
+    success: the fan-in's pool's row locked, then the fan-in queued as `attempt_id` if
+    every upstream succeeded and it may be (`_JOIN_NEXT`); not queued, it is decided as a
+    plain result's downstream is."""
     assert plan.join_next is not None and plan.fan_in is not None
     columns, names = plan.fan_in
     condition = _JOIN_NEXT[columns is _FAN_IN_OTHERS]
