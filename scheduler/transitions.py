@@ -336,14 +336,7 @@ def _queue_many_statement(decided: bool) -> Update:
         .table_valued("id", "attempt")
         .render_derived(name="picked")
     )
-    return (
-        update(table)  # type: ignore[arg-type]
-        .where(
-            table.c.id == pairs.c.id,
-            expected_state(table.c.state, [(TI.NONE if decided else TI.SCHEDULED).value]),
-        )
-        .values(_queued_values(decided, attempt_id=pairs.c.attempt))
-    )
+    return _queueing(decided, attempt_id=pairs.c.attempt).where(table.c.id == pairs.c.id)
 
 
 def queue_ti_if(
@@ -417,13 +410,19 @@ def _queue_picked(
 
 @functools.lru_cache(maxsize=4)
 def _queue_statement(decided: bool, by_id: bool = True) -> Update:
+    stmt = _queueing(decided, attempt_id=bindparam("b_attempt"))
+    return stmt.where(TaskInstance.__table__.c.id == bindparam("b_id")) if by_id else stmt
+
+
+def _queueing(decided: bool, *, attempt_id: ColumnElement[Any]) -> Update:
+    """The queueing UPDATE of TIs still `none` (`decided`) or `scheduled`, which rows
+    left to the caller's WHERE: what it writes is `_queued_values`."""
     table = TaskInstance.__table__
-    stmt = update(table).where(  # type: ignore[arg-type]
-        expected_state(table.c.state, [(TI.NONE if decided else TI.SCHEDULED).value])
+    return (
+        update(table)  # type: ignore[arg-type]
+        .where(expected_state(table.c.state, [(TI.NONE if decided else TI.SCHEDULED).value]))
+        .values(_queued_values(decided, attempt_id=attempt_id))
     )
-    if by_id:
-        stmt = stmt.where(table.c.id == bindparam("b_id"))
-    return stmt.values(_queued_values(decided, attempt_id=bindparam("b_attempt")))
 
 
 def _queued_values(decided: bool, *, attempt_id: ColumnElement[Any]) -> dict[str, Any]:
