@@ -13,8 +13,11 @@ Over Redis, the news of an unclaimed run (the schedulers' runs) is shared, not
 broadcast: the run id goes into one Redis set and the wake-up only says "news";
 the first scheduler to take news pops the set (SPOP), so each run's news is
 examined by one scheduler and several schedulers split the work instead of all
-examining every run. The news of a run claimed by a job (a backfill) is
-broadcast with its id, as the claiming job may be any of the listeners.
+examining every run. A scheduler pops at most one batch (`runs_per_loop`) at a
+time and hands back (`share`) the runs it started but could not examine in its
+pass, so a burst of runs is split between the schedulers too. The news of a run
+claimed by a job (a backfill) is broadcast with its id, as the claiming job may
+be any of the listeners.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
@@ -49,6 +53,10 @@ class Waker(Protocol):
 
     def take_news(self) -> set[int] | None:
         """Run ids heard since the last call; None if a wake-up named no run."""
+
+    def share(self, run_ids: Collection[int]) -> None:
+        """Put runs' news where any scheduler (this one too) takes them, and wake the
+        schedulers; never raises (on a broker error this waker keeps them)."""
 
     def close(self) -> None:
         """Release connections; the waker is not used afterwards."""
@@ -83,8 +91,6 @@ def _payload(run_id: int | None) -> bytes:
 
 _SHARED = b"+"
 """The wake-up payload that says: news are in the shared set."""
-_NEWS_BATCH = 10_000
-"""Run ids popped from the shared set at most per `take_news`."""
 _NEWS_TTL = 3600
 """Seconds the shared set outlives its last addition (no scheduler running)."""
 
@@ -106,6 +112,11 @@ class LocalWaker:
 
     def take_news(self) -> set[int] | None:
         return self._news.take()
+
+    def share(self, run_ids: Collection[int]) -> None:
+        for run_id in run_ids:
+            self._news.add(_payload(run_id))
+        self._event.set()
 
     def wait(self, timeout: float) -> bool:
         woken = self._event.wait(timeout)
@@ -143,9 +154,11 @@ class RedisWaker:
     `wake()` may be called from any thread.
     """
 
-    def __init__(self, url: str, namespace: str) -> None:
+    def __init__(self, url: str, namespace: str, batch: int = 100) -> None:
         self.url = url
         self.namespace = namespace
+        self.batch = batch
+        """Run ids popped from the shared set at most per `take_news`."""
         self.channel = wakeup_channel(url, namespace)
         self.news_key = f"{namespace}:news"
         self._shared_news = False
@@ -180,13 +193,28 @@ class RedisWaker:
     def _pop_shared(self) -> set[int] | None:
         """Pop the shared news; None if Redis failed (then look at everything)."""
         try:
-            popped: Any = self._redis().spop(self.news_key, _NEWS_BATCH)
+            popped: Any = self._redis().spop(self.news_key, self.batch)
         except Exception as exc:
             log.debug("shared news %s not read: %s", self.news_key, exc)
             return None
         members = list(popped or [])  # SPOP with a count: a list of members
-        self._shared_news = len(members) >= _NEWS_BATCH  # more left: pop again next time
+        self._shared_news = len(members) >= self.batch  # more left: pop again next time
         return {int(m) for m in members}
+
+    def share(self, run_ids: Collection[int]) -> None:
+        if not run_ids:
+            return
+        try:
+            pipe = self._redis().pipeline(transaction=False)
+            pipe.sadd(self.news_key, *run_ids)
+            pipe.expire(self.news_key, _NEWS_TTL)
+            pipe.publish(self.channel, _SHARED)
+            pipe.execute()
+            self._shared_news = True
+        except Exception as exc:  # then examine them here
+            log.debug("news of %d runs not shared: %s", len(run_ids), exc)
+            for run_id in run_ids:
+                self._news.add(_payload(run_id))
 
     def wake(self, run_id: int | None = None, *, shared: bool = False) -> None:
         try:
@@ -202,10 +230,11 @@ class RedisWaker:
             log.debug("wake-up on %s not sent: %s", self.channel, exc)
 
     def wait(self, timeout: float) -> bool:
+        """As `Waker.wait`; returns at once when shared news are known to be left."""
         deadline = time.monotonic() + max(timeout, 0.0)
         try:
             pubsub = self._subscribed()
-            woken = False
+            woken = self._shared_news
             while True:
                 left = deadline - time.monotonic()
                 # Once woken, only drain what is already there.
@@ -274,4 +303,4 @@ def waker_for(settings: Settings) -> Waker:
     """The waker of a deployment: in-process when embedded, Redis pub/sub otherwise."""
     if settings.embedded_broker:
         return local_waker(settings.namespace)
-    return RedisWaker(settings.broker_url, settings.namespace)
+    return RedisWaker(settings.broker_url, settings.namespace, batch=settings.runs_per_loop)

@@ -25,6 +25,19 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -55,6 +68,8 @@ class Settings:
     parse_timeout: float = 30.0
     dag_refresh_interval: float = 5.0
     runs_per_loop: int = 100
+    """Runs one scheduling pass examines at most; the rest go to the next pass or,
+    with several schedulers, to whichever takes them first."""
     embedded_broker: bool = False
     result_backend: str | None = None
     """Celery result backend where CeleryTask results are read (None: CeleryTask cannot run)."""
@@ -79,6 +94,7 @@ class Settings:
             dag_refresh_interval=_float(
                 env, "SLUICE_DAG_REFRESH_INTERVAL", base.dag_refresh_interval
             ),
+            runs_per_loop=_int(env, "SLUICE_RUNS_PER_LOOP", base.runs_per_loop),
             result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
             schedule_after_task=_bool(env, "SLUICE_SCHEDULE_AFTER_TASK", base.schedule_after_task),
         )

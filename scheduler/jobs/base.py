@@ -93,6 +93,7 @@ class DagRunJob:
         self._woken = False
         self._pending_news: set[int] = set()
         self._started_now: set[int] = set()
+        self._over_limit: set[int] = set()
         self._look_at_everything = True
         self._runs_finished_last_pass = False
         self._drivable: tuple[int | None, ColumnElement[bool]] | None = None
@@ -228,19 +229,22 @@ class DagRunJob:
     ) -> None:
         """Claim a batch of running runs (SKIP LOCKED) and decide each of them.
 
-        With `only`, just those runs (the ones with news); a run among them that
-        another scheduler holds is kept for the next pass. Invariant: runs in the
-        caller's transaction; the claimed rows stay locked until it commits, so
-        every decision about a run is made under its lock.
+        With `only`, just those runs (the ones with news). Runs with news or started
+        in this pass that the limit left are handed over after the commit (`hand_over`:
+        to the next pass at once, or to whichever scheduler takes them first); those
+        another job holds (fewer than the limit claimed) are kept for this job's next
+        pass. Invariant: runs in the caller's transaction; the claimed rows stay
+        locked until it commits, so every decision about a run is made under its lock.
         """
         if only is not None and not only:
             return
         limit = self.settings.runs_per_loop
         runs = claim_runs_to_examine(session, self.runs_i_drive(), limit, only)
-        # runs with news, or started in this pass, that the limit left: the next pass
-        # (at once: `more_runs`) examines them, not the next full pass
         left = (self._started_now if only is None else only) - {run.id for run in runs}
-        self._pending_news |= left
+        if len(runs) >= limit:
+            self._over_limit |= left
+        else:
+            self._pending_news |= left
         dags = self.dag_cache.get_many(
             session, [run.dag_id for run in runs], max_age=self.settings.dag_refresh_interval
         )
@@ -305,6 +309,7 @@ class DagRunJob:
             only = news | self._pending_news
             self._pending_news = set()
         self._started_now = set()
+        self._over_limit = set()
         with transaction(self.factory) as session:
             self.start_or_create(session, now, result)
             if only is not None:
@@ -313,6 +318,13 @@ class DagRunJob:
             messages = self.queue(session, now, result)
         self._runs_finished_last_pass = result.runs_finished > 0
         self.after_commit(messages, now)
+        if self._over_limit:
+            self.hand_over(self._over_limit)
+
+    def hand_over(self, runs: set[int]) -> None:
+        """Runs this pass had to leave (its limit reached): the next pass, at once
+        (`more_runs`), examines them. Called after the pass's commit."""
+        self._pending_news |= runs
 
     def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
         """Hook: create and start runs inside the scheduling transaction."""

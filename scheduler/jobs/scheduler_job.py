@@ -57,6 +57,12 @@ class SchedulerJob(DagRunJob):
         self.end_owned_spans(now)
         return result
 
+    def hand_over(self, runs: set[int]) -> None:
+        """Runs left by this pass's limit go to the shared news (after the commit, so
+        whoever pops them sees them running): the next scheduler to take news, this one
+        or another, examines them, so a burst of runs is split between schedulers."""
+        self.waker.share(runs)
+
     def refresh_dags(self, now: dt.datetime, *, force: bool = False) -> None:
         if not self._dag_syncs.take(now, force=force):
             return

@@ -14,12 +14,13 @@ import pytest
 from sqlalchemy import func, select
 
 from broker.messages import RunMessage
-from broker.wakeup import LocalWaker
+from broker.wakeup import LocalWaker, RedisWaker
+from scheduler.dagrun import create_dagrun
 from scheduler.db import make_engine, make_session_factory, transaction, utcnow
 from scheduler.jobs.scheduler_job import SchedulerJob
-from scheduler.models import DagRun, Pool, TaskInstance
+from scheduler.models import Dag, DagRun, Pool, TaskInstance
 from scheduler.settings import Settings
-from scheduler.states import TI, DagRunState
+from scheduler.states import TI, DagRunState, RunType
 
 
 class Harness:
@@ -32,10 +33,6 @@ class Harness:
         self.job.register()
 
     def trigger(self, dag_id: str, n: int = 1) -> None:
-        from scheduler.dagrun import create_dagrun
-        from scheduler.models import Dag
-        from scheduler.states import RunType
-
         with transaction(self.factory) as session:
             dag = session.get(Dag, dag_id)
             for i in range(n):
@@ -209,3 +206,59 @@ def test_runs_past_one_pass_limit_are_examined_without_waiting(harness: Harness)
         busy.append(harness.job.tick(now).busy)
     assert len(harness.sent) == 5
     assert busy[-1] is False  # and then the loop may wait
+
+
+def test_a_burst_of_runs_is_split_between_two_schedulers(pg_url, redis_url, tmp_path) -> None:
+    """Runs one scheduler started beyond its pass's limit go to the shared news: the
+    other scheduler, woken, examines some of them; each first task is queued once."""
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    write(
+        folder,
+        "small",
+        """
+    from tasks import DAG, task
+    with DAG("small", schedule=None, max_active_runs=10) as dag:
+        task(task_id="only")(lambda: None)
+    """,
+    )
+    settings = Settings(
+        database_url=pg_url,
+        broker_url=redis_url,
+        dags_folder=folder,
+        dag_refresh_interval=0.001,
+        runs_per_loop=2,
+    )
+    engine = make_engine(pg_url)
+    factory = make_session_factory(engine)
+    sent: dict[str, list[RunMessage]] = {"a": [], "b": []}
+    jobs = {
+        name: SchedulerJob(settings, factory, sent[name].extend, RedisWaker(redis_url, "split", 2))
+        for name in sent
+    }
+    try:
+        now = utcnow()
+        for job in jobs.values():
+            job.register()
+            job.tick(now)  # the first full pass of each
+            job.waker.wait(0.01)  # subscribes
+        with transaction(factory) as session:  # six runs, no wake-up: a timer finds them
+            dag = session.get(Dag, "small")
+            for i in range(6):
+                at = now + dt.timedelta(microseconds=i)
+                create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=at, now=at)
+        later = now + dt.timedelta(seconds=settings.loop_interval)
+        assert jobs["a"].tick(later).busy  # starts the six, examines two, shares four
+        assert jobs["b"].waker.wait(1)  # told of the shared news
+        jobs["b"].tick(now)  # no full pass is due on its clock: only the news
+        assert len(sent["b"]) == 2
+        for _ in range(10):
+            busy = [jobs["a"].tick(later).busy, jobs["b"].tick(now).busy]
+            if not any(busy):
+                break
+        ti_ids = [m.ti_id for m in sent["a"] + sent["b"]]
+        assert len(ti_ids) == len(set(ti_ids)) == 6
+    finally:
+        for job in jobs.values():
+            job.waker.close()
+        engine.dispose()

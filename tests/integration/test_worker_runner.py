@@ -619,6 +619,32 @@ def test_shared_news_go_to_one_scheduler_broadcast_news_to_all(redis_ns: str) ->
             w.close()
 
 
+def test_shared_news_are_popped_one_batch_at_a_time(redis_ns: str) -> None:
+    """A scheduler takes at most one batch of shared news; while more are left its wait
+    returns at once, and what one scheduler shares back another takes."""
+    first = RedisWaker(REDIS_URL, redis_ns, batch=2)
+    second = RedisWaker(REDIS_URL, redis_ns, batch=2)
+    try:
+        for w in (first, second):
+            assert not w.wait(0.01)  # subscribes
+            assert w.take_news() is None
+        first.share({1, 2, 3, 4, 5})
+        assert first.wait(2) and second.wait(2)
+        taken = [first.take_news(), second.take_news()]
+        assert all(t is not None and len(t) == 2 for t in taken)
+        started = time.monotonic()
+        assert first.wait(5)  # one run is left: no waiting for a wake-up
+        assert time.monotonic() - started < 1
+        last = first.take_news()
+        assert last is not None and len(last) == 1
+        everything = set().union(*(t or set() for t in taken), last)
+        assert everything == {1, 2, 3, 4, 5}  # each run taken once
+        assert second.take_news() == set()
+    finally:
+        for w in (first, second):
+            w.close()
+
+
 def test_redis_waker_survives_lost_connection_and_dead_server(redis_ns: str) -> None:
     waiter = RedisWaker(REDIS_URL, redis_ns)
     waker = RedisWaker(REDIS_URL, redis_ns)

@@ -19,3 +19,11 @@ def test_bad_values_are_one_line_errors() -> None:
         Settings.from_env({"SLUICE_SCHEDULE_AFTER_TASK": "maybe"})
     with pytest.raises(ConfigError, match="SLUICE_LOOP_INTERVAL must be a number"):
         Settings.from_env({"SLUICE_LOOP_INTERVAL": "soon"})
+    for bad in ("many", "2.5", "0"):
+        with pytest.raises(ConfigError, match="SLUICE_RUNS_PER_LOOP must be"):
+            Settings.from_env({"SLUICE_RUNS_PER_LOOP": bad})
+
+
+def test_runs_per_loop_from_the_environment() -> None:
+    assert Settings.from_env({}).runs_per_loop == 100
+    assert Settings.from_env({"SLUICE_RUNS_PER_LOOP": "20"}).runs_per_loop == 20
