@@ -7,8 +7,10 @@ in the message headers (W3C `traceparent`, by OTEL_PROPAGATORS) so the worker's
 spans are its children. Each message is shadowed as `dag_id.task_id` (Celery's `shadow`
 option: the name Flower and worker logs show; the task run stays
 `sluice.run_task_instance`). A batch goes through one
-producer (one connection checkout). Broker errors propagate: the caller decides
-(the queued sweep republishes what never arrived).
+producer (one connection checkout) and, on Redis, one pipeline (kombu's
+`Producer.batch`: one round trip for the lot instead of one per message). Broker
+errors propagate: the caller decides (the queued sweep republishes what never
+arrived, a delivered message included: the worker's claim takes a try once).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
         return
     namespace = settings_of(app).namespace
     declare: list[Any] | None = [] if _lists_are_queues(app) else None
-    with app.producer_or_acquire() as producer:
+    with app.producer_or_acquire() as producer, producer.batch():
         for message in messages:
             kwargs = message.to_kwargs()
             app.send_task(
