@@ -233,12 +233,16 @@ class DagRunJob:
         in this pass that the limit left are handed over after the commit (`hand_over`:
         to the next pass at once, or to whichever scheduler takes them first); those
         another job holds (fewer than the limit claimed) are kept for this job's next
-        pass. Invariant: runs in the caller's transaction; the claimed rows stay
-        locked until it commits, so every decision about a run is made under its lock.
+        pass. A pass that started a burst (more than a quarter of the limit) examines a
+        quarter of the limit: the rest go at once to whichever scheduler takes them.
+        Invariant: runs in the caller's transaction; the claimed rows stay locked until
+        it commits, so every decision about a run is made under its lock.
         """
         if only is not None and not only:
             return
         limit = self.settings.runs_per_loop
+        if len(self._started_now) > max(limit // 4, 1):
+            limit = max(limit // 4, 1)
         runs = claim_runs_to_examine(session, self.runs_i_drive(), limit, only)
         left = (self._started_now if only is None else only) - {run.id for run in runs}
         if len(runs) >= limit:
@@ -317,9 +321,9 @@ class DagRunJob:
             self.examine_runs(session, now, result, only)
             messages = self.queue(session, now, result)
         self._runs_finished_last_pass = result.runs_finished > 0
-        self.after_commit(messages, now)
-        if self._over_limit:
+        if self._over_limit:  # first: another scheduler may take them while this one sends
             self.hand_over(self._over_limit)
+        self.after_commit(messages, now)
 
     def hand_over(self, runs: set[int]) -> None:
         """Runs this pass had to leave (its limit reached): the next pass, at once
@@ -373,21 +377,33 @@ class DagRunJob:
         self.send(messages)
 
     def start_runs(self, session: Session, runs: Sequence[DagRun], now: dt.datetime) -> int:
-        from scheduler.transitions import move_run
+        """queued → running (compare-and-set); one statement for them all unless each
+        run's span values are its own (tracing)."""
+        from scheduler.transitions import move_run, move_runs
 
-        started = 0
-        for run in runs:
-            values: dict[str, object] = {"started_by_job_id": self.job_id}
-            if self.tracing.enabled:
-                values.update(spans.start_run_span(run, now))
-            if move_run(
+        values: dict[str, object] = {"started_by_job_id": self.job_id}
+        queued = [DagRunState.QUEUED]
+        if not self.tracing.enabled:
+            started = move_runs(
                 session,
-                run.id,
+                [run.id for run in runs],
                 DagRunState.RUNNING,
-                expect=[DagRunState.QUEUED],
+                expect=queued,
                 now=now,
                 values=values,
-            ):
-                started += 1
-                self._started_now.add(run.id)
-        return started
+            )
+        else:
+            started = [
+                run.id
+                for run in runs
+                if move_run(
+                    session,
+                    run.id,
+                    DagRunState.RUNNING,
+                    expect=queued,
+                    now=now,
+                    values={**values, **spans.start_run_span(run, now)},
+                )
+            ]
+        self._started_now.update(started)
+        return len(started)
