@@ -13,12 +13,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import redis
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bench.pg import BenchDb
 from bench.procs import BenchError, Proc, clean_env, run_cli, sluice_argv, wait_until
-from broker.wakeup import RedisWaker
+from broker.wakeup import RedisWaker, wakeup_channel
 from scheduler.dagbag import sync_dag_folder
 from scheduler.dagrun import create_dagrun
 from scheduler.db import make_session_factory, transaction, utcnow
@@ -117,6 +118,17 @@ class LiveEnv:
             return bool(count)
 
         wait_until(registered, 60, f"{proc.name} to register its job", proc)
+        channel = wakeup_channel(self.broker_url, self.namespace)
+        client = redis.Redis.from_url(self.broker_url)
+        try:  # else a wake-up sent now is lost and a run waits a loop interval
+            wait_until(
+                lambda: client.pubsub_numsub(channel)[0][1] >= len(self.schedulers),
+                60,
+                f"{proc.name} to listen for wake-ups",
+                proc,
+            )
+        finally:
+            client.close()
         return proc
 
     def start_worker(self, concurrency: int = 4) -> Proc:

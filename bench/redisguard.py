@@ -1,4 +1,5 @@
-"""Noticing that another process flushed the bench's Redis dbs during a workload.
+"""Noticing that another process flushed the bench's Redis dbs during a workload, and
+deleting the bench's own keys afterwards.
 
 The bench owns Redis dbs 14 and 15 only by convention: a test run elsewhere that
 flushes one of them drops the queued messages (a run then waits for Sluice's
@@ -28,3 +29,13 @@ class RedisGuard:
         for client in self.clients:
             client.delete(self.key)
             client.close()
+
+
+def cleanup_redis(url: str, namespace: str) -> None:
+    """Delete the queue and binding keys of this run's namespace (nothing else)."""
+    client = redis.Redis.from_url(url)
+    try:
+        for key in client.scan_iter(match=f"*{namespace}*"):
+            client.delete(key)
+    finally:
+        client.close()

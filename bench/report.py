@@ -200,12 +200,26 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
     if "W7" in ran:
         one = _fig(results, "W7", "one_scheduler_tasks_per_s")
         two = _fig(results, "W7", "two_schedulers_tasks_per_s")
-        r = _ratio(two, one)
-        rows.append(Row("W7", "1 scheduler, tasks/s", one))
+        rows.append(Row("W7", "with workers, 1 scheduler, tasks/s", one))
         rows.append(
             Row(
                 "W7",
-                "2 schedulers, tasks/s",
+                "with workers, 2 schedulers, tasks/s",
+                two,
+                one,
+                "1 scheduler",
+                _ratio(two, one),
+                "(workers decide the hops)",
+            )
+        )
+        one = _fig(results, "W7", "alone_one_scheduler_runs_per_s")
+        two = _fig(results, "W7", "alone_two_schedulers_runs_per_s")
+        r = _ratio(two, one)
+        rows.append(Row("W7", "schedulers alone, 1: runs started/s", one))
+        rows.append(
+            Row(
+                "W7",
+                "schedulers alone, 2: runs started/s",
                 two,
                 one,
                 "1 scheduler",
@@ -306,6 +320,8 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
 _RUN_UNITS = {
     "paired_ratio": "ratio to the floor's drain just before",
     "paired_floor_drain": "floor drain just before, tasks/s",
+    "alone_one_scheduler_runs_per_s": "1 scheduler alone, runs/s",
+    "alone_two_schedulers_runs_per_s": "2 schedulers alone, runs/s",
 }
 
 

@@ -35,8 +35,9 @@ from bench.metrics import median_run, runs_of
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag, server_version
 from bench.procs import REPO_ROOT
 from bench.profiling import Profiler
-from bench.redisguard import RedisGuard
+from bench.redisguard import RedisGuard, cleanup_redis
 from bench.report import write_reports
+from bench.schedulers_alone import AlonePhases, w7_schedulers_alone
 from bench.sizes import (
     DAG_W1,
     DAG_W2,
@@ -178,6 +179,8 @@ class Bench:
             and "drains" in self.results.get("floor", {})
         ):
             self.attempt(["floor"], self.floor_after)
+        if "W7" in want:
+            self.attempt(["W7"], self.w7_alone)
         if "W4" in want:
             self.attempt(
                 ["W4"],
@@ -323,6 +326,19 @@ class Bench:
             db.drop()
             cleanup_redis(self.broker_url, self.namespace)
 
+    def w7_alone(self) -> dict[str, Any]:
+        """The schedulers alone (no worker), merged into W7's figures and runs."""
+        phases = AlonePhases(self.admin, self.tag, self.workdir, self.broker_url, self.namespace)
+        alone = w7_schedulers_alone(phases, self.sizes)
+        entry = self.results["workloads"].get("W7") or {}
+        return {
+            "W7": {
+                **entry,
+                "figures": {**(entry.get("figures") or {}), **alone["figures"]},
+                "runs": {**(entry.get("runs") or {}), **alone["runs"]},
+            }
+        }
+
     def in_own_db(self, suffix: str, measure: Callable[..., dict[str, Any]]) -> dict[str, Any]:
         db = BenchDb.create(self.admin, self.tag, suffix)
         try:
@@ -343,16 +359,6 @@ def _brief(entry: dict[str, Any]) -> str:
     figures = entry.get("figures", entry)
     parts = [f"{k}={v:.4g}" for k, v in figures.items() if isinstance(v, int | float)][:6]
     return ", ".join(parts)
-
-
-def cleanup_redis(url: str, namespace: str) -> None:
-    """Delete the queue and binding keys of this run's namespace (nothing else)."""
-    client = redis.Redis.from_url(url)
-    try:
-        for key in client.scan_iter(match=f"*{namespace}*"):
-            client.delete(key)
-    finally:
-        client.close()
 
 
 def machine() -> dict[str, Any]:

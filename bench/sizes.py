@@ -32,6 +32,8 @@ class Sizes:
     """Seconds to wait for PostgreSQL to publish backends' pending stats (idle flush ≤ 10 s)."""
     w7_runs: int = 40
     w7_length: int = 5
+    w7_alone_runs: int = 250
+    """Runs triggered at once for the schedulers alone (the DAG's max_active_runs: 256)."""
     w8_w1_width: int = 200
     w8_w2_length: int = 50
     run_timeout: float = 180.0
@@ -56,6 +58,7 @@ QUICK = Sizes(
     w6_settle=1.5,
     w7_runs=4,
     w7_length=3,
+    w7_alone_runs=6,
     w8_w1_width=10,
     w8_w2_length=5,
     run_timeout=60.0,
