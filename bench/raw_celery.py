@@ -19,6 +19,7 @@ from celery import Celery
 
 from bench.metrics import median_run, runs_of, summary_ms
 from bench.procs import Proc, clean_env
+from bench.redisguard import cleanup_redis
 
 BROKER_ENV = "BENCH_RAW_BROKER"
 QUEUE_ENV = "BENCH_RAW_QUEUE"
@@ -167,16 +168,6 @@ def _forget(app: Celery, task_ids: list[str]) -> None:
         client.close()
 
 
-def cleanup_queue(broker_url: str, queue: str) -> None:
-    """Remove this run's queue and binding keys from the floor's Redis db."""
-    client = redis.Redis.from_url(broker_url)
-    try:
-        for key in client.scan_iter(match=f"*{queue}*"):
-            client.delete(key)
-    finally:
-        client.close()
-
-
 class PairedFloor:
     """The floor's worker kept running beside the Sluice workloads, so that each W1 or W3
     run can be paired with a drain made just before it: on a VM whose speed drifts by
@@ -204,4 +195,4 @@ class PairedFloor:
             _forget(self.app, self.ids)
         finally:
             self.app.close()
-            cleanup_queue(self.broker_url, self.queue)
+            cleanup_redis(self.broker_url, self.queue)

@@ -31,11 +31,12 @@ class RedisGuard:
             client.close()
 
 
-def cleanup_redis(url: str, namespace: str) -> None:
-    """Delete the queue and binding keys of this run's namespace (nothing else)."""
+def cleanup_redis(url: str, name: str) -> None:
+    """Delete the keys that hold `name` (a run's namespace or queue: its queues and
+    bindings), nothing else."""
     client = redis.Redis.from_url(url)
     try:
-        for key in client.scan_iter(match=f"*{namespace}*"):
+        for key in client.scan_iter(match=f"*{name}*"):
             client.delete(key)
     finally:
         client.close()

@@ -226,7 +226,7 @@ class Bench:
         finally:
             worker.stop()
             app.close()
-            raw_celery.cleanup_queue(self.floor_url, queue)
+            cleanup_redis(self.floor_url, queue)
 
     def paired_floor(self) -> raw_celery.PairedFloor | None:
         """The floor's worker beside W1 and W3, for a drain before each of their runs

@@ -3,39 +3,41 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message is one line for the user."""
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
+_N = TypeVar("_N", int, float)
+
+
+def _positive(
+    env: Mapping[str, str], name: str, default: _N, parse: Callable[[str], _N], kind: str
+) -> _N:
+    """A positive number from `env[name]` (`default` when unset or empty)."""
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from None
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {raw!r}")
     return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    return _positive(env, name, default, float, "a number of seconds")
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name} must be positive, got {raw!r}")
-    return value
+    return _positive(env, name, default, int, "a whole number")
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
