@@ -261,13 +261,7 @@ def move_run(
 ) -> bool:
     """Compare-and-set a DagRun's state; True if it moved. Loaded DagRun objects are
     not updated (no ORM synchronisation): callers read the outcome, not the object."""
-    expected = tuple(sorted(frozenset(expect)))
-    for old in expected:
-        check_run_move(old, new)
-    inline, keys, params = _split_values({**_run_stamps(new, now), **(values or {})})
-    stmt = _cached_run_move(new, expected, keys)
-    if inline:
-        stmt = stmt.values(inline)
+    stmt, params = _run_move(new, expect, now, values, many=False)
     return session.execute(stmt, {**params, "b_run": run_id}).first() is not None
 
 
@@ -283,14 +277,27 @@ def move_runs(
     """`move_run` for many runs with the same values, in one statement; the ids moved."""
     if not run_ids:
         return []
+    stmt, params = _run_move(new, expect, now, values, many=True)
+    return list(session.scalars(stmt, {**params, "b_runs": sorted(run_ids)}))
+
+
+def _run_move(
+    new: DagRunState,
+    expect: Iterable[DagRunState],
+    now: dt.datetime,
+    values: Mapping[str, Any] | None,
+    *,
+    many: bool,
+) -> tuple[Update, dict[str, Any]]:
+    """A run move's checked UPDATE and its bound values (the runs' ids still to bind)."""
     expected = tuple(sorted(frozenset(expect)))
     for old in expected:
         check_run_move(old, new)
     inline, keys, params = _split_values({**_run_stamps(new, now), **(values or {})})
-    stmt = _cached_run_move(new, expected, keys, many=True)
+    stmt = _cached_run_move(new, expected, keys, many)
     if inline:
         stmt = stmt.values(inline)
-    return list(session.scalars(stmt, {**params, "b_runs": sorted(run_ids)}))
+    return stmt, params
 
 
 @functools.lru_cache(maxsize=64)
