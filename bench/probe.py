@@ -30,7 +30,8 @@ from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag
 DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 50)}
 DAGS["w3"] = (fanout_call("w3", 8), 20, 200)
 DAGS["w7"] = (chain_call("w7", 5), 40, 200)
-"""name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3, W7."""
+DAGS["w5"] = (fanout_call("w5", 9998), 1, 10000)
+"""name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3, W5, W7."""
 
 
 def cpu_seconds(pid: int) -> float:
