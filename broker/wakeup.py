@@ -78,6 +78,11 @@ class News:
             else:
                 self._everything = True
 
+    def add_runs(self, run_ids: Collection[int]) -> None:
+        """News of these runs (a batch kept here rather than shared)."""
+        with self._lock:
+            self._runs.update(run_ids)
+
     def take(self) -> set[int] | None:
         with self._lock:
             runs, everything = self._runs, self._everything
@@ -114,8 +119,7 @@ class LocalWaker:
         return self._news.take()
 
     def share(self, run_ids: Collection[int]) -> None:
-        for run_id in run_ids:
-            self._news.add(_payload(run_id))
+        self._news.add_runs(run_ids)
         self._event.set()
 
     def wait(self, timeout: float) -> bool:
@@ -154,7 +158,7 @@ class RedisWaker:
     `wake()` may be called from any thread.
     """
 
-    def __init__(self, url: str, namespace: str, batch: int = 100) -> None:
+    def __init__(self, url: str, namespace: str, batch: int = Settings.runs_per_loop) -> None:
         self.url = url
         self.namespace = namespace
         self.batch = batch
@@ -213,8 +217,7 @@ class RedisWaker:
             self._shared_news = True
         except Exception as exc:  # then examine them here
             log.debug("news of %d runs not shared: %s", len(run_ids), exc)
-            for run_id in run_ids:
-                self._news.add(_payload(run_id))
+            self._news.add_runs(run_ids)
 
     def wake(self, run_id: int | None = None, *, shared: bool = False) -> None:
         try:
