@@ -1,7 +1,7 @@
 """DagRun logic: creating a run, keeping it in step with its DAG, and moving it on.
 
 Every function takes the caller's session and never commits. `update_state`
-must be called with the run's row locked (claimed `FOR UPDATE SKIP LOCKED`, or
+must be called with the run's row locked (claimed `FOR NO KEY UPDATE SKIP LOCKED`, or
 SQLite's single writer): all of one run's scheduling decisions are made in
 that one transaction.
 """

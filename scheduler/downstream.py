@@ -12,10 +12,11 @@ upstream, `join_next_statements`), any further decision following in a transacti
 its own under the same lock (`broker.one_query_result`).
 
 Invariants:
-- Decisions about a run are made only under its row lock, taken `FOR UPDATE` as the
-  first statement of the result transaction, before the result is written: every
-  decision about the run sees every result committed before it, and the last result
-  of a fan-in always sees the others. Waiting for the lock holds no other lock (lock
+- Decisions about a run are made only under its row lock, taken `FOR NO KEY UPDATE`
+  (`scheduler.queries.runs` says why not `FOR UPDATE`) as the first statement of the
+  result transaction, before the result is written: every decision about the run
+  sees every result committed before it, and the last result of a fan-in always
+  sees the others. Waiting for the lock holds no other lock (lock
   order everywhere: run, then its TIs, then pools), so it cannot deadlock; the
   holder is another worker's result transaction or a scheduler pass, both short
   (runs too big for a worker to read, READ_LIMIT, are never locked here).
@@ -111,7 +112,7 @@ _LOCK_RUN = (
         _RUN.id == bindparam("run_pk"),
         expected_state(_RUN.state, [DagRunState.RUNNING.value]),  # by its key
     )
-    .with_for_update()
+    .with_for_update(key_share=True)
 )
 """Its own statement: a statement that waits for a row lock keeps the snapshot it
 started with for its other rows, so TIs read in it could miss the holder's result."""
@@ -438,7 +439,7 @@ def lock_run(
     finished: TaskInstanceState = TI.SUCCESS,
     opened: list[Any] | None = None,
 ) -> LockedRun | None:
-    """Lock run `run_pk` (FOR UPDATE) to decide `task_id`'s downstream after its
+    """Lock run `run_pk` (FOR NO KEY UPDATE) to decide `task_id`'s downstream after its
     `finished` result; None if this worker may not decide the run (claimed by a job,
     not running, of another DAG version, its spans waiting for a scheduler to continue
     them, or more than READ_LIMIT TIs to read). `opened`: the rows of `run_lock`,

@@ -77,7 +77,7 @@ def clear_task_instances(
         wanted = downstream_closure(dag.serialized, sorted(wanted))
     # the run's row first, as every writer of a run's TIs takes it (no deadlock with a
     # worker writing a result under it)
-    session.execute(select(DagRun.id).where(DagRun.id == run.id).with_for_update())
+    session.execute(select(DagRun.id).where(DagRun.id == run.id).with_for_update(key_share=True))
     tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
     cleared = Cleared()
     for ti in tis:

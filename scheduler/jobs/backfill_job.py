@@ -185,7 +185,7 @@ class BackfillJob(DagRunJob):
             )
             .order_by(DagRun.logical_date)
             .limit(room)
-            .with_for_update(skip_locked=True)
+            .with_for_update(skip_locked=True, key_share=True)
         ).all()
         return self.start_runs(session, runs, now)
 

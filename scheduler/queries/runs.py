@@ -1,8 +1,13 @@
 """Queries over dag and dag_run rows used by the scheduling loop.
 
-Lock rule: every claim is `FOR UPDATE SKIP LOCKED` with a stable ORDER BY, so
-several schedulers take disjoint batches; the lock lasts until the caller's
+Lock rule: every claim is `FOR NO KEY UPDATE SKIP LOCKED` with a stable ORDER BY,
+so several schedulers take disjoint batches; the lock lasts until the caller's
 transaction ends, and every decision about a claimed row is made inside it.
+`NO KEY`: the lock excludes every other claim and run lock, but not the foreign-key
+check of a write to a row that references it (PostgreSQL checks the key again when a
+transaction writes a TI row it already wrote: a worker's or a scheduler's queueing
+and then span start), which with a plain `FOR UPDATE` waits on the run's lock while
+holding the pool's, against a holder of the run's lock waiting for the pool.
 On SQLite the transaction itself is the lock (BEGIN IMMEDIATE).
 """
 
@@ -32,7 +37,7 @@ def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Da
         )
         .order_by(Dag.next_dagrun_create_after, Dag.dag_id)
         .limit(limit)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     )
     return session.scalars(stmt).all()
 
@@ -44,7 +49,7 @@ _LOCK_DAGS = (
     select(Dag)
     .where(Dag.dag_id.in_(bindparam("dag_ids", expanding=True)))
     .order_by(Dag.dag_id)
-    .with_for_update(skip_locked=True)
+    .with_for_update(skip_locked=True, key_share=True)
 )
 _RUNNING_RUNS = (
     select(DagRun.dag_id, func.count())
@@ -122,7 +127,7 @@ def _claim_statement(drivable: ColumnElement[bool], among: bool) -> Select[DagRu
         .where(DagRun.state == DagRunState.RUNNING, drivable)
         .order_by(DagRun.last_scheduling_decision.asc().nulls_first(), DagRun.id)
         .limit(bindparam("limit"))
-        .with_for_update(of=DagRun, skip_locked=True)
+        .with_for_update(of=DagRun, skip_locked=True, key_share=True)
     )
     if among:
         stmt = stmt.where(DagRun.id.in_(bindparam("only", expanding=True)))
