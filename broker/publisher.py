@@ -4,7 +4,8 @@ Invariants: the caller has already committed the `queued` state and the
 `attempt_id` of every message (publish after commit); the Celery task id is the
 `attempt_id`, so a republished message is the same try. The TI's span travels
 in the message headers (W3C `traceparent`, by OTEL_PROPAGATORS) so the worker's
-spans are its children. Each message is shadowed as `dag_id.task_id` (Celery's `shadow`
+spans are its children, whoever publishes and whatever span is current there
+(`broker.trace_headers`). Each message is shadowed as `dag_id.task_id` (Celery's `shadow`
 option: the name Flower and worker logs show; the task run stays
 `sluice.run_task_instance`). A batch goes through one
 producer (one connection checkout) and, on Redis, one pipeline (kombu's
@@ -25,7 +26,7 @@ from celery import Celery
 from broker.app import settings_of
 from broker.messages import RunMessage
 from broker.queues import RUN_TASK_NAME, celery_queue
-from scheduler.tracing import context_headers
+from broker.trace_headers import HeadersLast, carrying
 
 
 def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
@@ -35,20 +36,22 @@ def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
     namespace = settings_of(app).namespace
     declare: list[Any] | None = [] if _lists_are_queues(app) else None
     with app.producer_or_acquire() as producer, producer.batch():
+        sender = HeadersLast(producer)
         for message in messages:
             kwargs = message.to_kwargs()
-            app.send_task(
-                RUN_TASK_NAME,
-                kwargs=kwargs,
-                argsrepr="()",
-                kwargsrepr=repr(kwargs),  # plain JSON types: Celery's saferepr is not needed
-                declare=declare,
-                task_id=message.attempt_id,
-                queue=celery_queue(namespace, message.queue),
-                producer=producer,
-                shadow=f"{message.dag_id}.{message.task_id}",
-                headers=context_headers(message.trace) if message.trace else None,
-            )
+            with carrying(sender, message.trace) as headers:
+                app.send_task(
+                    RUN_TASK_NAME,
+                    kwargs=kwargs,
+                    argsrepr="()",
+                    kwargsrepr=repr(kwargs),  # plain JSON types: Celery's saferepr is not needed
+                    declare=declare,
+                    task_id=message.attempt_id,
+                    queue=celery_queue(namespace, message.queue),
+                    producer=sender,
+                    shadow=f"{message.dag_id}.{message.task_id}",
+                    headers=headers,
+                )
 
 
 _LIST_BROKERS = ("redis", "rediss", "sentinel", "memory")

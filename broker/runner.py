@@ -47,6 +47,7 @@ from broker.one_query_result import (
 )
 from broker.retrying import retrying
 from broker.task_logs import capture_task_log
+from broker.trace_headers import HeadersLast, carrying
 from broker.wakeup import Waker
 from scheduler.dag_cache import SerializedDagCache
 from scheduler.db import (
@@ -340,8 +341,7 @@ def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI,
         if isinstance(task, CeleryTask) or wants_context(task):
             _read_upstream(ctx, claimed)
         if isinstance(task, CeleryTask):
-            upstream = claimed.context["upstream"]
-            external_id = task.send(_sending_app(ctx), upstream, msg.attempt_id)
+            external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
             return TI.RUNNING, {"external_id": external_id}
         value = run_task(task, claimed.context)
@@ -354,6 +354,18 @@ def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI,
     except Exception as exc:
         return _failure(msg, claimed, exc)
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+def _send_external(
+    ctx: WorkerContext, task: CeleryTask, upstream: dict[str, Any], msg: RunMessage
+) -> str:
+    """Send a CeleryTask's external task, its spans children of the TI's span (the
+    message's `trace`, read from the request by the worker task)."""
+    app = _sending_app(ctx)
+    with app.producer_or_acquire() as producer:
+        sender = HeadersLast(producer)
+        with carrying(sender, msg.trace) as headers:
+            return task.send(app, upstream, msg.attempt_id, producer=sender, headers=headers)
 
 
 _fallback_apps: dict[Settings, Any] = {}

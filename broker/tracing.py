@@ -1,6 +1,7 @@
 """Worker-side tracing: Celery instrumented after fork, spans annotated with Sluice ids.
 
-The TI's span context arrives in the message headers (`broker.publisher`);
+The TI's span context arrives in the message headers (`broker.publisher`, which
+makes it win over the instrumentation's own publish span: `broker.trace_headers`);
 opentelemetry-instrumentation-celery extracts it, so the worker's `run/…` span
 and every span the task code makes with the plain OpenTelemetry API are
 children of the TI span, with no Sluice code in the task. Set up once per

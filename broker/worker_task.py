@@ -9,6 +9,7 @@ parent. Importing this module reads no configuration and opens no connection.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -25,6 +26,7 @@ from broker.messages import RunMessage
 from broker.publisher import publish
 from broker.queues import RUN_TASK_NAME
 from broker.runner import WorkerContext, run_task_instance
+from broker.trace_headers import incoming_carrier
 from broker.tracing import annotate
 from broker.wakeup import waker_for
 from scheduler.db import make_engine, make_session_factory
@@ -47,6 +49,8 @@ def register(app: Celery) -> None:
     def run_task_instance_task(self: Task, **kwargs: Any) -> str:
         msg = RunMessage.from_kwargs(kwargs)
         context = context_for(self.app)
+        if context.trace_tis:  # the TI's span, for what the task sends on (a CeleryTask)
+            msg = dataclasses.replace(msg, trace=incoming_carrier(self.request))
         annotate(msg, hostname=context.hostname)
         outcome = run_task_instance(context, msg)
         annotate(msg, state=outcome.value)

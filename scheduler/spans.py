@@ -189,10 +189,11 @@ def finish_spans(
     tis = session.scalars(
         select(TaskInstance).where(
             TaskInstance.dag_run_id == run.id,
-            TaskInstance.span_status == S.ACTIVE,
+            TaskInstance.span_status.in_([S.ACTIVE, S.NOT_STARTED]),
             TaskInstance.state.in_(list(TI_TERMINAL)),
         )
     ).all()
+    _start_never_queued(session, run, tis, now)
     run_done = finished is not None
     if not tis and not run_done:
         return
@@ -206,6 +207,31 @@ def finish_spans(
     move_spans(session, TaskInstance, [ti.id for ti in tis], new, expect=[S.ACTIVE])
     if run_done:
         move_spans(session, DagRun, [run.id], new, expect=[S.ACTIVE])
+
+
+def _start_never_queued(
+    session: Session, run: DagRun, tis: Sequence[TaskInstance], now: dt.datetime
+) -> None:
+    """Activate the spans of TIs that finished without ever being queued (skipped,
+    upstream_failed, removed): an instant at their end, under the run's current span, so
+    the run's trace shows every task of the DAG."""
+    for ti in tis:
+        if ti.span_status != S.NOT_STARTED:
+            continue
+        carrier = activated(
+            ti.context_carrier, ti.end_date or now, current_span_id(run.context_carrier)
+        )
+        move_spans(
+            session,
+            TaskInstance,
+            [ti.id],
+            S.ACTIVE,
+            expect=[S.NOT_STARTED],
+            values={"context_carrier": carrier},
+        )
+        # the loaded row learns what was written without becoming dirty (see continue_run)
+        set_committed_value(ti, "context_carrier", carrier)
+        set_committed_value(ti, "span_status", S.ACTIVE)
 
 
 def end_owned_spans(

@@ -164,11 +164,11 @@ def _ns(value: dt.datetime) -> int:
     return int(value.timestamp() * 1_000_000_000)
 
 
-def context_headers(carrier: Mapping[str, Any]) -> dict[str, str]:
-    """Message headers that make the span in `carrier` the parent, by OTEL_PROPAGATORS."""
+def parent_context(carrier: Mapping[str, Any]) -> Context | None:
+    """A context whose current span is the one stored in `carrier` (None without one)."""
     parent = carrier.get("traceparent")
     if not parent:
-        return {}
+        return None
     _, trace_id, span_id, _ = parent.split("-")
     span_context = SpanContext(
         int(trace_id, 16),
@@ -176,6 +176,21 @@ def context_headers(carrier: Mapping[str, Any]) -> dict[str, str]:
         is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
+    return trace.set_span_in_context(NonRecordingSpan(span_context))
+
+
+def context_headers(carrier: Mapping[str, Any]) -> dict[str, str]:
+    """Message headers that make the span in `carrier` the parent, by OTEL_PROPAGATORS."""
+    context = parent_context(carrier)
     headers: dict[str, str] = {}
-    propagate.inject(headers, context=trace.set_span_in_context(NonRecordingSpan(span_context)))
+    if context is not None:
+        propagate.inject(headers, context=context)
     return headers
+
+
+def carrier_of(context: Context) -> dict[str, str]:
+    """The stored form (a W3C `traceparent`) of `context`'s current span; {} if none."""
+    span_context = trace.get_current_span(context).get_span_context()
+    if not span_context.is_valid:
+        return {}
+    return {"traceparent": f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-01"}

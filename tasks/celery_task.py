@@ -142,10 +142,16 @@ class CeleryTask(Task):
         self.timeout: timedelta | None = limit
         self.celery_queue = celery_queue
 
-    def send(self, app: Any, upstream: Mapping[str, Any], attempt_id: str) -> str:
-        """Send the external task through Celery app ``app``; return its Celery task id."""
+    def send(
+        self, app: Any, upstream: Mapping[str, Any], attempt_id: str, **options: Any
+    ) -> str:
+        """Send the external task through Celery app ``app``; return its Celery task id.
+
+        ``options`` go to ``app.send_task`` as they are (the worker passes the producer
+        and the message headers that carry the TI's span).
+        """
         external_id = external_id_for(attempt_id)
-        options: dict[str, Any] = {"task_id": external_id}
+        options["task_id"] = external_id
         if self.celery_queue:
             options["queue"] = self.celery_queue
         app.send_task(

@@ -29,12 +29,12 @@ from tests.procs import Sluice, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def their_worker(sluice: Sluice) -> subprocess.Popen[bytes]:
-    """The user's worker, serving their queue and Sluice's default queue."""
+def their_worker(sluice: Sluice, queues: str | None = None) -> subprocess.Popen[bytes]:
+    """The user's worker, serving `queues` (default: their queue and Sluice's default)."""
     log = open(sluice.log_dir / f"their-worker-{len(sluice.procs)}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.celery_compat.their_worker", "worker"]
-        + ["-Q", f"{THEIR_QUEUE},{sluice.namespace}.default", "-c", "4", "-l", "INFO"]
+        + ["-Q", queues or f"{THEIR_QUEUE},{sluice.namespace}.default", "-c", "4", "-l", "INFO"]
         + ["--without-mingle", "--without-gossip", "--without-heartbeat"],
         env={**sluice.env, "THEIR_BROKER_URL": sluice.broker_url},
         cwd=ROOT,

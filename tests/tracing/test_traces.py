@@ -16,25 +16,32 @@ from sqlalchemy import create_engine, text
 
 from tests.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan, SpanCollector
 from tests.procs import Sluice, wait_until
+from tests.tracing.trees import check_run_tree
 
 DAG_FILE = """
 import time
 from opentelemetry import trace
 from tasks import DAG, task
 
+
+def work(context, seconds):
+    with trace.get_tracer("user.code").start_as_current_span(f"user {{context['task_id']}}"):
+        time.sleep(seconds)
+
+
 with DAG("traced", schedule=None) as dag:
     @task
-    def first():
-        with trace.get_tracer("user.code").start_as_current_span("user work"):
-            time.sleep(0.01)
+    def first(context):
+        work(context, 0.01)
         return 1
 
     @task
-    def slow():
-        time.sleep({sleep})
+    def slow(context):
+        work(context, {sleep})
 
     @task
-    def last():
+    def last(context):
+        work(context, 0)
         return 2
 
     first >> slow >> last
@@ -89,40 +96,11 @@ def scheduler_job_ids(sluice: Sluice) -> list[int]:
         engine.dispose()
 
 
-def check_one_tree(receiver: SpanCollector, trace_id: str, tasks: list[str]) -> list[ReceivedSpan]:
-    """One root (the run span), no missing parent, user spans under their task's span."""
-
-    def complete() -> list[ReceivedSpan] | None:
-        spans = receiver.trace(trace_id)
-        names = {s.name.split(" continued")[0].split(" recreated")[0] for s in spans}
-        wanted = {"dag_run traced"} | {f"task {t}" for t in tasks} | {"user work"}
-        return spans if wanted <= names else None
-
-    spans = wait_until(complete, timeout=30)
-    by_id = {s.span_id: s for s in spans}
-    roots = {s.span_id for s in spans if not s.parent_id}
-    assert len(roots) == 1, f"roots: {[by_id[r].name for r in roots]}"
-    assert by_id[roots.pop()].name.startswith("dag_run traced")
-    orphans = [s.name for s in spans if s.parent_id and s.parent_id not in by_id]
-    assert not orphans, f"spans whose parent is missing: {orphans}"
-
-    def ancestors(span: ReceivedSpan) -> list[str]:
-        names = []
-        while span.parent_id:
-            span = by_id[span.parent_id]
-            names.append(span.name)
-        return names
-
-    user = next(s for s in spans if s.name == "user work")
-    assert any(n.startswith("task first") for n in ancestors(user)), ancestors(user)
-    for t in tasks:
-        task_span = next(s for s in spans if s.name.startswith(f"task {t}"))
-        assert task_span.attributes["task_id"] == t
-        assert task_span.attributes["dag_id"] == "traced"
-        assert {"run_id", "try_number", "attempt_id", "queue", "state"} <= set(task_span.attributes)
-    workers = [s for s in spans if s.service == "sluice-worker"]
-    assert workers and all(w.trace_id == trace_id for w in workers)
-    return spans
+def check_one_tree(sluice: Sluice, receiver: SpanCollector, run_id: str) -> list[ReceivedSpan]:
+    """The run's trace is one tree with every task's spans where they belong
+    (`trees.check_run_tree`: every task, not only the first)."""
+    tis = sluice.task_states("traced", run_id)
+    return check_run_tree(receiver, trace_id_of(sluice, run_id), "traced", tis).spans
 
 
 def write_dag(sluice: Sluice, sleep: float) -> None:
@@ -146,8 +124,8 @@ def trace_id_of(sluice: Sluice, run_id: str) -> str:
 
 
 def test_one_scheduler_one_worker(traced: Sluice, receiver: OtlpReceiver) -> None:
-    run_id, trace_id = run_once(traced)
-    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    run_id, _ = run_once(traced)
+    spans = check_one_tree(traced, receiver, run_id)
     run_span = next(s for s in spans if not s.parent_id)
     assert run_span.attributes["run_id"] == run_id and run_span.attributes["state"] == "success"
 
@@ -198,8 +176,8 @@ def test_spans_go_over_otlp_grpc_too(sluice: Sluice) -> None:
             OTEL_BSP_SCHEDULE_DELAY="100",
             OTEL_METRICS_EXPORTER="none",
         )
-        _, trace_id = run_once(sluice)
-        check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+        run_id, _ = run_once(sluice)
+        check_one_tree(sluice, receiver, run_id)
     finally:
         receiver.close()
 
@@ -217,8 +195,7 @@ def test_paused_owner_ends_its_span_after_another_finishes(
     finally:
         a.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = trace_id_of(traced, run_id)
-    check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    check_one_tree(traced, receiver, run_id)
 
 
 def test_sigterm_owner_leaves_continued_spans(traced: Sluice, receiver: OtlpReceiver) -> None:
@@ -228,8 +205,7 @@ def test_sigterm_owner_leaves_continued_spans(traced: Sluice, receiver: OtlpRece
     traced.scheduler()  # B continues
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = trace_id_of(traced, run_id)
-    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    spans = check_one_tree(traced, receiver, run_id)
     names = [s.name for s in spans]
     assert "scheduler exited" in names
     assert "dag_run traced continued" in names and "task slow continued" in names
@@ -250,8 +226,7 @@ def test_a_run_waiting_for_continuance_is_not_carried_on_by_workers(
     traced.scheduler()  # B
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = trace_id_of(traced, run_id)
-    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    spans = check_one_tree(traced, receiver, run_id)
     last = next(s for s in spans if s.name == "task last")
     continued = next(s for s in spans if s.name == "dag_run traced continued")
     assert last.parent_id == continued.span_id
@@ -266,8 +241,7 @@ def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceive
     traced.scheduler()  # B
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=30)
-    trace_id = trace_id_of(traced, run_id)
-    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    spans = check_one_tree(traced, receiver, run_id)
     root = next(s for s in spans if not s.parent_id)
     assert root.name == "dag_run traced recreated" and root.span_id == first_span_id
     assert any(s.name == "task slow recreated" for s in spans)
@@ -279,8 +253,7 @@ def test_cleared_run_stays_one_trace(traced: Sluice, receiver: OtlpReceiver) -> 
     wait_until(lambda: traced.task_states("traced", run_id)["last"]["try_number"] == 2)
     assert traced.wait_run("traced", run_id) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
-    trace_id = trace_id_of(traced, run_id)
-    spans = check_one_tree(receiver, trace_id, ["first", "slow", "last"])
+    spans = check_one_tree(traced, receiver, run_id)
     continued = next(s for s in spans if s.name == "dag_run traced continued")
     lasts = [s for s in spans if s.name == "task last"]
     assert len(lasts) == 2 and len({s.span_id for s in lasts}) == 2
