@@ -153,3 +153,31 @@ class Sluice:
             raise AssertionError(
                 f"run {run_id} did not finish: {self.task_states(dag_id, run_id)}\n{self.logs()}"
             ) from None
+
+
+def standalone(
+    cwd: Path, dags_folder: Path, database_url: str, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`sluice standalone ARGS` in `cwd` on `database_url`, with no SLUICE_/OTEL_ setting
+    of this process's but those given (`env`)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
+    clean.update(
+        SLUICE_DATABASE_URL=database_url,
+        SLUICE_DAGS_FOLDER=str(dags_folder),
+        SLUICE_LOOP_INTERVAL="0.2",
+        **env,
+    )
+    return subprocess.run(
+        [*SLUICE, "standalone", *args],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+
+
+def printed_states(stdout: str) -> dict[str, dict[str, Any]]:
+    """The TIs of the JSON table `--json` prints last (task prints may come before it)."""
+    rows = json.loads(stdout[stdout.index("[\n") : stdout.rindex("]") + 1])
+    return {row["task_id"]: row for row in rows}

@@ -320,29 +320,23 @@ def test_prefork_worker_stores_every_try(sluice: Sluice, capsys: pytest.CaptureF
 
 def test_standalone_threads_pool_captures_each_task(tmp_path: Path) -> None:
     # Given `sluice standalone` (SQLite, embedded broker, threads pool) and four tasks at once
-    import subprocess
-
-    from tests.procs import SLUICE
+    from tests.procs import standalone
 
     folder = tmp_path / "dags"
     folder.mkdir()
     (folder / "threads_dag.py").write_text(THREAD_DAG)
     db = tmp_path / "standalone.db"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
-    env.update(
-        SLUICE_DATABASE_URL=f"sqlite:///{db}",
-        SLUICE_DAGS_FOLDER=str(folder),
-        SLUICE_LOOP_INTERVAL="0.2",
-        SLUICE_HEARTBEAT_INTERVAL="0.5",
-    )
 
     # When it runs one run of the DAG (py_c fails, so the run fails)
-    done = subprocess.run(
-        [*SLUICE, "standalone", "--trigger", "threads", "-c", "4"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = standalone(
+        tmp_path,
+        folder,
+        f"sqlite:///{db}",
+        "--trigger",
+        "threads",
+        "-c",
+        "4",
+        SLUICE_HEARTBEAT_INTERVAL="0.5",
     )
     assert done.returncode == 1, done.stderr[-3000:]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.procs import SLUICE, Sluice
+from tests.procs import SLUICE, Sluice, printed_states, standalone
 
 GOOD = """
 from tasks import DAG, task
@@ -95,26 +95,18 @@ def test_unmigrated_database_is_one_line(tmp_path: Path) -> None:
 
 def test_standalone_runs_the_example_dag_on_sqlite(tmp_path: Path) -> None:
     examples = Path(__file__).resolve().parents[2] / "examples" / "dags"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    env.update(
-        SLUICE_DATABASE_URL=f"sqlite:///{tmp_path / 'standalone.db'}",
-        SLUICE_DAGS_FOLDER=str(examples),
+    done = standalone(
+        tmp_path,
+        examples,
+        f"sqlite:///{tmp_path / 'standalone.db'}",
+        "--trigger",
+        "example_etl",
+        "--json",
         SLUICE_BROKER_URL="redis://127.0.0.1:1/0",  # ignored by standalone
-        SLUICE_LOOP_INTERVAL="0.2",
-    )
-    done = subprocess.run(
-        [*SLUICE, "standalone", "--trigger", "example_etl", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     # task prints share stdout in standalone; the JSON table is the last block
-    out = done.stdout
-    table = json.loads(out[out.index("\n[\n") : out.rindex("]") + 1])
-    states = {row["task_id"]: row["state"] for row in table}
+    states = {task_id: row["state"] for task_id, row in printed_states(done.stdout).items()}
     assert states == {
         "extract": "success",
         "total": "success",

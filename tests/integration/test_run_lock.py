@@ -9,8 +9,7 @@ and the run's lock holder may be waiting for that pool (a deadlock, seen with tr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from sqlalchemy import or_, select, text, update
@@ -20,22 +19,16 @@ from scheduler.db import transaction
 from scheduler.downstream import run_lock
 from scheduler.models import DagRun, TaskInstance
 from scheduler.queries.runs import claim_runs_to_examine
+from tests.integration import test_worker_downstream
 from tests.integration.test_worker_downstream import Harness
+
+harness = test_worker_downstream.harness  # the fixture: one scheduler job and a worker context
 
 ONE_TASK = """
 from tasks import DAG, task
 with DAG("one", schedule=None) as dag:
     task(task_id="only")(lambda: 1)
 """
-
-
-@pytest.fixture
-def harness(pg_url: str, tmp_path: Path) -> Iterator[Harness]:
-    folder = tmp_path / "dags"
-    folder.mkdir()
-    h = Harness(pg_url, folder)
-    yield h
-    h.engine.dispose()
 
 
 def worker_lock(session: Session, run_pk: int) -> None:

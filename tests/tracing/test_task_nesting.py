@@ -9,10 +9,7 @@ retry); `trees.check_run_tree` checks the nesting of every task of every run.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,9 +20,9 @@ from scheduler.downstream import READ_LIMIT
 from tests.celery_compat.test_celery_task import their_worker
 from tests.celery_compat.their_app import THEIR_QUEUE
 from tests.otlp_receiver import OtlpReceiver
-from tests.procs import SLUICE, Sluice, wait_until
+from tests.procs import Sluice, printed_states, standalone, wait_until
 from tests.tracing.test_traces import run_row, trace_id_of
-from tests.tracing.trees import Tree, check_run_tree
+from tests.tracing.trees import Tree, check_run_tree, export_to
 
 WIDE = READ_LIMIT + 1  # more upstreams than a worker reads: the wide fan-in's own path
 
@@ -126,25 +123,6 @@ EXPECTED = {
 }
 
 
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    yield r
-    r.close()
-
-
-def traced(sluice: Sluice, receiver: OtlpReceiver, **env: str) -> Sluice:
-    sluice.extra_env.update(
-        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
-        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-        OTEL_BSP_SCHEDULE_DELAY="100",
-        OTEL_BSP_MAX_QUEUE_SIZE="20000",
-        OTEL_METRICS_EXPORTER="none",
-        **env,
-    )
-    return sluice
-
-
 def check_run(sluice: Sluice, receiver: OtlpReceiver, dag_id: str, run_id: str) -> None:
     wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=30)
     tis = sluice.task_states(dag_id, run_id)
@@ -155,7 +133,7 @@ def test_every_shape_nests_every_task_under_its_own_span(
     sluice: Sluice, receiver: OtlpReceiver
 ) -> None:
     # Given one scheduler, one worker, a one-slot pool and a DAG of each shape
-    traced(sluice, receiver)
+    export_to(sluice, receiver)
     (sluice.dags_folder / "shapes.py").write_text(textwrap.dedent(SHAPES))
     shrinking = sluice.dags_folder / "shrinking.py"
     shrinking.write_text(
@@ -193,7 +171,7 @@ def test_every_shape_nests_every_task_under_its_own_span(
 def test_chain_nests_every_task(
     sluice: Sluice, receiver: OtlpReceiver, schedulers: int, env: dict[str, str]
 ) -> None:
-    traced(sluice, receiver, **env)
+    export_to(sluice, receiver, **env)
     (sluice.dags_folder / "shapes.py").write_text(textwrap.dedent(SHAPES))
     for _ in range(schedulers):
         sluice.scheduler()
@@ -233,7 +211,7 @@ def test_their_celery_task_nests_under_its_task_span(
 ) -> None:
     # Given Sluice's worker, and the user's instrumented worker serving their queue only
     # (so the task Sluice sends by name is not one its own worker knows)
-    traced(sluice, receiver, SLUICE_RESULT_BACKEND=sluice.broker_url)
+    export_to(sluice, receiver, SLUICE_RESULT_BACKEND=sluice.broker_url)
     (sluice.dags_folder / "theirs.py").write_text(textwrap.dedent(THEIRS))
     sluice.scheduler()
     sluice.worker()
@@ -257,26 +235,19 @@ def test_standalone_nests_every_task(tmp_path: Path, receiver: OtlpReceiver) -> 
     dags.mkdir()
     (dags / "shapes.py").write_text(textwrap.dedent(SHAPES))
     database_url = f"sqlite:///{tmp_path / 'standalone.db'}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
-    env.update(
-        SLUICE_DATABASE_URL=database_url,
-        SLUICE_DAGS_FOLDER=str(dags),
-        SLUICE_LOOP_INTERVAL="0.2",
+    done = standalone(
+        tmp_path,
+        dags,
+        database_url,
+        "--trigger",
+        "branched",
+        "--json",
         OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
         OTEL_BSP_SCHEDULE_DELAY="100",
         OTEL_METRICS_EXPORTER="none",
     )
-    done = subprocess.run(
-        [*SLUICE, "standalone", "--trigger", "branched", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
     assert done.returncode == 0, done.stdout + done.stderr
-    table = done.stdout[done.stdout.index("[\n") : done.stdout.rindex("]") + 1]
-    tis = {row["task_id"]: row for row in json.loads(table)}
+    tis = printed_states(done.stdout)
     assert tis["no"]["state"] == "skipped" and tis["join"]["state"] == "success"
     engine = create_engine(database_url)
     try:
@@ -312,7 +283,7 @@ with DAG("daily", schedule="@daily", start_date=datetime(2026, 1, 1, tzinfo=time
 
 def test_backfill_nests_every_task(sluice: Sluice, receiver: OtlpReceiver) -> None:
     """A backfill publishes every task of its runs itself (workers leave its runs to it)."""
-    traced(sluice, receiver)
+    export_to(sluice, receiver)
     (sluice.dags_folder / "daily.py").write_text(textwrap.dedent(DAILY))
     sluice.worker()
     sluice.ok("backfill", "daily", "--start", "2026-02-01", "--end", "2026-02-02")
@@ -329,7 +300,7 @@ def test_backfill_nests_every_task(sluice: Sluice, receiver: OtlpReceiver) -> No
 
 def test_a_republished_task_nests_under_its_span(sluice: Sluice, receiver: OtlpReceiver) -> None:
     """The queued sweep re-publishes a message the broker lost, with the TI's own span."""
-    traced(sluice, receiver, SLUICE_QUEUED_TIMEOUT="1")
+    export_to(sluice, receiver, SLUICE_QUEUED_TIMEOUT="1")
     (sluice.dags_folder / "shapes.py").write_text(textwrap.dedent(SHAPES))
     sluice.scheduler()
     run_id = sluice.trigger("chain5")

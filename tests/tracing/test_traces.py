@@ -9,14 +9,13 @@ from __future__ import annotations
 import signal
 import textwrap
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from tests.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan, SpanCollector
 from tests.procs import Sluice, wait_until
-from tests.tracing.trees import check_run_tree
+from tests.tracing.trees import check_run_tree, export_to
 
 DAG_FILE = """
 import time
@@ -49,21 +48,8 @@ with DAG("traced", schedule=None) as dag:
 
 
 @pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    r = OtlpReceiver()
-    yield r
-    r.close()
-
-
-@pytest.fixture
 def traced(sluice: Sluice, receiver: OtlpReceiver) -> Sluice:
-    sluice.extra_env.update(
-        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
-        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-        OTEL_BSP_SCHEDULE_DELAY="100",
-        OTEL_METRICS_EXPORTER="none",  # traces only: metrics are tested in tests/operators
-    )
-    return sluice
+    return export_to(sluice, receiver)
 
 
 def run_row(sluice: Sluice, run_id: str) -> dict:

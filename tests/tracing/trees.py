@@ -18,9 +18,23 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tests.otlp_receiver import ReceivedSpan, SpanCollector
+from tests.otlp_receiver import OtlpReceiver, ReceivedSpan, SpanCollector
+from tests.procs import Sluice
 
 RUN_SPAN = "run/sluice.run_task_instance"
+
+
+def export_to(sluice: Sluice, receiver: OtlpReceiver, **env: str) -> Sluice:
+    """`sluice`'s processes export their spans (traces only) to `receiver`, with `env`."""
+    sluice.extra_env.update(
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_BSP_MAX_QUEUE_SIZE="20000",
+        OTEL_METRICS_EXPORTER="none",  # metrics are tested in tests/operators
+        **env,
+    )
+    return sluice
 
 
 def base_name(span: ReceivedSpan) -> str:
