@@ -26,17 +26,17 @@ from bench.pg import BenchDb
 from bench.procs import BenchError
 from bench.profiling import Profiler
 from bench.sizes import DAG_W5, Sizes
-from broker.messages import RunMessage
-from broker.wakeup import LocalWaker
-from scheduler.dagrun import create_dagrun
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.jobs.base import TickResult
-from scheduler.jobs.scheduler_job import SchedulerJob
-from scheduler.migrate import upgrade
-from scheduler.models import Dag
-from scheduler.settings import Settings
-from scheduler.states import TI, RunType
-from scheduler.transitions import move_ti
+from sluice.broker.messages import RunMessage
+from sluice.broker.wakeup import LocalWaker
+from sluice.scheduler.dagrun import create_dagrun
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.jobs.base import TickResult
+from sluice.scheduler.jobs.scheduler_job import SchedulerJob
+from sluice.scheduler.migrate import upgrade
+from sluice.scheduler.models import Dag
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, RunType
+from sluice.scheduler.transitions import move_ti
 
 Result = dict[str, Any]
 WARM_TICKS = 3

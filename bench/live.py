@@ -19,13 +19,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bench.pg import BenchDb
 from bench.procs import BenchError, Proc, clean_env, run_cli, sluice_argv, wait_until
-from broker.wakeup import RedisWaker, wakeup_channel
-from scheduler.dagbag import sync_dag_folder
-from scheduler.dagrun import create_dagrun
-from scheduler.db import make_session_factory, transaction, utcnow
-from scheduler.models import Dag, DagRun, Job
-from scheduler.settings import Settings
-from scheduler.states import DagRunState, JobState, RunType
+from sluice.broker.wakeup import RedisWaker, wakeup_channel
+from sluice.scheduler.dagbag import sync_dag_folder
+from sluice.scheduler.dagrun import create_dagrun
+from sluice.scheduler.db import make_session_factory, transaction, utcnow
+from sluice.scheduler.models import Dag, DagRun, Job
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import DagRunState, JobState, RunType
 
 
 class LiveEnv:

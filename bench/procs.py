@@ -31,7 +31,7 @@ def sluice_argv() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("sluice")
-    return [found] if found else [sys.executable, "-m", "scheduler.cli.main"]
+    return [found] if found else [sys.executable, "-m", "sluice.scheduler.cli.main"]
 
 
 def clean_env(extra: Mapping[str, str]) -> dict[str, str]:

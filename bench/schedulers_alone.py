@@ -28,7 +28,7 @@ from bench.pg import BenchDb
 from bench.procs import wait_until
 from bench.redisguard import cleanup_redis
 from bench.sizes import DAG_W7, Sizes
-from broker.queues import DEFAULT_QUEUE, celery_queue
+from sluice.broker.queues import DEFAULT_QUEUE, celery_queue
 
 
 class AlonePhases:

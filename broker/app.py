@@ -4,7 +4,7 @@ Invariants: JSON only on the wire; late acks with prefetch 1, so a message is
 removed from the broker only after its task returned (a duplicate is harmless:
 the worker's compare-and-set on `attempt_id` makes it a no-op); no result backend
 (results live in the database). Nothing reads configuration at import time: the
-module attribute `app` (for `celery -A broker.app`) is built on first access.
+module attribute `app` (for `celery -A sluice.broker.app`) is built on first access.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from urllib.parse import urlparse
 
 from celery import Celery
 
-from broker.queues import DEFAULT_QUEUE, celery_queue
-from scheduler.settings import Settings
+from sluice.broker.queues import DEFAULT_QUEUE, celery_queue
+from sluice.scheduler.settings import Settings
 
 VISIBILITY_TIMEOUT = 3600
 """Seconds before Redis gives an unacknowledged message to another worker."""
@@ -42,8 +42,8 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> Celery:
     `broker_url` overrides `settings.broker_url` (the embedded broker uses memory://).
     The settings are kept on `app.conf.sluice_settings` (see `settings_of`).
     """
-    from broker.kombu_fixes import reuse_redis_clients
-    from broker.worker_task import register
+    from sluice.broker.kombu_fixes import reuse_redis_clients
+    from sluice.broker.worker_task import register
 
     reuse_redis_clients()  # Sluice's own processes only: an attached app keeps kombu's way
     url = broker_url or settings.broker_url
@@ -84,7 +84,7 @@ _lazy_app: Celery | None = None
 
 
 def __getattr__(name: str) -> Any:
-    """`broker.app.app`: the app for `Settings.from_env()`, built on first access (PEP 562)."""
+    """`sluice.broker.app.app`: the app for `Settings.from_env()`, built on first use (PEP 562)."""
     global _lazy_app
     if name == "app":
         if _lazy_app is None:

@@ -24,16 +24,16 @@ from celery import Celery
 from celery._state import _set_task_join_will_block
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.app import create_app
-from broker.publisher import publish
-from broker.queues import DEFAULT_QUEUE, celery_queue
-from broker.runner import WorkerContext
-from broker.wakeup import Waker, local_waker
-from broker.worker_task import install_context
-from scheduler.db import make_engine, make_session_factory
-from scheduler.settings import Settings
-from scheduler.tracing import tracing_configured
-from tasks.loader import DagCache
+from sluice.broker.app import create_app
+from sluice.broker.publisher import publish
+from sluice.broker.queues import DEFAULT_QUEUE, celery_queue
+from sluice.broker.runner import WorkerContext
+from sluice.broker.wakeup import Waker, local_waker
+from sluice.broker.worker_task import install_context
+from sluice.scheduler.db import make_engine, make_session_factory
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.tracing import tracing_configured
+from sluice.tasks.loader import DagCache
 
 log = logging.getLogger("sluice.worker")
 

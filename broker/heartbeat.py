@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.db import transaction, utcnow
-from scheduler.models import TaskInstance
-from scheduler.states import TI
+from sluice.scheduler.db import transaction, utcnow
+from sluice.scheduler.models import TaskInstance
+from sluice.scheduler.states import TI
 
 log = logging.getLogger("sluice.worker")
 

@@ -38,9 +38,9 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.retrying import retrying
-from scheduler.db import Sent, committed_at_once, transaction_opened_by, utcnow
-from scheduler.downstream import (
+from sluice.broker.retrying import retrying
+from sluice.scheduler.db import Sent, committed_at_once, transaction_opened_by, utcnow
+from sluice.scheduler.downstream import (
     FollowUp,
     Plan,
     chain_next_statements,
@@ -54,9 +54,9 @@ from scheduler.downstream import (
     run_lock,
     schedule_downstream,
 )
-from scheduler.models import Dag
-from scheduler.states import TI
-from scheduler.transitions import ti_move_returning
+from sluice.scheduler.models import Dag
+from sluice.scheduler.states import TI
+from sluice.scheduler.transitions import ti_move_returning
 
 log = logging.getLogger("sluice.worker")
 

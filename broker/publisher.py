@@ -23,10 +23,10 @@ from urllib.parse import urlparse
 
 from celery import Celery
 
-from broker.app import settings_of
-from broker.messages import RunMessage
-from broker.queues import RUN_TASK_NAME, celery_queue
-from broker.trace_headers import HeadersLast, carrying
+from sluice.broker.app import settings_of
+from sluice.broker.messages import RunMessage
+from sluice.broker.queues import RUN_TASK_NAME, celery_queue
+from sluice.broker.trace_headers import HeadersLast, carrying
 
 
 def publish(app: Celery, messages: Sequence[RunMessage]) -> None:

@@ -37,20 +37,20 @@ from typing import Any, Protocol
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.heartbeat import Heartbeat
-from broker.messages import RunMessage
-from broker.one_query_result import (
+from sluice.broker.heartbeat import Heartbeat
+from sluice.broker.messages import RunMessage
+from sluice.broker.one_query_result import (
     Success,
     record_at_once,
     records_at_once,
     result_statements,
 )
-from broker.retrying import retrying
-from broker.task_logs import capture_task_log
-from broker.trace_headers import HeadersLast, carrying
-from broker.wakeup import Waker
-from scheduler.dag_cache import SerializedDagCache
-from scheduler.db import (
+from sluice.broker.retrying import retrying
+from sluice.broker.task_logs import capture_task_log
+from sluice.broker.trace_headers import HeadersLast, carrying
+from sluice.broker.wakeup import Waker
+from sluice.scheduler.dag_cache import SerializedDagCache
+from sluice.scheduler.db import (
     executed_alone,
     sends_in_one_query,
     single_statement_factory,
@@ -58,7 +58,7 @@ from scheduler.db import (
     transaction_opened_by,
     utcnow,
 )
-from scheduler.downstream import (
+from sluice.scheduler.downstream import (
     FollowUp,
     Plan,
     decidable,
@@ -67,15 +67,15 @@ from scheduler.downstream import (
     wide_fan_in,
     write_result,
 )
-from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.queries.task_logs import LogSnapshot, save_task_log
-from scheduler.settings import Settings
-from scheduler.states import TI
-from scheduler.transitions import move_ti, short_error, ti_move_returning
-from tasks.celery_task import CeleryTask
-from tasks.errors import Skip
-from tasks.runtime import branch_targets, check_result, run_task, wants_context
-from tasks.serialize import retry_delay_for
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI
+from sluice.scheduler.transitions import move_ti, short_error, ti_move_returning
+from sluice.tasks.celery_task import CeleryTask
+from sluice.tasks.errors import Skip
+from sluice.tasks.runtime import branch_targets, check_result, run_task, wants_context
+from sluice.tasks.serialize import retry_delay_for
 
 log = logging.getLogger("sluice.worker")
 
@@ -373,7 +373,7 @@ _fallback_apps: dict[Settings, Any] = {}
 
 def _sending_app(ctx: WorkerContext) -> Any:
     """The Celery app that sends a CeleryTask's task: the app of the running Sluice task
-    (the user's app under `broker.attach`), else a Sluice app for `ctx.settings` (a local run).
+    (the user's app under `sluice.attach`), else a Sluice app for `ctx.settings` (a local run).
     """
     from celery import current_task
 
@@ -381,7 +381,7 @@ def _sending_app(ctx: WorkerContext) -> Any:
     if running is not None:
         return running.app
     if ctx.settings not in _fallback_apps:
-        from broker.app import create_app
+        from sluice.broker.app import create_app
 
         _fallback_apps[ctx.settings] = create_app(ctx.settings)
     return _fallback_apps[ctx.settings]

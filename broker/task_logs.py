@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.db import transaction, utcnow
-from scheduler.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.db import transaction, utcnow
+from sluice.scheduler.queries.task_logs import LogSnapshot, save_task_log
 
 if TYPE_CHECKING:
-    from broker.messages import RunMessage
-    from broker.runner import WorkerContext
+    from sluice.broker.messages import RunMessage
+    from sluice.broker.runner import WorkerContext
 
 log = logging.getLogger("sluice.task_logs")
 

@@ -21,9 +21,9 @@ from typing import Any
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 from opentelemetry import propagate, trace
 
-from broker.messages import RunMessage
-from broker.queues import RUN_TASK_NAME
-from scheduler.tracing import Tracing, context_headers, tracing_configured
+from sluice.broker.messages import RunMessage
+from sluice.broker.queues import RUN_TASK_NAME
+from sluice.scheduler.tracing import Tracing, context_headers, tracing_configured
 
 log = logging.getLogger("sluice.worker")
 

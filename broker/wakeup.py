@@ -34,7 +34,7 @@ from redis.backoff import NoBackoff
 from redis.client import PubSub
 from redis.retry import Retry
 
-from scheduler.settings import Settings
+from sluice.scheduler.settings import Settings
 
 log = logging.getLogger("sluice.wakeup")
 

@@ -1,6 +1,6 @@
 """Starting a Celery worker process for Sluice queues (`sluice worker -Q a,b -c N`).
 
-Equivalent to `celery -A broker.app worker -Q sluice.a,sluice.b -c N --without-mingle
+Equivalent to `celery -A sluice.broker.app worker -Q sluice.a,sluice.b -c N --without-mingle
 --without-gossip`; mingle and gossip only slow the start and add broker chatter,
 since workers share nothing but the database.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from broker.app import create_app
-from broker.queues import DEFAULT_QUEUE, celery_queue
-from scheduler.settings import Settings
+from sluice.broker.app import create_app
+from sluice.broker.queues import DEFAULT_QUEUE, celery_queue
+from sluice.scheduler.settings import Settings
 
 
 def worker_argv(

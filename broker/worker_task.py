@@ -20,19 +20,19 @@ from typing import Any
 from celery import Celery, Task, current_app
 from celery.signals import worker_process_init
 
-from broker.app import settings_of
-from broker.kombu_fixes import guard_closed_redis_transport
-from broker.messages import RunMessage
-from broker.publisher import publish
-from broker.queues import RUN_TASK_NAME
-from broker.runner import WorkerContext, run_task_instance
-from broker.trace_headers import incoming_carrier
-from broker.tracing import annotate
-from broker.wakeup import waker_for
-from scheduler.db import make_engine, make_session_factory
-from scheduler.settings import Settings
-from scheduler.tracing import tracing_configured
-from tasks.loader import DagCache
+from sluice.broker.app import settings_of
+from sluice.broker.kombu_fixes import guard_closed_redis_transport
+from sluice.broker.messages import RunMessage
+from sluice.broker.publisher import publish
+from sluice.broker.queues import RUN_TASK_NAME
+from sluice.broker.runner import WorkerContext, run_task_instance
+from sluice.broker.trace_headers import incoming_carrier
+from sluice.broker.tracing import annotate
+from sluice.broker.wakeup import waker_for
+from sluice.scheduler.db import make_engine, make_session_factory
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.tracing import tracing_configured
+from sluice.tasks.loader import DagCache
 
 log = logging.getLogger("sluice.worker")
 
@@ -42,7 +42,7 @@ _lock = threading.Lock()
 
 def register(app: Celery) -> None:
     """Register the worker task on `app` (called by `broker.app.create_app` and
-    `broker.attach`), and guard kombu's Redis channel against a crash on broker loss."""
+    `sluice.attach`), and guard kombu's Redis channel against a crash on broker loss."""
     guard_closed_redis_transport()
 
     @app.task(name=RUN_TASK_NAME, bind=True, acks_late=True, ignore_result=True, shared=False)

@@ -37,14 +37,14 @@ from celery.result import AsyncResult
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.db import transaction
-from scheduler.models import Dag, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import TI
-from scheduler.transitions import fail_try, move_ti
-from tasks.celery_task import external_id_for
-from tasks.errors import ResultError
-from tasks.runtime import check_result
+from sluice.scheduler.db import transaction
+from sluice.scheduler.models import Dag, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI
+from sluice.scheduler.transitions import fail_try, move_ti
+from sluice.tasks.celery_task import external_id_for
+from sluice.tasks.errors import ResultError
+from sluice.tasks.runtime import check_result
 
 log = logging.getLogger("sluice.celery_poller")
 

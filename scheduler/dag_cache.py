@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.models import Dag
+from sluice.scheduler.models import Dag
 
 
 class SerializedDagCache:

@@ -18,12 +18,12 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.db import transaction
-from scheduler.models import Dag, DagFile
-from scheduler.timetables import next_dagrun_after, timetable_for
-from scheduler.upsert import upsert
-from tasks.loader import list_dag_files
-from tasks.parsing import parse_files
+from sluice.scheduler.db import transaction
+from sluice.scheduler.models import Dag, DagFile
+from sluice.scheduler.timetables import next_dagrun_after, timetable_for
+from sluice.scheduler.upsert import upsert
+from sluice.tasks.loader import list_dag_files
+from sluice.tasks.parsing import parse_files
 
 log = logging.getLogger("sluice.dagbag")
 
@@ -119,7 +119,7 @@ def _record_dags(
 def _record_dag(
     session: Session, path: str, spec: dict[str, Any], row: Dag | None, now: dt.datetime
 ) -> None:
-    from tasks.serialize import version_hash
+    from sluice.tasks.serialize import version_hash
 
     schedule = spec.get("schedule")
     values: dict[str, Any] = {

@@ -17,11 +17,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from scheduler.deps import TiView, decide_run, run_outcome
-from scheduler.models import DEFAULT_POOL, Dag, DagRun, TaskInstance
-from scheduler.states import TI, DagRunState, RunType
-from scheduler.tracing_ids import new_carrier, trace_id_of
-from scheduler.transitions import move_run, move_tis
+from sluice.scheduler.deps import TiView, decide_run, run_outcome
+from sluice.scheduler.models import DEFAULT_POOL, Dag, DagRun, TaskInstance
+from sluice.scheduler.states import TI, DagRunState, RunType
+from sluice.scheduler.tracing_ids import new_carrier, trace_id_of
+from sluice.scheduler.transitions import move_run, move_tis
 
 _TIS = TaskInstance.__table__.c
 _RUNS = DagRun.__table__

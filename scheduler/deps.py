@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.states import TI, TaskInstanceState
-from tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
+from sluice.scheduler.states import TI, TaskInstanceState
+from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 
 _DONE = frozenset({TI.SUCCESS, TI.FAILED, TI.UPSTREAM_FAILED, TI.SKIPPED, TI.REMOVED})
 

@@ -58,13 +58,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from broker.messages import RunMessage
-from scheduler import spans
-from scheduler.db import Sent
-from scheduler.deps import TiView, decide_one, upstream_counts
-from scheduler.models import Dag, DagRun, Pool, TaskInstance
-from scheduler.queries.sql import expected_state, one_of
-from scheduler.queries.tis import (
+from sluice.broker.messages import RunMessage
+from sluice.scheduler import spans
+from sluice.scheduler.db import Sent
+from sluice.scheduler.deps import TiView, decide_one, upstream_counts
+from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.queries.sql import expected_state, one_of
+from sluice.scheduler.queries.tis import (
     FITS_ITS_POOL_FIRST,
     HAS_ROOM,
     NEXT_WAITING_FITS,
@@ -72,9 +72,9 @@ from scheduler.queries.tis import (
     lock_pools,
     pool_lock,
 )
-from scheduler.queueing import Capacity, new_try_message, queue_scheduled
-from scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
-from scheduler.transitions import (
+from sluice.scheduler.queueing import Capacity, new_try_message, queue_scheduled
+from sluice.scheduler.states import TI, TI_UNFINISHED, DagRunState, SpanStatus, TaskInstanceState
+from sluice.scheduler.transitions import (
     move_ti_reading,
     move_tis,
     queue_picked_statement,
@@ -83,7 +83,7 @@ from scheduler.transitions import (
     queue_waiting_if,
     ti_move_returning,
 )
-from tasks.trigger_rules import TriggerRule, Verdict, decide
+from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
 
 READ_LIMIT = 256
 """Most TIs a worker reads to decide a downstream. Beyond it (the 10,000-way fan-in of a

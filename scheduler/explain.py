@@ -23,10 +23,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.deps import TiView
-from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import TI
+from sluice.scheduler.deps import TiView
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI
 
 
 class ReasonKind(StrEnum):
@@ -206,7 +206,7 @@ def explain_ti(
     `settings` gives the namespace and timeouts (defaults when None).
     Raises ExplainError for an unknown DAG, run or task.
     """
-    from scheduler.explain_reasons import reasons_for
+    from sluice.scheduler.explain_reasons import reasons_for
 
     settings = settings or Settings()
     subject = load_subject(session, dag_id, run_id, task_id, now, settings, workers_by_queue)

@@ -16,12 +16,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from broker.queues import celery_queue
-from scheduler.explain import Reason, Subject, duration, iso
-from scheduler.explain import ReasonKind as K
-from scheduler.models import DagRun, Job, Pool, TaskInstance
-from scheduler.queries.tis import used_slots_by_pool
-from scheduler.states import TI_ACTIVE, DagRunState, JobState, RunType
+from sluice.broker.queues import celery_queue
+from sluice.scheduler.explain import Reason, Subject, duration, iso
+from sluice.scheduler.explain import ReasonKind as K
+from sluice.scheduler.models import DagRun, Job, Pool, TaskInstance
+from sluice.scheduler.queries.tis import used_slots_by_pool
+from sluice.scheduler.states import TI_ACTIVE, DagRunState, JobState, RunType
 
 MAX_LISTED = 10
 """At most this many occupants are listed (with the total count)."""

@@ -15,18 +15,18 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from scheduler.deps import branch_choice, decide_run, upstream_counts
-from scheduler.explain import Reason, Subject, duration, iso
-from scheduler.explain import ReasonKind as K
-from scheduler.explain_limits import (
+from sluice.scheduler.deps import branch_choice, decide_run, upstream_counts
+from sluice.scheduler.explain import Reason, Subject, duration, iso
+from sluice.scheduler.explain import ReasonKind as K
+from sluice.scheduler.explain_limits import (
     driver_reasons,
     limit_reasons,
     no_worker_reasons,
     queue_reasons,
     run_reasons,
 )
-from scheduler.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
-from tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
+from sluice.scheduler.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
+from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 
 _UNFINISHED = frozenset(str(s) for s in TI_UNFINISHED)
 

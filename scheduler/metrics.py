@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.messages import RunMessage
-from scheduler.models import Pool, TaskInstance
-from scheduler.queries.tis import used_slots_by_pool
-from scheduler.settings import ConfigError, Settings
-from scheduler.states import TI, TI_UNFINISHED
+from sluice.broker.messages import RunMessage
+from sluice.scheduler.models import Pool, TaskInstance
+from sluice.scheduler.queries.tis import used_slots_by_pool
+from sluice.scheduler.settings import ConfigError, Settings
+from sluice.scheduler.states import TI, TI_UNFINISHED
 
 if TYPE_CHECKING:
-    from scheduler.jobs.base import TickResult
+    from sluice.scheduler.jobs.base import TickResult
 
 log = logging.getLogger("sluice.metrics")
 

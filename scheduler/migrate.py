@@ -15,7 +15,7 @@ class SchemaNotReady(RuntimeError):
 
 def _config() -> Config:
     config = Config()
-    config.set_main_option("script_location", "scheduler:migrations")
+    config.set_main_option("script_location", "sluice.scheduler:migrations")
     return config
 
 

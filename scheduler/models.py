@@ -24,8 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from scheduler.db import UtcDateTime
-from scheduler.states import DagRunState, JobState, RunType, SpanStatus, TaskInstanceState
+from sluice.scheduler.db import UtcDateTime
+from sluice.scheduler.states import DagRunState, JobState, RunType, SpanStatus, TaskInstanceState
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

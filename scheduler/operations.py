@@ -15,12 +15,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.dagrun import create_dagrun
-from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import TI, DagRunState, RunType, SpanStatus
-from scheduler.tracing_ids import new_carrier, trace_id_of
-from scheduler.transitions import move_run, move_spans, move_tis
+from sluice.scheduler.dagrun import create_dagrun
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, DagRunState, RunType, SpanStatus
+from sluice.scheduler.tracing_ids import new_carrier, trace_id_of
+from sluice.scheduler.transitions import move_run, move_spans, move_tis
 
 
 class UnknownTask(LookupError):
@@ -145,14 +145,14 @@ def revoke_external_tasks(settings: Settings, task_ids: Sequence[str]) -> None:
     Best-effort: a broker error is logged, never raised."""
     if not task_ids:
         return
-    from scheduler.celery_poller import revoke_ids
+    from sluice.scheduler.celery_poller import revoke_ids
 
     revoke_ids(settings, task_ids)
 
 
 def wake_schedulers(settings: Settings) -> None:
     """Wake every scheduler of the deployment now (best-effort: never raises)."""
-    from broker.wakeup import waker_for
+    from sluice.broker.wakeup import waker_for
 
     waker = waker_for(settings)
     try:

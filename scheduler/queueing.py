@@ -22,17 +22,17 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, select, update
 from sqlalchemy.orm import Session
 
-from broker.messages import RunMessage
-from scheduler.models import Dag, TaskInstance
-from scheduler.queries.tis import (
+from sluice.broker.messages import RunMessage
+from sluice.scheduler.models import Dag, TaskInstance
+from sluice.scheduler.queries.tis import (
     active_usage,
     lock_dead_running,
     lock_expired_queued,
     lock_pools,
     lock_scheduled_tis,
 )
-from scheduler.states import TI
-from scheduler.transitions import fail_try, queue_tis
+from sluice.scheduler.states import TI
+from sluice.scheduler.transitions import fail_try, queue_tis
 
 log = logging.getLogger("sluice.queueing")
 

@@ -28,10 +28,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from scheduler.models import DagRun, TaskInstance
-from scheduler.states import TI_TERMINAL, SpanStatus
-from scheduler.tracing import Tracing
-from scheduler.transitions import move_spans
+from sluice.scheduler.models import DagRun, TaskInstance
+from sluice.scheduler.states import TI_TERMINAL, SpanStatus
+from sluice.scheduler.tracing import Tracing
+from sluice.scheduler.transitions import move_spans
 
 S = SpanStatus
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from croniter import croniter
 
-from tasks.dag import CRON_PRESETS
+from sluice.tasks.dag import CRON_PRESETS
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _TICK = timedelta(microseconds=1)

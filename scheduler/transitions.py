@@ -31,9 +31,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from scheduler.models import DagRun, TaskInstance
-from scheduler.queries.sql import expected_state
-from scheduler.states import (
+from sluice.scheduler.models import DagRun, TaskInstance
+from sluice.scheduler.queries.sql import expected_state
+from sluice.scheduler.states import (
     TI,
     TI_TERMINAL,
     DagRunState,
@@ -524,7 +524,7 @@ def fail_try(
     The retry waits `retry_delay_for` the task. Returns the state written, None if
     the compare-and-set lost (the try moved meanwhile).
     """
-    from tasks.serialize import retry_delay_for
+    from sluice.tasks.serialize import retry_delay_for
 
     values: dict[str, Any] = {"error": short_error(error), "next_retry_at": None}
     new = TI.FAILED

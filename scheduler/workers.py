@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from scheduler.settings import Settings
+from sluice.scheduler.settings import Settings
 
 log = logging.getLogger("sluice.workers")
 
@@ -53,7 +53,7 @@ def workers_by_queue(settings: Settings, timeout: float = 1.0) -> WorkerMap:
     A broker that cannot be reached gives an empty map with a `note` (at once:
     one connection attempt, no retries). No reply at all means no live worker.
     """
-    from broker.app import create_app
+    from sluice.broker.app import create_app
 
     if settings.embedded_broker:
         return WorkerMap.failed("the embedded broker's workers live in their own process")

@@ -1,16 +1,22 @@
 """Sluice authoring API: DAGs, tasks, trigger rules.
 
-This package imports nothing from ``scheduler`` or ``broker``. ``tasks.parsing`` (the DAG
-parser subprocess) is deliberately not imported here: it runs as ``python -m tasks.parsing``.
+This package imports nothing from ``sluice.scheduler`` or ``sluice.broker``. ``parsing`` (the DAG
+parser subprocess) is not imported here: it runs as ``python -m sluice.tasks.parsing``.
 """
 
 from __future__ import annotations
 
-from tasks.celery_task import CeleryTask, Upstream
-from tasks.dag import DAG
-from tasks.errors import DagDefinitionError, ResultError, ShellCommandError, Skip, TaskTimeout
-from tasks.task import ShellTask, Task, task
-from tasks.trigger_rules import TriggerRule
+from sluice.tasks.celery_task import CeleryTask, Upstream
+from sluice.tasks.dag import DAG
+from sluice.tasks.errors import (
+    DagDefinitionError,
+    ResultError,
+    ShellCommandError,
+    Skip,
+    TaskTimeout,
+)
+from sluice.tasks.task import ShellTask, Task, task
+from sluice.tasks.trigger_rules import TriggerRule
 
 __all__ = [
     "CeleryTask",

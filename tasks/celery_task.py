@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from tasks.dag import DAG
-from tasks.errors import DagDefinitionError
-from tasks.task import Task, _as_timedelta
+from sluice.tasks.dag import DAG
+from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.task import Task, _as_timedelta
 
 _TEMPLATE = re.compile(r"^\{\{\s*upstream\.([A-Za-z0-9_.-]+)\s*\}\}$")
 _MARKER_KEY = "$upstream"
@@ -142,9 +142,7 @@ class CeleryTask(Task):
         self.timeout: timedelta | None = limit
         self.celery_queue = celery_queue
 
-    def send(
-        self, app: Any, upstream: Mapping[str, Any], attempt_id: str, **options: Any
-    ) -> str:
+    def send(self, app: Any, upstream: Mapping[str, Any], attempt_id: str, **options: Any) -> str:
         """Send the external task through Celery app ``app``; return its Celery task id.
 
         ``options`` go to ``app.send_task`` as they are (the worker passes the producer

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from croniter import croniter
 
-from tasks.errors import DagDefinitionError
+from sluice.tasks.errors import DagDefinitionError
 
 if TYPE_CHECKING:
-    from tasks.task import Task
+    from sluice.tasks.task import Task
 
 DAG_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
 

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.dag import DAG, collect_dags
-from tasks.errors import DagDefinitionError
+from sluice.tasks.dag import DAG, collect_dags
+from sluice.tasks.errors import DagDefinitionError
 
 
 def module_name_for(path: str | os.PathLike[str]) -> str:

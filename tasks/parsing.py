@@ -1,9 +1,9 @@
 """Parsing DAG files in a fresh subprocess, and that subprocess's entry point.
 
-``parse_files`` runs ``python -P -m tasks.parsing`` once for a batch of files (starting an
-interpreter costs more than parsing a file). ``-P`` keeps the working directory off
-``sys.path`` so that a user's ``tasks.py`` there cannot shadow this package; our own package
-root is put on ``PYTHONPATH`` instead. The request goes in on stdin as JSON; each file's
+``parse_files`` runs ``python -m sluice.tasks.parsing`` once for a batch of files (starting
+an interpreter costs more than parsing a file), with the folder that holds the ``sluice``
+package first on ``PYTHONPATH`` (a source checkout needs it; an install has it anyway). The
+request goes in on stdin as JSON; each file's
 result comes back on stdout as one JSON line, written as soon as that file is done, so a
 crash only costs the files not reported yet. Inside, file descriptor 1 is pointed at stderr
 while user code runs: its prints never corrupt the protocol.
@@ -28,14 +28,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypedDict
 
-from tasks.errors import DagDefinitionError
-from tasks.loader import load_file
-from tasks.serialize import serialize_dag
+from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.loader import load_file
+from sluice.tasks.serialize import serialize_dag
 
 log = logging.getLogger("sluice.parsing")
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+_PACKAGE_DIR = str(Path(__file__).parent) + os.sep  # as imported: frames name it so
+_PACKAGE_ROOT = str(Path(__file__).parents[2])
+"""The folder holding the `sluice` package (this file is sluice/tasks/parsing.py)."""
 _MAX_ERROR_CHARS = 2000
 
 
@@ -78,7 +79,7 @@ def _run_batch(
     request = json.dumps({"paths": paths, "timeout": timeout, "seen": seen}).encode("utf-8")
     deadline = len(paths) * timeout + 5
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "tasks.parsing"],
+        [sys.executable, "-m", "sluice.tasks.parsing"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any
 
-from tasks.errors import ResultError, TaskTimeout
-from tasks.shell import run_shell, sluice_env
-from tasks.task import ShellTask, Task
+from sluice.tasks.errors import ResultError, TaskTimeout
+from sluice.tasks.shell import run_shell, sluice_env
+from sluice.tasks.task import ShellTask, Task
 
 #: Largest JSON-encoded task result stored, in bytes.
 MAX_RESULT_BYTES = 65536

@@ -12,9 +12,9 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from tasks.celery_task import CeleryTask, to_json
-from tasks.dag import DAG
-from tasks.task import Task
+from sluice.tasks.celery_task import CeleryTask, to_json
+from sluice.tasks.dag import DAG
+from sluice.tasks.task import Task
 
 #: Cap on an exponential-backoff retry delay when the task sets no ``max_retry_delay``.
 MAX_BACKOFF_DELAY = timedelta(hours=24)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import IO, Any
 
-from tasks.errors import ShellCommandError, TaskTimeout
+from sluice.tasks.errors import ShellCommandError, TaskTimeout
 
 log = logging.getLogger("sluice.task")
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
-from tasks.dag import DAG, DAG_ID_RE, current_dag
-from tasks.errors import DagDefinitionError
-from tasks.trigger_rules import TriggerRule
+from sluice.tasks.dag import DAG, DAG_ID_RE, current_dag
+from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.trigger_rules import TriggerRule
 
 #: Options every task has, with their defaults (a DAG's default_args may override them).
 TASK_DEFAULTS: dict[str, Any] = {

@@ -19,7 +19,7 @@ from sqlalchemy.pool import NullPool
 
 T = TypeVar("T")
 
-SLUICE = [sys.executable, "-m", "scheduler.cli.main"]
+SLUICE = [sys.executable, "-m", "sluice.scheduler.cli.main"]
 
 
 def wait_until(check: Callable[[], T], timeout: float = 30.0, every: float = 0.1) -> T:
@@ -44,6 +44,10 @@ class Sluice:
     log_dir: Path
     extra_env: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    argv: list[str] = field(default_factory=lambda: list(SLUICE))
+    """How `sluice` is started (`python -m …` unless a test uses the console script)."""
+    cwd: Path | None = None
+    """The working directory of every command (the test's own by default)."""
 
     def __post_init__(self) -> None:
         self.namespace = f"t{uuid.uuid4().hex[:8]}"
@@ -69,7 +73,12 @@ class Sluice:
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*SLUICE, *args], env=self.env, capture_output=True, text=True, timeout=timeout
+            [*self.argv, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.cwd,
         )
 
     def ok(self, *args: str) -> str:
@@ -80,8 +89,9 @@ class Sluice:
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [*SLUICE, *args],
+            [*self.argv, *args],
             env=self.env,
+            cwd=self.cwd,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

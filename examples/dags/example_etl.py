@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from tasks import DAG, ShellTask, TriggerRule, task
+from sluice import DAG, ShellTask, TriggerRule, task
 
 with DAG(
     "example_etl",

@@ -1,6 +1,6 @@
 """The smallest DAG: one task, manual runs only."""
 
-from tasks import DAG, task
+from sluice import DAG, task
 
 with DAG("example_hello", schedule=None) as dag:
 

@@ -6,6 +6,6 @@ environment at import time; the app reads it once, when it is created.
 
 from __future__ import annotations
 
-from scheduler.api.app import create_app
+from sluice.scheduler.api.app import create_app
 
 __all__ = ["create_app"]

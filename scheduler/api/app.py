@@ -14,13 +14,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from scheduler.api import health, routes_dags, routes_runs, routes_tasks
-from scheduler.api.config import ApiConfig
-from scheduler.api.errors import install_error_handlers
-from scheduler.api.state import ApiState
-from scheduler.api.ui import install_ui
-from scheduler.db import make_engine, make_session_factory
-from scheduler.settings import Settings
+from sluice.scheduler.api import health, routes_dags, routes_runs, routes_tasks
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.api.errors import install_error_handlers
+from sluice.scheduler.api.state import ApiState
+from sluice.scheduler.api.ui import install_ui
+from sluice.scheduler.db import make_engine, make_session_factory
+from sluice.scheduler.settings import Settings
 
 API_VERSION = "1"
 

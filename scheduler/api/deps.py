@@ -15,8 +15,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from scheduler.api.errors import ApiError
-from scheduler.api.state import ApiState
+from sluice.scheduler.api.errors import ApiError
+from sluice.scheduler.api.state import ApiState
 
 bearer = HTTPBearer(auto_error=False, description="the value of SLUICE_API_TOKEN")
 

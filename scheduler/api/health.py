@@ -22,19 +22,19 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import select, text
 
-from scheduler.api.deps import CanRead, State
-from scheduler.api.responses import errors
-from scheduler.api.schemas import (
+from sluice.scheduler.api.deps import CanRead, State
+from sluice.scheduler.api.responses import errors
+from sluice.scheduler.api.schemas import (
     DatabaseHealth,
     Health,
     SchedulerHealth,
     WorkerHealth,
     WorkersHealth,
 )
-from scheduler.api.state import ApiState
-from scheduler.db import utcnow
-from scheduler.models import Job
-from scheduler.states import JobState
+from sluice.scheduler.api.state import ApiState
+from sluice.scheduler.db import utcnow
+from sluice.scheduler.models import Job
+from sluice.scheduler.states import JobState
 
 log = logging.getLogger("sluice.api")
 
@@ -89,7 +89,7 @@ def _ping_broker(url: str) -> None:
 
 def _ask_workers(state: ApiState) -> dict[str, Any]:
     if state.celery is None:
-        from broker.app import create_app
+        from sluice.broker.app import create_app
 
         state.celery = create_app(state.settings)
     replies = state.celery.control.inspect(timeout=WORKER_TIMEOUT).active_queues()

@@ -9,9 +9,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.api.errors import not_found
-from scheduler.api.schemas import ID_MAX, storable
-from scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.api.errors import not_found
+from sluice.scheduler.api.schemas import ID_MAX, storable
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
 
 
 def _usable(value: str) -> bool:

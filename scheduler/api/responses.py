@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.api.schemas import ErrorOut
+from sluice.scheduler.api.schemas import ErrorOut
 
 _TEXT = {
     401: "missing or wrong bearer token",

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from scheduler.api.deps import CanRead, CanWrite, DbSession
-from scheduler.api.lookups import find_dag
-from scheduler.api.responses import errors
-from scheduler.api.schemas import (
+from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession
+from sluice.scheduler.api.lookups import find_dag
+from sluice.scheduler.api.responses import errors
+from sluice.scheduler.api.schemas import (
     DagDetail,
     DagList,
     DagPatch,
@@ -23,9 +23,9 @@ from scheduler.api.schemas import (
     GridRun,
     ImportErrorOut,
 )
-from scheduler.api.views import dag_summary, task_order, task_specs
-from scheduler.models import Dag, DagFile, DagRun, TaskInstance
-from scheduler.states import RUN_UNFINISHED
+from sluice.scheduler.api.views import dag_summary, task_order, task_specs
+from sluice.scheduler.models import Dag, DagFile, DagRun, TaskInstance
+from sluice.scheduler.states import RUN_UNFINISHED
 
 RECENT_RUNS = 10
 

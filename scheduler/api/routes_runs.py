@@ -12,19 +12,19 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy import func, select
 
-from scheduler import operations
-from scheduler.api.deps import CanRead, CanWrite, DbSession, State
-from scheduler.api.errors import ApiError, unprocessable
-from scheduler.api.lookups import find_dag, find_run
-from scheduler.api.responses import errors
-from scheduler.api.schemas import RunCreate, RunList, RunOut
-from scheduler.api.views import run_out
-from scheduler.cli.context import CliError, parse_date
-from scheduler.dagrun import RunExists
-from scheduler.db import utcnow
-from scheduler.models import DagRun
-from scheduler.operations import wake_schedulers
-from scheduler.states import DagRunState
+from sluice.scheduler import operations
+from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from sluice.scheduler.api.errors import ApiError, unprocessable
+from sluice.scheduler.api.lookups import find_dag, find_run
+from sluice.scheduler.api.responses import errors
+from sluice.scheduler.api.schemas import RunCreate, RunList, RunOut
+from sluice.scheduler.api.views import run_out
+from sluice.scheduler.cli.context import CliError, parse_date
+from sluice.scheduler.dagrun import RunExists
+from sluice.scheduler.db import utcnow
+from sluice.scheduler.models import DagRun
+from sluice.scheduler.operations import wake_schedulers
+from sluice.scheduler.states import DagRunState
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs", tags=["runs"])
 

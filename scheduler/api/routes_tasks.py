@@ -12,11 +12,11 @@ from fastapi import APIRouter, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.api.deps import CanRead, CanWrite, DbSession, State
-from scheduler.api.errors import not_found
-from scheduler.api.lookups import find_run, find_ti
-from scheduler.api.responses import errors
-from scheduler.api.schemas import (
+from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from sluice.scheduler.api.errors import not_found
+from sluice.scheduler.api.lookups import find_run, find_ti
+from sluice.scheduler.api.responses import errors
+from sluice.scheduler.api.schemas import (
     ClearOut,
     ClearRequest,
     TaskInstanceDetail,
@@ -24,13 +24,13 @@ from scheduler.api.schemas import (
     TaskLogOut,
     TryOut,
 )
-from scheduler.api.views import task_order, ti_fields, ti_out, trace_id_of
-from scheduler.db import utcnow
-from scheduler.explain import ExplainError, explain_ti
-from scheduler.models import DagRun, TaskInstance
-from scheduler.operations import clear_task_instances, revoke_external_tasks, wake_schedulers
-from scheduler.queries.task_logs import task_log_of, tries_of
-from scheduler.states import TI
+from sluice.scheduler.api.views import task_order, ti_fields, ti_out, trace_id_of
+from sluice.scheduler.db import utcnow
+from sluice.scheduler.explain import ExplainError, explain_ti
+from sluice.scheduler.models import DagRun, TaskInstance
+from sluice.scheduler.operations import clear_task_instances, revoke_external_tasks, wake_schedulers
+from sluice.scheduler.queries.task_logs import task_log_of, tries_of
+from sluice.scheduler.states import TI
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
 

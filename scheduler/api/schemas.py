@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
-from scheduler.dagrun import check_run_id
-from scheduler.states import DagRunState, RunType, TaskInstanceState
+from sluice.scheduler.dagrun import check_run_id
+from sluice.scheduler.states import DagRunState, RunType, TaskInstanceState
 
 ID_MAX = 250
 

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.api.config import ApiConfig
-from scheduler.settings import Settings
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.settings import Settings
 
 
 @dataclass

@@ -6,15 +6,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler.api.config import ApiConfig
-from scheduler.api.schemas import (
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.api.schemas import (
     DagSummary,
     RunBrief,
     RunOut,
     TaskInstanceOut,
     TaskSpecOut,
 )
-from scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 

@@ -12,7 +12,7 @@ import logging
 import signal
 from types import FrameType
 
-from scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.context import Cli, CliError
 
 log = logging.getLogger("sluice.api")
 
@@ -29,8 +29,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def serve(cli: Cli, args: argparse.Namespace) -> int:
     import uvicorn
 
-    from scheduler.api import create_app
-    from scheduler.api.config import ApiConfig
+    from sluice.scheduler.api import create_app
+    from sluice.scheduler.api.config import ApiConfig
 
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be between 1 and 65535, got {args.port}")

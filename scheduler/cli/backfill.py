@@ -17,10 +17,10 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from scheduler.cli.context import Cli, CliError, parse_date
-from scheduler.cli.services import install_stop_handlers
-from scheduler.models import Dag
-from scheduler.timetables import logical_dates_between
+from sluice.scheduler.cli.context import Cli, CliError, parse_date
+from sluice.scheduler.cli.services import install_stop_handlers
+from sluice.scheduler.models import Dag
+from sluice.scheduler.timetables import logical_dates_between
 
 log = logging.getLogger("sluice.backfill")
 
@@ -39,7 +39,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def find_local_dag(folder: Path, dag_id: str) -> Any:
     """The DAG object `dag_id` loaded in-process from the local DAG files."""
-    from tasks.loader import list_dag_files, load_file
+    from sluice.tasks.loader import list_dag_files, load_file
 
     for path in list_dag_files(folder):
         if dag_id not in path.read_text(errors="replace"):
@@ -56,7 +56,7 @@ def find_local_dag(folder: Path, dag_id: str) -> Any:
 
 def transient_dag(local: Any, stored: Dag) -> Dag:
     """A Dag row (never added to a session) holding the local definition."""
-    from tasks.serialize import serialize_dag, version_hash
+    from sluice.tasks.serialize import serialize_dag, version_hash
 
     spec = serialize_dag(local)
     return Dag(
@@ -72,8 +72,8 @@ def transient_dag(local: Any, stored: Dag) -> Dag:
 
 
 def backfill(cli: Cli, args: argparse.Namespace) -> int:
-    from broker.wakeup import LocalWaker, waker_for
-    from scheduler.jobs.backfill_job import BackfillJob
+    from sluice.broker.wakeup import LocalWaker, waker_for
+    from sluice.scheduler.jobs.backfill_job import BackfillJob
 
     start = parse_date(args.start, "--start")
     end = parse_date(args.end, "--end")
@@ -100,7 +100,7 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
     if not dates:
         raise CliError(f"no logical date of {args.dag_id!r}'s schedule between {start} and {end}")
 
-    from scheduler.tracing import Tracing
+    from sluice.scheduler.tracing import Tracing
 
     tracing = Tracing("sluice-backfill")
     if args.local:
@@ -111,8 +111,8 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         executor = ThreadPoolExecutor(max_workers=args.concurrency)
         publish = local_publisher(cli, executor, local_obj, local, waker)
     else:
-        from broker.app import create_app
-        from broker.publisher import publish as publish_to
+        from sluice.broker.app import create_app
+        from sluice.broker.publisher import publish as publish_to
 
         app = create_app(cli.settings)
         waker = waker_for(cli.settings)
@@ -174,7 +174,7 @@ def local_publisher(
     """Run each queued TI in this process's thread pool instead of sending it."""
     import socket
 
-    from broker.runner import WorkerContext, run_task_instance
+    from sluice.broker.runner import WorkerContext, run_task_instance
 
     class LocalDags:
         def get_dag(self, fileloc: str, dag_id: str) -> Any:
@@ -192,7 +192,7 @@ def local_publisher(
         pid=os.getpid(),
     )
 
-    from broker.tracing import run_span
+    from sluice.broker.tracing import run_span
 
     def run_one(message: Any) -> None:
         try:

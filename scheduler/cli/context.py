@@ -11,11 +11,11 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.dagbag import sync_dag_folder
-from scheduler.db import make_engine, make_session_factory, utcnow
-from scheduler.migrate import check_current
-from scheduler.models import Dag, DagRun
-from scheduler.settings import Settings
+from sluice.scheduler.dagbag import sync_dag_folder
+from sluice.scheduler.db import make_engine, make_session_factory, utcnow
+from sluice.scheduler.migrate import check_current
+from sluice.scheduler.models import Dag, DagRun
+from sluice.scheduler.settings import Settings
 
 
 class CliError(Exception):

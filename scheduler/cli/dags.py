@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from scheduler import operations
-from scheduler.cli.context import Cli, CliError, iso, parse_conf, parse_date
-from scheduler.dagrun import RunExists, check_run_id
-from scheduler.db import transaction, utcnow
-from scheduler.models import Dag, DagFile
-from scheduler.operations import trigger_run
+from sluice.scheduler import operations
+from sluice.scheduler.cli.context import Cli, CliError, iso, parse_conf, parse_date
+from sluice.scheduler.dagrun import RunExists, check_run_id
+from sluice.scheduler.db import transaction, utcnow
+from sluice.scheduler.models import Dag, DagFile
+from sluice.scheduler.operations import trigger_run
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

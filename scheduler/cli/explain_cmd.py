@@ -15,11 +15,11 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy import select
 
-from scheduler.cli.context import Cli, CliError
-from scheduler.db import utcnow
-from scheduler.explain import ExplainError, Explanation, explain_ti
-from scheduler.models import DagRun, TaskInstance
-from scheduler.states import TI
+from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.db import utcnow
+from sluice.scheduler.explain import ExplainError, Explanation, explain_ti
+from sluice.scheduler.models import DagRun, TaskInstance
+from sluice.scheduler.states import TI
 
 ASK_WORKERS = frozenset({TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.UP_FOR_RETRY})
 
@@ -53,7 +53,7 @@ def explain(cli: Cli, args: argparse.Namespace) -> int:
         )
     workers = None
     if args.workers_timeout > 0 and (state is None or TI(state) in ASK_WORKERS):
-        from scheduler.workers import workers_by_queue
+        from sluice.scheduler.workers import workers_by_queue
 
         workers = workers_by_queue(cli.settings, timeout=args.workers_timeout)
     with cli.factory() as session:

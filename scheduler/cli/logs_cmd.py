@@ -11,9 +11,9 @@ import sys
 
 from sqlalchemy import select
 
-from scheduler.cli.context import Cli, CliError, iso
-from scheduler.models import TaskInstance
-from scheduler.queries.task_logs import task_log_of
+from sluice.scheduler.cli.context import Cli, CliError, iso
+from sluice.scheduler.models import TaskInstance
+from sluice.scheduler.queries.task_logs import task_log_of
 
 
 def add_logs_parser(tasks_sub: argparse._SubParsersAction) -> None:

@@ -8,10 +8,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from scheduler.cli import api_cmd, backfill, dags, services, standalone, status, tasks_cmd
-from scheduler.cli.context import Cli, CliError
-from scheduler.migrate import SchemaNotReady
-from scheduler.settings import ConfigError, Settings
+from sluice.scheduler.cli import api_cmd, backfill, dags, services, standalone, status, tasks_cmd
+from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.migrate import SchemaNotReady
+from sluice.scheduler.settings import ConfigError, Settings
 
 USAGE_ERROR = 2
 

@@ -9,11 +9,11 @@ from types import FrameType
 
 from sqlalchemy import select
 
-from scheduler.cli.context import Cli, CliError
-from scheduler.db import transaction
-from scheduler.migrate import upgrade
-from scheduler.models import Pool
-from scheduler.upsert import upsert
+from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.db import transaction
+from sluice.scheduler.migrate import upgrade
+from sluice.scheduler.models import Pool
+from sluice.scheduler.upsert import upsert
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -60,15 +60,15 @@ def install_stop_handlers(stop: object) -> None:
 
 
 def scheduler(cli: Cli, args: argparse.Namespace) -> int:
-    from broker.app import create_app
-    from broker.publisher import publish
-    from broker.wakeup import waker_for
-    from scheduler.jobs.scheduler_job import SchedulerJob
+    from sluice.broker.app import create_app
+    from sluice.broker.publisher import publish
+    from sluice.broker.wakeup import waker_for
+    from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 
     app = create_app(cli.settings)
     waker = waker_for(cli.settings)
-    from scheduler.metrics import SchedulerMetrics
-    from scheduler.tracing import Tracing
+    from sluice.scheduler.metrics import SchedulerMetrics
+    from sluice.scheduler.tracing import Tracing
 
     metrics = SchedulerMetrics(cli.settings, cli.factory, args.metrics_port)
     job = SchedulerJob(
@@ -88,7 +88,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def worker(cli: Cli, args: argparse.Namespace) -> int:
-    from broker.worker import start_worker
+    from sluice.broker.worker import start_worker
 
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     if not queues:

@@ -18,11 +18,11 @@ from rich.table import Table
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from scheduler.cli.context import Cli, iso
-from scheduler.db import utcnow
-from scheduler.models import DagRun, Job, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import DagRunState, JobState, TaskInstanceState
+from sluice.scheduler.cli.context import Cli, iso
+from sluice.scheduler.db import utcnow
+from sluice.scheduler.models import DagRun, Job, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import DagRunState, JobState, TaskInstanceState
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -80,7 +80,7 @@ def status(cli: Cli, args: argparse.Namespace) -> int:
     notes: list[str] = []
     workers: dict[str, list[str]] | None = None
     if args.workers_timeout > 0:
-        from scheduler.workers import workers_by_queue
+        from sluice.scheduler.workers import workers_by_queue
 
         found = workers_by_queue(cli.settings, timeout=args.workers_timeout)
         workers = {q: found[q] for q in sorted(found)}

@@ -12,12 +12,12 @@ from rich.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.cli.context import Cli, CliError, iso
-from scheduler.cli.explain_cmd import add_explain_parser
-from scheduler.cli.logs_cmd import add_logs_parser
-from scheduler.db import transaction, utcnow
-from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.operations import (
+from sluice.scheduler.cli.context import Cli, CliError, iso
+from sluice.scheduler.cli.explain_cmd import add_explain_parser
+from sluice.scheduler.cli.logs_cmd import add_logs_parser
+from sluice.scheduler.db import transaction, utcnow
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.operations import (
     UnknownTask,
     clear_task_instances,
     revoke_external_tasks,

@@ -18,13 +18,13 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.dagrun import create_dagrun
-from scheduler.db import transaction, utcnow
-from scheduler.jobs.base import DagRunJob, Publish, TickResult
-from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.operations import clear_task_instances
-from scheduler.settings import Settings
-from scheduler.states import (
+from sluice.scheduler.dagrun import create_dagrun
+from sluice.scheduler.db import transaction, utcnow
+from sluice.scheduler.jobs.base import DagRunJob, Publish, TickResult
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.operations import clear_task_instances
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import (
     RUN_TERMINAL,
     RUN_UNFINISHED,
     TI,
@@ -33,7 +33,7 @@ from scheduler.states import (
     JobState,
     RunType,
 )
-from scheduler.tracing import Tracing
+from sluice.scheduler.tracing import Tracing
 
 log = logging.getLogger("sluice.backfill")
 

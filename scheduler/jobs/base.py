@@ -21,21 +21,21 @@ from sqlalchemy import ColumnElement, or_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.messages import RunMessage
-from broker.wakeup import Waker
-from scheduler import spans
-from scheduler.celery_poller import poll_once
-from scheduler.dag_cache import SerializedDagCache
-from scheduler.dagrun import update_state
-from scheduler.db import transaction, utcnow
-from scheduler.jobs.periodic import Every
-from scheduler.metrics import SchedulerMetrics
-from scheduler.models import Dag, DagRun, Job
-from scheduler.queries.runs import claim_runs_to_examine
-from scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
-from scheduler.settings import Settings
-from scheduler.states import DagRunState, JobState, SpanStatus
-from scheduler.tracing import Tracing
+from sluice.broker.messages import RunMessage
+from sluice.broker.wakeup import Waker
+from sluice.scheduler import spans
+from sluice.scheduler.celery_poller import poll_once
+from sluice.scheduler.dag_cache import SerializedDagCache
+from sluice.scheduler.dagrun import update_state
+from sluice.scheduler.db import transaction, utcnow
+from sluice.scheduler.jobs.periodic import Every
+from sluice.scheduler.metrics import SchedulerMetrics
+from sluice.scheduler.models import Dag, DagRun, Job
+from sluice.scheduler.queries.runs import claim_runs_to_examine
+from sluice.scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import DagRunState, JobState, SpanStatus
+from sluice.scheduler.tracing import Tracing
 
 log = logging.getLogger("sluice.job")
 
@@ -379,7 +379,7 @@ class DagRunJob:
     def start_runs(self, session: Session, runs: Sequence[DagRun], now: dt.datetime) -> int:
         """queued → running (compare-and-set); one statement for them all unless each
         run's span values are its own (tracing)."""
-        from scheduler.transitions import move_run, move_runs
+        from sluice.scheduler.transitions import move_run, move_runs
 
         values: dict[str, object] = {"started_by_job_id": self.job_id}
         queued = [DagRunState.QUEUED]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from scheduler.models import Base
+from sluice.scheduler.models import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -12,8 +12,8 @@ import datetime as dt
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from scheduler.models import DagRun, Job
-from scheduler.states import RUN_UNFINISHED, JobState
+from sluice.scheduler.models import DagRun, Job
+from sluice.scheduler.states import RUN_UNFINISHED, JobState
 
 
 def release_dead_jobs(session: Session, cutoff: dt.datetime, now: dt.datetime) -> dict[int, int]:

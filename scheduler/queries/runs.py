@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
-from scheduler.models import Dag, DagRun
-from scheduler.states import DagRunState, RunType
+from sluice.scheduler.models import Dag, DagRun
+from sluice.scheduler.states import DagRunState, RunType
 
 
 def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Dag]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.models import TaskLog
-from scheduler.upsert import upsert
+from sluice.scheduler.models import TaskLog
+from sluice.scheduler.upsert import upsert
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from scheduler.models import Dag, DagRun, Pool, TaskInstance
-from scheduler.queries.sql import one_of
-from scheduler.states import TI, TI_ACTIVE, DagRunState
+from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.queries.sql import one_of
+from sluice.scheduler.states import TI, TI_ACTIVE, DagRunState
 
 _POOLS = Pool.__table__.c
 _TIS = TaskInstance.__table__.c

@@ -16,13 +16,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from scheduler.api import create_app
-from scheduler.api.config import ApiConfig
-from scheduler.dagbag import sync_dag_folder
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.migrate import upgrade
-from scheduler.models import Dag, DagFile
-from scheduler.settings import Settings
+from sluice.scheduler.api import create_app
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.dagbag import sync_dag_folder
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.migrate import upgrade
+from sluice.scheduler.models import Dag, DagFile
+from sluice.scheduler.settings import Settings
 
 TOKEN = "test-token-7"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -31,7 +31,7 @@ DEMO_DAG = """
 import datetime
 import logging
 
-from tasks import DAG, task
+from sluice import DAG, task
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -59,7 +59,7 @@ with DAG("demo", schedule="@daily", catchup=False, start_date=START) as dag:
 """
 
 MANUAL_DAG = """
-from tasks import DAG, task
+from sluice import DAG, task
 
 with DAG("manual_only", schedule=None) as dag:
     @task
@@ -67,7 +67,7 @@ with DAG("manual_only", schedule=None) as dag:
         return 1
 """
 
-BROKEN_DAG = "from tasks import DAG\nraise ImportError('this dag file is broken')\n"
+BROKEN_DAG = "from sluice import DAG\nraise ImportError('this dag file is broken')\n"
 
 
 def write_dags(folder: Path) -> None:

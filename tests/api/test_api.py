@@ -10,13 +10,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session
 
-from scheduler.api.config import ApiConfig
-from scheduler.db import make_session_factory, transaction
-from scheduler.models import DagRun, TaskInstance
-from scheduler.queries.task_logs import LogSnapshot, save_task_log
-from scheduler.settings import Settings
-from scheduler.states import TI, DagRunState
-from scheduler.transitions import move_run, move_tis
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.db import make_session_factory, transaction
+from sluice.scheduler.models import DagRun, TaskInstance
+from sluice.scheduler.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, DagRunState
+from sluice.scheduler.transitions import move_run, move_tis
 from tests.api.conftest import AUTH, TOKEN, client_for
 
 V1 = "/api/v1"
@@ -145,7 +145,7 @@ def test_trigger_defaults_run_id_and_date(client: TestClient) -> None:
 
 
 def test_trigger_wakes_the_schedulers(client: TestClient, settings: Settings) -> None:
-    from broker.wakeup import RedisWaker
+    from sluice.broker.wakeup import RedisWaker
 
     waker = RedisWaker(settings.broker_url, settings.namespace)
     try:
@@ -353,7 +353,7 @@ def test_read_auth(settings: Settings) -> None:
 
 
 def test_config_from_env() -> None:
-    from scheduler.settings import ConfigError
+    from sluice.scheduler.settings import ConfigError
 
     env = {
         "SLUICE_API_TOKEN": " s3 ",

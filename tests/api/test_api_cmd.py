@@ -17,9 +17,9 @@ from tests.procs import Sluice, wait_until
 API_MAIN = textwrap.dedent(
     """
     import argparse, sys
-    from scheduler.cli import api_cmd
-    from scheduler.cli.context import Cli
-    from scheduler.settings import Settings
+    from sluice.scheduler.cli import api_cmd
+    from sluice.scheduler.cli.context import Cli
+    from sluice.scheduler.settings import Settings
 
     parser = argparse.ArgumentParser()
     api_cmd.add_parsers(parser.add_subparsers())
@@ -69,7 +69,7 @@ def test_sluice_api_serves_and_stops(sluice: Sluice) -> None:
 
 
 def test_sluice_api_rejects_a_bad_port(sluice: Sluice) -> None:
-    from scheduler.cli.context import CliError
+    from sluice.scheduler.cli.context import CliError
 
     done = subprocess.run(
         [sys.executable, "-c", API_MAIN, "api", "--port", "70000"],

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.api import create_app
-from scheduler.api.config import ApiConfig
-from scheduler.settings import Settings
+from sluice.scheduler.api import create_app
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.settings import Settings
 from tests.api.conftest import TOKEN
 from tests.procs import Sluice, wait_until
 
@@ -39,7 +39,7 @@ CHROMIUM_ARGS = [
 TRACE_URL = "http://traces.invalid/trace/{trace_id}"
 
 UI_DAG = """
-from tasks import DAG, task
+from sluice import DAG, task
 
 with DAG("web_demo", schedule=None) as dag:
     @task

@@ -19,21 +19,21 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.messages import RunMessage
-from broker.runner import Outcome, WorkerContext, run_task_instance
-from broker.task_logs import LogBuffer, TaskLogCapture
-from broker.wakeup import LocalWaker
-from scheduler.cli.context import Cli, CliError
-from scheduler.cli.logs_cmd import add_logs_parser
-from scheduler.dagbag import sync_dag_folder
-from scheduler.dagrun import create_dagrun
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.models import Dag, TaskInstance, TaskLog
-from scheduler.queries.task_logs import save_task_log
-from scheduler.settings import Settings
-from scheduler.states import TI, RunType
-from scheduler.transitions import move_ti
-from tasks.loader import DagCache
+from sluice.broker.messages import RunMessage
+from sluice.broker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.broker.task_logs import LogBuffer, TaskLogCapture
+from sluice.broker.wakeup import LocalWaker
+from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.logs_cmd import add_logs_parser
+from sluice.scheduler.dagbag import sync_dag_folder
+from sluice.scheduler.dagrun import create_dagrun
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.models import Dag, TaskInstance, TaskLog
+from sluice.scheduler.queries.task_logs import save_task_log
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, RunType
+from sluice.scheduler.transitions import move_ti
+from sluice.tasks.loader import DagCache
 from tests.procs import Sluice
 
 # -- the buffer ----------------------------------------------------------------------------
@@ -85,7 +85,7 @@ import sys
 import threading
 import time
 
-from tasks import DAG, ShellTask, task
+from sluice import DAG, ShellTask, task
 
 with DAG("threads", schedule=None) as dag:
     for name in ("a", "b", "c"):
@@ -262,7 +262,7 @@ def test_a_running_try_is_stored_before_it_ends(threads_dag) -> None:
 WORKER_DAG = """
 import logging
 
-from tasks import DAG, ShellTask, task
+from sluice import DAG, ShellTask, task
 
 with DAG("logged", schedule=None) as dag:
     @task(retries=1, retry_delay=0)

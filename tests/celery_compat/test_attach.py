@@ -1,4 +1,4 @@
-"""`broker.attach.attach` on a user's app: what it changes, what it keeps, what it refuses."""
+"""`sluice.attach` on a user's app: what it changes, what it keeps, what it refuses."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from datetime import timedelta
 import pytest
 from celery import Celery
 
-from broker.app import settings_of
-from broker.attach import AttachError, attach
-from broker.queues import RUN_TASK_NAME
-from scheduler.settings import Settings
-from tasks import DAG, CeleryTask, Upstream, task
-from tasks.celery_task import external_id_for, resolve
-from tasks.serialize import serialize_dag
+from sluice import DAG, CeleryTask, Upstream, task
+from sluice.broker.app import settings_of
+from sluice.broker.attaching import AttachError, attach
+from sluice.broker.queues import RUN_TASK_NAME
+from sluice.scheduler.settings import Settings
+from sluice.tasks.celery_task import external_id_for, resolve
+from sluice.tasks.serialize import serialize_dag
 from tests.celery_compat.their_app import make_app
 
 BROKER = "redis://127.0.0.1:6379/9"

@@ -1,7 +1,7 @@
 """CeleryTask end to end, beside a user's Celery app.
 
 One worker process of the user's app (`celery -A tests.celery_compat.their_worker worker
--Q their_queue,<ns>.default`, the app calling `broker.attach.attach`) serves both the
+-Q their_queue,<ns>.default`, the app calling `sluice.attach`) serves both the
 user's own tasks and Sluice's; a real `sluice scheduler` subprocess drives the runs and
 polls the external tasks' results; the tests also call `scheduler.celery_poller.poll_once`
 while they wait (TIs are polled SKIP LOCKED, so both can). A local backfill polls them
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from scheduler.celery_poller import poll_once
-from scheduler.db import make_engine, make_session_factory, utcnow
-from scheduler.settings import Settings
-from tasks.celery_task import external_id_for
+from sluice.scheduler.celery_poller import poll_once
+from sluice.scheduler.db import make_engine, make_session_factory, utcnow
+from sluice.scheduler.settings import Settings
+from sluice.tasks.celery_task import external_id_for
 from tests.celery_compat.their_app import THEIR_QUEUE, make_app
 from tests.procs import Sluice, wait_until
 
@@ -78,7 +78,7 @@ def drive(sluice: Sluice, settings: Settings, dag_id: str, run_id: str, timeout:
 def write_dag(sluice: Sluice, name: str, body: str) -> None:
     header = (
         "from datetime import timedelta\n"
-        "from tasks import DAG, CeleryTask, TriggerRule, Upstream, task\n"
+        "from sluice import DAG, CeleryTask, TriggerRule, Upstream, task\n"
     )
     (sluice.dags_folder / f"{name}.py").write_text(header + textwrap.dedent(body))
 

@@ -1,6 +1,6 @@
 """A user's "existing" Celery app: its own tasks, its own queue, its own result backend.
 
-`make_app` builds it the way a user would, then calls `broker.attach.attach` on it.
+`make_app` builds it the way a user would, then calls `sluice.attach` on it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery
 
-from broker.attach import attach
+from sluice.broker.attaching import attach
 
 THEIR_QUEUE = "their_queue"
 

@@ -14,7 +14,7 @@ from tests.procs import Sluice, wait_until
 VERSIONED = """
 import os
 from datetime import datetime, timezone
-from tasks import DAG, task
+from sluice import DAG, task
 
 def record(context):
     fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -147,7 +147,7 @@ def test_rerun_failed_reruns_only_failed_dates_and_tasks(sluice: Sluice, tmp_pat
         textwrap.dedent(f"""
     import os
     from datetime import datetime, timezone
-    from tasks import DAG, task
+    from sluice import DAG, task
 
     def record(context):
         with open({str(log)!r}, "a") as f:

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 from tests.procs import SLUICE, Sluice, printed_states, standalone
 
 GOOD = """
-from tasks import DAG, task
+from sluice import DAG, task
 with DAG("good", schedule="@hourly", start_date=__import__("datetime").datetime(
         2026, 1, 1, tzinfo=__import__("datetime").timezone.utc)) as dag:
     @task
@@ -34,10 +34,10 @@ def count_runs(url: str) -> int:
 def test_dags_list_shows_dags_and_broken_files(sluice: Sluice) -> None:
     (sluice.dags_folder / "good.py").write_text(GOOD)
     (sluice.dags_folder / "broken_dag.py").write_text(
-        "from tasks import DAG\nraise ImportError('nope')\n"
+        "from sluice import DAG\nraise ImportError('nope')\n"
     )
     (sluice.dags_folder / "cycle_dag.py").write_text(
-        "from tasks import DAG, task\n"
+        "from sluice import DAG, task\n"
         "with DAG('cyc', schedule=None) as dag:\n"
         "    @task\n    def a(): pass\n"
         "    @task\n    def b(): pass\n"
@@ -121,6 +121,8 @@ def test_standalone_runs_the_example_dag_on_sqlite(tmp_path: Path) -> None:
 
 def test_sluice_help_runs() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli.main", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "sluice.scheduler.cli.main", "--help"],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0 and "standalone" in done.stdout

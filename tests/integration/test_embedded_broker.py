@@ -15,16 +15,16 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.embedded import EmbeddedBroker
-from broker.messages import RunMessage
-from broker.publisher import publish
-from broker.wakeup import LocalWaker, waker_for
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.migrate import upgrade
-from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import TI, RunType
-from scheduler.transitions import move_ti
+from sluice.broker.embedded import EmbeddedBroker
+from sluice.broker.messages import RunMessage
+from sluice.broker.publisher import publish
+from sluice.broker.wakeup import LocalWaker, waker_for
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.migrate import upgrade
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, RunType
+from sluice.scheduler.transitions import move_ti
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DAG_ID = "embedded_test"
@@ -32,7 +32,7 @@ DAG_ID = "embedded_test"
 DAG_FILE = """
 import threading
 
-from tasks import DAG, Task
+from sluice import DAG, Task
 
 
 def first(context):

@@ -22,7 +22,7 @@ from tests.procs import Sluice, wait_until
 FANOUT = """
 import os, time
 from datetime import datetime, timedelta, timezone
-from tasks import DAG, task
+from sluice import DAG, task
 
 LOG = {log!r}
 
@@ -153,7 +153,7 @@ def test_sigkill_worker_mid_task_is_retried_elsewhere(sluice: Sluice, tmp_path: 
         textwrap.dedent(f"""
     import os, time
     from datetime import timedelta
-    from tasks import DAG, task
+    from sluice import DAG, task
 
     with DAG("victim", schedule=None) as dag:
         @task(retries=1, retry_delay=timedelta(milliseconds=100))

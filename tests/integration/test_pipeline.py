@@ -14,7 +14,7 @@ from tests.procs import Sluice, wait_until
 HEADER = """
 from datetime import timedelta
 from pathlib import Path
-from tasks import DAG, ShellTask, Skip, TriggerRule, task
+from sluice import DAG, ShellTask, Skip, TriggerRule, task
 LOG = Path({log!r})
 
 def record(name):

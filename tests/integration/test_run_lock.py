@@ -15,17 +15,17 @@ import pytest
 from sqlalchemy import or_, select, text, update
 from sqlalchemy.orm import Session
 
-from scheduler.db import transaction
-from scheduler.downstream import run_lock
-from scheduler.models import DagRun, TaskInstance
-from scheduler.queries.runs import claim_runs_to_examine
+from sluice.scheduler.db import transaction
+from sluice.scheduler.downstream import run_lock
+from sluice.scheduler.models import DagRun, TaskInstance
+from sluice.scheduler.queries.runs import claim_runs_to_examine
 from tests.integration import test_worker_downstream
 from tests.integration.test_worker_downstream import Harness
 
 harness = test_worker_downstream.harness  # the fixture: one scheduler job and a worker context
 
 ONE_TASK = """
-from tasks import DAG, task
+from sluice import DAG, task
 with DAG("one", schedule=None) as dag:
     task(task_id="only")(lambda: 1)
 """

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from broker.messages import RunMessage
-from broker.wakeup import LocalWaker, RedisWaker
-from scheduler.dagrun import create_dagrun
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.jobs.scheduler_job import SchedulerJob
-from scheduler.models import Dag, DagRun, Pool, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import TI, DagRunState, RunType
+from sluice.broker.messages import RunMessage
+from sluice.broker.wakeup import LocalWaker, RedisWaker
+from sluice.scheduler.dagrun import create_dagrun
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.jobs.scheduler_job import SchedulerJob
+from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, DagRunState, RunType
 
 
 class Harness:
@@ -64,7 +64,7 @@ def test_max_active_tasks_limits_queueing(harness: Harness) -> None:
         harness.job.settings.dags_folder,
         "wide",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("wide", schedule=None, max_active_tasks=2) as dag:
         for i in range(5):
             task(task_id=f"t{i}")(lambda: None)
@@ -85,7 +85,7 @@ def test_pool_slots_and_priority_decide_who_goes_first(harness: Harness) -> None
         harness.job.settings.dags_folder,
         "pooled",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("pooled", schedule=None) as dag:
         task(task_id="low", pool="small", priority_weight=1)(lambda: None)
         task(task_id="high", pool="small", priority_weight=10)(lambda: None)
@@ -114,7 +114,7 @@ def test_max_active_runs_keeps_runs_queued(harness: Harness) -> None:
         harness.job.settings.dags_folder,
         "serial",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("serial", schedule=None, max_active_runs=1) as dag:
         task(task_id="only")(lambda: None)
     """,
@@ -135,7 +135,7 @@ def test_scheduled_dag_gets_runs_from_its_schedule(harness: Harness) -> None:
         "hourly",
         f"""
     import datetime as dt
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("hourly", schedule="@hourly", catchup=True,
              start_date=dt.datetime.fromisoformat("{start.isoformat()}")) as dag:
         task(task_id="only")(lambda: None)
@@ -159,7 +159,7 @@ def test_a_dag_held_by_its_own_limit_does_not_starve_others(harness: Harness) ->
         harness.job.settings.dags_folder,
         "greedy",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("greedy", schedule=None, max_active_tasks=1) as dag:
         for i in range(600):
             task(task_id=f"t{i}", priority_weight=100)(lambda: None)
@@ -169,7 +169,7 @@ def test_a_dag_held_by_its_own_limit_does_not_starve_others(harness: Harness) ->
         harness.job.settings.dags_folder,
         "modest",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("modest", schedule=None) as dag:
         task(task_id="only", priority_weight=1)(lambda: None)
     """,
@@ -192,7 +192,7 @@ def test_runs_past_one_pass_limit_are_examined_without_waiting(harness: Harness)
         harness.job.settings.dags_folder,
         "small",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("small", schedule=None, max_active_runs=10) as dag:
         task(task_id="only")(lambda: None)
     """,
@@ -217,7 +217,7 @@ def test_a_burst_of_runs_is_split_between_two_schedulers(pg_url, redis_url, tmp_
         folder,
         "small",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("small", schedule=None, max_active_runs=10) as dag:
         task(task_id="only")(lambda: None)
     """,

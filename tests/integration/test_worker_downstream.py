@@ -20,18 +20,18 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
-from broker.messages import RunMessage
-from broker.one_query_result import Success, record_at_once, records_at_once
-from broker.runner import Outcome, WorkerContext, run_task_instance
-from broker.wakeup import LocalWaker
-from scheduler.dagrun import create_dagrun
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.downstream import FollowUp, decidable
-from scheduler.jobs.scheduler_job import SchedulerJob
-from scheduler.models import Dag, DagRun, Pool, TaskInstance, TaskLog
-from scheduler.settings import Settings
-from scheduler.states import TI, RunType
-from tasks.loader import DagCache
+from sluice.broker.messages import RunMessage
+from sluice.broker.one_query_result import Success, record_at_once, records_at_once
+from sluice.broker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.broker.wakeup import LocalWaker
+from sluice.scheduler.dagrun import create_dagrun
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.downstream import FollowUp, decidable
+from sluice.scheduler.jobs.scheduler_job import SchedulerJob
+from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance, TaskLog
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, RunType
+from sluice.tasks.loader import DagCache
 from tests.procs import Sluice, wait_until
 
 
@@ -116,7 +116,7 @@ def harness(pg_url: str, tmp_path: Path) -> Iterator[Harness]:
 
 
 CHAIN = """
-from tasks import DAG, task
+from sluice import DAG, task
 with DAG("chain", schedule=None) as dag:
     a = task(task_id="a")(lambda: 1)
     b = task(task_id="b")(lambda: 2)
@@ -156,7 +156,7 @@ def test_a_join_is_queued_by_the_worker_that_finishes_its_last_upstream(harness:
     harness.write(
         "join",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("join", schedule=None) as dag:
         left = task(task_id="left")(lambda: 1)
         right = task(task_id="right")(lambda: 2)
@@ -177,7 +177,7 @@ def test_worker_respects_pool_slots_and_fills_the_slot_it_frees(harness: Harness
     harness.write(
         "pooled",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("pooled", schedule=None) as dag:
         root = task(task_id="root")(lambda: 0)
         for i in range(4):
@@ -213,7 +213,7 @@ def test_a_wide_join_waits_for_its_last_upstream_while_results_fill_the_pool(
     harness.write(
         "wide_join",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("wide_join", schedule=None) as dag:
         root = task(task_id="root")(lambda: 0)
         join = task(task_id="join")(lambda: 1)
@@ -238,7 +238,7 @@ def test_a_one_success_join_is_queued_by_its_first_upstream(harness: Harness) ->
     harness.write(
         "first",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("first", schedule=None) as dag:
         ups = [task(task_id=f"u{i}")(lambda: i) for i in range(3)]
         ups >> task(task_id="j", trigger_rule="one_success")(lambda: 1)
@@ -257,7 +257,7 @@ def test_a_chain_s_next_task_waits_when_its_pool_is_full(harness: Harness) -> No
     harness.write(
         "tight",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("tight", schedule=None) as dag:
         blocker = task(task_id="blocker", pool="one")(lambda: 0)
         a = task(task_id="a")(lambda: 1)
@@ -314,7 +314,7 @@ def test_a_chain_result_counts_its_pool_after_the_lock_holder_committed(
     harness.write(
         "pair",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("pair", schedule=None) as dag:
         task(task_id="a", pool="one")(lambda: 1) >> task(task_id="b", pool="one")(lambda: 2)
     with DAG("rival", schedule=None) as rival:
@@ -338,7 +338,7 @@ def test_a_freed_slot_is_filled_after_the_pool_s_lock_holder_committed(
     harness.write(
         "fan",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("fan", schedule=None) as dag:
         join = task(task_id="j")(lambda: 0)
         task(task_id="a", pool="one")(lambda: 1) >> join
@@ -365,13 +365,13 @@ def test_a_freed_slot_is_filled_after_the_pool_s_lock_holder_committed(
 def test_a_freed_slot_s_message_carries_the_waiting_ti_s_span(harness: Harness) -> None:
     """With tracing, the TI queued into a freed slot is sent with its span carrier (the
     worker's span nests under it), as a scheduler's queueing sends it."""
-    from scheduler.downstream import fill_freed_slot
+    from sluice.scheduler.downstream import fill_freed_slot
 
     harness.add_pool("one", 1)
     harness.write(
         "traced_pool",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("traced_pool", schedule=None) as dag:
         task(task_id="p0", pool="one", priority_weight=2)(lambda: 0)
         task(task_id="p1", pool="one", priority_weight=1)(lambda: 1)
@@ -396,7 +396,7 @@ def test_worker_respects_max_active_tasks(harness: Harness) -> None:
     harness.write(
         "narrow",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("narrow", schedule=None, max_active_tasks=2) as dag:
         root = task(task_id="root")(lambda: 0)
         for i in range(3):
@@ -438,7 +438,7 @@ def test_backfill_runs_and_cascades_are_left_to_their_job(harness: Harness) -> N
     harness.write(
         "branchy",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("branchy", schedule=None) as dag:
         pick = task.branch(task_id="pick")(lambda: "yes")
         yes = task(task_id="yes")(lambda: 1)
@@ -491,7 +491,7 @@ def test_a_real_worker_carries_a_chain_with_no_scheduler_running(sluice: Sluice)
             f"""
     import time
     from pathlib import Path
-    from tasks import DAG, task
+    from sluice import DAG, task
 
     def first():
         while not Path({str(gate)!r}).exists():
@@ -528,12 +528,12 @@ def test_a_real_worker_carries_a_chain_with_no_scheduler_running(sluice: Sluice)
 
 
 def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
-    from scheduler.downstream import READ_LIMIT
+    from sluice.scheduler.downstream import READ_LIMIT
 
     harness.write(
         "wide",
         f"""
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("wide", schedule=None, max_active_tasks=1000) as dag:
         root = task(task_id="root")(lambda: 0)
         for i in range({READ_LIMIT + 1}):
@@ -554,12 +554,12 @@ def test_a_wide_fan_in_is_queued_by_its_last_upstream_without_a_scheduler(
     """A fan-in with more upstreams than a worker reads: each result's write says whether
     others are unfinished (and fills the slot it freed for a TI waiting in the pool); the
     last one queues the fan-in with one more query. No result wakes the schedulers."""
-    from scheduler.downstream import READ_LIMIT
+    from sluice.scheduler.downstream import READ_LIMIT
 
     harness.write(
         "wide_in",
         f"""
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("wide_in", schedule=None, max_active_tasks=1000) as dag:
         join = task(task_id="join")(lambda: 0)
         for i in range({READ_LIMIT + 1}):
@@ -592,7 +592,7 @@ def test_a_fan_in_with_a_failed_upstream_is_decided_not_queued(harness: Harness)
     harness.write(
         "failing_in",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
 
     def boom():
         raise RuntimeError("no")
@@ -625,7 +625,7 @@ def test_the_last_two_results_of_a_join_racing_queue_it_once(harness: Harness) -
     harness.write(
         "race",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("race", schedule=None, max_active_runs=100) as dag:
         left = task(task_id="left")(lambda: 1)
         right = task(task_id="right")(lambda: 2)
@@ -652,7 +652,7 @@ def test_the_last_two_results_of_a_join_racing_queue_it_once(harness: Harness) -
 
 
 FAN_IN = """
-from tasks import DAG, task
+from sluice import DAG, task
 with DAG("fan_in", schedule=None) as dag:
     join = task(task_id="join")(lambda: 9)
     for i in range(3):
@@ -721,12 +721,12 @@ def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
     run_pk = harness.trigger("fan_in")
     harness.run("u0")
     harness.run("u1")
-    import broker.one_query_result
+    import sluice.broker.one_query_result
 
     def unreachable(*_args: object, **_kwargs: object) -> None:
         raise OperationalError("BEGIN", None, Exception("server closed the connection"))
 
-    monkeypatch.setattr(broker.one_query_result, "transaction_opened_by", unreachable)
+    monkeypatch.setattr(sluice.broker.one_query_result, "transaction_opened_by", unreachable)
     assert harness.run("u2") is Outcome.SUCCESS  # a quiet task: its result is one query
     assert harness.states()["u2"] == "success" and harness.states()["join"] == "none"
     assert harness.news() == {run_pk}
@@ -745,7 +745,7 @@ def test_a_branch_that_is_a_join_s_last_upstream_decides_it_by_its_choice(
     harness.write(
         "branch_join",
         f"""
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("branch_join", schedule=None) as dag:
         a = task(task_id="a")(lambda: 1)
         pick = task.branch(task_id="pick")(lambda: {choice})
@@ -778,7 +778,7 @@ def test_a_chain_link_whose_next_may_not_run_on_its_success_is_not_a_chain(
     harness.write(
         "on_failure",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("on_failure", schedule=None) as dag:
         a = task(task_id="a")(lambda: 1)
         alert = task(task_id="alert", trigger_rule="one_failed")(lambda: 2)
@@ -800,7 +800,7 @@ def test_a_chain_link_s_next_waits_behind_higher_priority_tis_in_its_pool(
     harness.write(
         "busy_pool",
         """
-    from tasks import DAG, task
+    from sluice import DAG, task
     with DAG("busy_pool", schedule=None) as dag:
         a = task(task_id="a", pool="small", priority_weight=100)(lambda: 1)
         b = task(task_id="b", pool="small", priority_weight=1)(lambda: 2)

@@ -22,18 +22,18 @@ import redis
 from sqlalchemy import Engine, create_engine, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from broker.app import create_app
-from broker.messages import MessageError, RunMessage
-from broker.publisher import publish
-from broker.runner import Outcome, WorkerContext, run_task_instance
-from broker.wakeup import LocalWaker, RedisWaker, waker_for
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.migrate import upgrade
-from scheduler.models import Dag, DagRun, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import TI, RunType
-from scheduler.transitions import move_ti, move_tis
-from tasks.loader import DagCache
+from sluice.broker.app import create_app
+from sluice.broker.messages import MessageError, RunMessage
+from sluice.broker.publisher import publish
+from sluice.broker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.broker.wakeup import LocalWaker, RedisWaker, waker_for
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.migrate import upgrade
+from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, RunType
+from sluice.scheduler.transitions import move_ti, move_tis
+from sluice.tasks.loader import DagCache
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/11"
@@ -43,7 +43,7 @@ DAG_ID = "worker_test"
 DAG_FILE = """
 from pathlib import Path
 
-from tasks import DAG, Skip, Task
+from sluice import DAG, Skip, Task
 
 HERE = Path(__file__).parent
 
@@ -497,7 +497,7 @@ def start_worker(engine: Engine, namespace: str) -> subprocess.Popen[bytes]:
             "-m",
             "celery",
             "-A",
-            "broker.app",
+            "sluice.broker.app",
             "worker",
             "-Q",
             f"{namespace}.default",

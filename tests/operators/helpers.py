@@ -15,17 +15,17 @@ from typing import Any
 
 from sqlalchemy import select
 
-from broker.wakeup import LocalWaker
-from scheduler.dagbag import sync_dag_folder
-from scheduler.dagrun import create_dagrun, update_state
-from scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from scheduler.explain import Explanation, explain_ti
-from scheduler.models import Dag, DagRun, Pool, TaskInstance
-from scheduler.settings import Settings
-from scheduler.states import TI, DagRunState, RunType
-from scheduler.transitions import move_run, move_ti, queue_tis
+from sluice.broker.wakeup import LocalWaker
+from sluice.scheduler.dagbag import sync_dag_folder
+from sluice.scheduler.dagrun import create_dagrun, update_state
+from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.explain import Explanation, explain_ti
+from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI, DagRunState, RunType
+from sluice.scheduler.transitions import move_run, move_ti, queue_tis
 
-HEADER = "from datetime import timedelta\nfrom tasks import DAG, Skip, TriggerRule, task\n"
+HEADER = "from datetime import timedelta\nfrom sluice import DAG, Skip, TriggerRule, task\n"
 
 # The moves a TI makes to reach each state from `none`, as the scheduler and a worker do.
 PATHS: dict[TI, list[TI]] = {
@@ -149,7 +149,7 @@ class World:
             update_state(session, run, dag, self.now)
 
     def scheduler_job(self) -> int:
-        from scheduler.jobs.scheduler_job import SchedulerJob
+        from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 
         job = SchedulerJob(
             self.settings, self.factory, lambda m: None, LocalWaker(), clock=lambda: self.now

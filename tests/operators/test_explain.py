@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from scheduler.explain import ExplainError, ReasonKind
-from scheduler.states import TI
+from sluice.scheduler.explain import ExplainError, ReasonKind
+from sluice.scheduler.states import TI
 from tests.operators.helpers import World
 
 K = ReasonKind
@@ -226,8 +226,8 @@ def test_max_active_runs_keeps_the_run_queued(world: World) -> None:
 
 
 def test_paused_dag_keeps_a_new_run_queued(world: World) -> None:
-    from scheduler.db import transaction
-    from scheduler.models import Dag
+    from sluice.scheduler.db import transaction
+    from sluice.scheduler.models import Dag
 
     world.dags(CHAIN)
     world.scheduler_job()
@@ -242,10 +242,10 @@ def test_paused_dag_keeps_a_new_run_queued(world: World) -> None:
 
 
 def test_run_not_running_after_it_finished(chain: World) -> None:
-    from scheduler.db import transaction
-    from scheduler.models import DagRun
-    from scheduler.states import DagRunState
-    from scheduler.transitions import move_run
+    from sluice.scheduler.db import transaction
+    from sluice.scheduler.models import DagRun
+    from sluice.scheduler.states import DagRunState
+    from sluice.scheduler.transitions import move_run
 
     with transaction(chain.factory) as session:
         run_pk = session.query(DagRun.id).filter(DagRun.run_id == "r1").scalar()
@@ -360,7 +360,7 @@ def test_text_rendering_marks_blocking_reasons(chain: World) -> None:
 
     from rich.console import Console
 
-    from scheduler.cli.explain_cmd import print_explanation
+    from sluice.scheduler.cli.explain_cmd import print_explanation
 
     chain.advance("chain", "r1", "a", TI.RUNNING)
     out = io.StringIO()

@@ -8,7 +8,7 @@ import textwrap
 
 from rich.console import Console
 
-from scheduler.cli.status import print_status, read_status
+from sluice.scheduler.cli.status import print_status, read_status
 from tests.procs import Sluice, wait_until
 
 
@@ -17,7 +17,7 @@ def test_status_shows_live_jobs_runs_tis_and_workers(sluice: Sluice) -> None:
     (sluice.dags_folder / "hello.py").write_text(
         textwrap.dedent(
             """
-            from tasks import DAG, task
+            from sluice import DAG, task
             with DAG("hello", schedule=None) as dag:
                 task(task_id="one")(lambda: 1)
                 task(task_id="two")(lambda: 2)
@@ -52,8 +52,8 @@ def test_status_shows_live_jobs_runs_tis_and_workers(sluice: Sluice) -> None:
 
 
 def test_status_without_jobs_or_workers_says_so(pg_url: str) -> None:
-    from scheduler.db import make_engine, make_session_factory, utcnow
-    from scheduler.settings import Settings
+    from sluice.scheduler.db import make_engine, make_session_factory, utcnow
+    from sluice.scheduler.settings import Settings
 
     settings = Settings(database_url=pg_url)
     engine = make_engine(pg_url)

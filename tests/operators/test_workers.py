@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from scheduler.settings import Settings
-from scheduler.states import TI
-from scheduler.workers import map_active_queues, workers_by_queue
+from sluice.scheduler.settings import Settings
+from sluice.scheduler.states import TI
+from sluice.scheduler.workers import map_active_queues, workers_by_queue
 from tests.operators.helpers import World
 from tests.procs import Sluice, wait_until
 

@@ -16,7 +16,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
-from scheduler.downstream import READ_LIMIT
+from sluice.scheduler.downstream import READ_LIMIT
 from tests.celery_compat.test_celery_task import their_worker
 from tests.celery_compat.their_app import THEIR_QUEUE
 from tests.otlp_receiver import OtlpReceiver
@@ -30,7 +30,7 @@ SHAPES = f"""
 import time
 from datetime import timedelta
 from opentelemetry import trace
-from tasks import DAG, TriggerRule, task
+from sluice import DAG, TriggerRule, task
 
 
 def work(context):
@@ -93,7 +93,7 @@ with DAG("failing", schedule=None) as failing:
 SHRINKING = """
 import time
 from opentelemetry import trace
-from tasks import DAG, task
+from sluice import DAG, task
 
 
 def work(context):
@@ -186,7 +186,7 @@ def test_chain_nests_every_task(
 THEIRS = """
 from datetime import timedelta
 from opentelemetry import trace
-from tasks import DAG, CeleryTask, Upstream, task
+from sluice import DAG, CeleryTask, Upstream, task
 
 with DAG("theirs", schedule=None) as dag:
     @task
@@ -262,7 +262,7 @@ def test_standalone_nests_every_task(tmp_path: Path, receiver: OtlpReceiver) -> 
 DAILY = """
 from datetime import datetime, timezone
 from opentelemetry import trace
-from tasks import DAG, task
+from sluice import DAG, task
 
 
 def work(context):

@@ -20,7 +20,7 @@ from tests.tracing.trees import check_run_tree, export_to
 DAG_FILE = """
 import time
 from opentelemetry import trace
-from tasks import DAG, task
+from sluice import DAG, task
 
 
 def work(context, seconds):

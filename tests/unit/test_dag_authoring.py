@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tasks import DAG, DagDefinitionError, ShellTask, Skip, Task, TriggerRule, task
-from tasks.loader import DagCache, list_dag_files, load_file
-from tasks.runtime import run_task
-from tasks.serialize import retry_delay_for, serialize_dag, version_hash
+from sluice import DAG, DagDefinitionError, ShellTask, Skip, Task, TriggerRule, task
+from sluice.tasks.loader import DagCache, list_dag_files, load_file
+from sluice.tasks.runtime import run_task
+from sluice.tasks.serialize import retry_delay_for, serialize_dag, version_hash
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 ETL_DAG = """
 from datetime import datetime, timedelta, timezone
-from tasks import DAG, Skip, TriggerRule, task
+from sluice import DAG, Skip, TriggerRule, task
 
 with DAG("etl", schedule="@daily", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
          catchup=False, max_active_runs=16, max_active_tasks=32) as dag:
@@ -338,7 +338,7 @@ def test_retry_delay_with_backoff_and_cap() -> None:
 def test_list_dag_files(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "_private").mkdir()
-    (tmp_path / "a.py").write_text("from tasks import DAG\n")
+    (tmp_path / "a.py").write_text("from sluice import DAG\n")
     (tmp_path / "sub" / "b.py").write_text("# my dag\n")
     (tmp_path / "helper.py").write_text("X = 1\n")
     (tmp_path / "_skip.py").write_text("DAG\n")
@@ -353,7 +353,7 @@ def test_loader_sibling_import_and_dag_cache(tmp_path: Path) -> None:
     (tmp_path / "helpers_for_cache.py").write_text("VALUE = 41\n")
     dag_file = tmp_path / "cached_dag.py"
     body = textwrap.dedent("""
-        from tasks import DAG, task
+        from sluice import DAG, task
         from helpers_for_cache import VALUE
         with DAG("{dag_id}"):
             @task
@@ -374,13 +374,13 @@ def test_loader_sibling_import_and_dag_cache(tmp_path: Path) -> None:
 
 def test_loader_validates_and_rejects_duplicates(tmp_path: Path) -> None:
     twice = tmp_path / "twice.py"
-    twice.write_text("from tasks import DAG\nA = DAG('same')\nB = DAG('same')\n")
+    twice.write_text("from sluice import DAG\nA = DAG('same')\nB = DAG('same')\n")
     with pytest.raises(DagDefinitionError, match="defined twice"):
         load_file(twice)
     factory = tmp_path / "factory.py"
     factory.write_text(
         textwrap.dedent("""
-        from tasks import DAG
+        from sluice import DAG
         def make(i):
             return DAG(f"made_{i}")
         for i in range(3):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from scheduler.deps import TiView, decide_run, run_outcome
-from scheduler.states import TI
+from sluice.scheduler.deps import TiView, decide_run, run_outcome
+from sluice.scheduler.states import TI
 
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 

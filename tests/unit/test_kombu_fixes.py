@@ -7,7 +7,7 @@ import pytest
 from kombu import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.kombu_fixes import guard_closed_redis_transport, reuse_redis_clients
+from sluice.broker.kombu_fixes import guard_closed_redis_transport, reuse_redis_clients
 
 
 def test_a_channel_of_a_collected_connection_raises_a_connection_error(redis_url: str) -> None:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks.parsing import parse_files
-from tasks.serialize import version_hash
+from sluice.tasks.parsing import parse_files
+from sluice.tasks.serialize import version_hash
 
 GOOD = """
 from datetime import datetime, timezone
-from tasks import DAG, task
+from sluice import DAG, task
 from helper_mod import ROWS
 
 print("user output on stdout must not break the protocol")
@@ -29,7 +29,7 @@ with DAG("{dag_id}", schedule="@daily", start_date=datetime(2026, 1, 1, tzinfo=t
 """
 
 CYCLE = """
-from tasks import DAG, task
+from sluice import DAG, task
 with DAG("cyclic"):
     @task
     def x(): pass
@@ -48,7 +48,7 @@ def write(folder: Path, name: str, body: str) -> str:
 def test_batch_with_every_kind_of_outcome(tmp_path: Path) -> None:
     write(tmp_path, "helper_mod.py", "ROWS = 3\n")
     good = write(tmp_path, "good.py", GOOD.format(dag_id="good"))
-    syntax = write(tmp_path, "syntax.py", "from tasks import DAG\n\ndef broken(:\n    pass\n")
+    syntax = write(tmp_path, "syntax.py", "from sluice import DAG\n\ndef broken(:\n    pass\n")
     missing = write(tmp_path, "missing.py", "import os\nimport no_such_module_xyz  # dag\n")
     cycle = write(tmp_path, "cycle.py", CYCLE)
     dup = write(tmp_path, "dup.py", GOOD.format(dag_id="good"))
@@ -84,11 +84,11 @@ def test_batch_with_every_kind_of_outcome(tmp_path: Path) -> None:
 
 
 def test_definition_errors_during_import(tmp_path: Path) -> None:
-    outside = write(tmp_path, "outside.py", "from tasks import task\n@task\ndef f(): pass\n")
+    outside = write(tmp_path, "outside.py", "from sluice import task\n@task\ndef f(): pass\n")
     naive = write(
         tmp_path,
         "naive.py",
-        "from datetime import datetime\nfrom tasks import DAG\n"
+        "from datetime import datetime\nfrom sluice import DAG\n"
         "DAG('n', schedule='@daily', start_date=datetime(2026, 1, 1))\n",
     )
     write(tmp_path, "bad_helper.py", "X = 1\nY = X / 0\n")
@@ -119,11 +119,12 @@ def test_a_file_killing_the_parser_fails_alone(tmp_path: Path) -> None:
     assert results[again]["error"] == f"dag_id 'first' already defined in {first}"
 
 
-def test_tasks_py_in_cwd_does_not_shadow_the_package(
+def test_a_celery_projects_tasks_py_beside_the_dag_is_never_imported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Celery's tutorial keeps the app in tasks.py; Sluice is `sluice.*`, never `tasks`."""
     write(tmp_path, "tasks.py", "raise RuntimeError('the user tasks.py was imported')\n")
-    dag_file = write(tmp_path, "dags_here.py", "from tasks import DAG\nDAG('shadow_free')\n")
+    dag_file = write(tmp_path, "dags_here.py", "from sluice import DAG\nDAG('shadow_free')\n")
     monkeypatch.chdir(tmp_path)
     results = parse_files([dag_file, "dags_here.py"], timeout=5)
     assert results[dag_file]["error"] is None

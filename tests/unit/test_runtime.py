@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tasks import DAG, ResultError, ShellCommandError, ShellTask, Skip, Task, TaskTimeout
-from tasks.runtime import branch_targets, check_result, run_task
+from sluice import DAG, ResultError, ShellCommandError, ShellTask, Skip, Task, TaskTimeout
+from sluice.tasks.runtime import branch_targets, check_result, run_task
 
 CONTEXT = {
     "dag_id": "rt",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.timetables import (
+from sluice.scheduler.timetables import (
     CronTimetable,
     DeltaTimetable,
     data_interval,

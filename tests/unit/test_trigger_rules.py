@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
+from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 
 TR = TriggerRule
 RUN, WAIT, SKIP, UF = Verdict.RUN, Verdict.WAIT, Verdict.SKIP, Verdict.UPSTREAM_FAILED

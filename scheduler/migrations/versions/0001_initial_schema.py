@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import scheduler.db
+from sluice.scheduler.db import UtcDateTime
 
 # revision identifiers, used by Alembic.
 revision: str = "0001"
@@ -27,16 +27,14 @@ def upgrade() -> None:
         sa.Column("is_paused", sa.Boolean(), nullable=False),
         sa.Column("is_active", sa.Boolean(), nullable=False),
         sa.Column("schedule", sa.String(length=250), nullable=True),
-        sa.Column("next_dagrun", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column(
-            "next_dagrun_create_after", scheduler.db.UtcDateTime(timezone=True), nullable=True
-        ),
+        sa.Column("next_dagrun", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("next_dagrun_create_after", UtcDateTime(timezone=True), nullable=True),
         sa.Column("version_hash", sa.String(length=64), nullable=False),
         sa.Column("import_error", sa.Text(), nullable=True),
         sa.Column("serialized", sa.JSON(), nullable=False),
         sa.Column("max_active_runs", sa.Integer(), nullable=False),
         sa.Column("max_active_tasks", sa.Integer(), nullable=False),
-        sa.Column("last_parsed_at", scheduler.db.UtcDateTime(timezone=True), nullable=True),
+        sa.Column("last_parsed_at", UtcDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("dag_id", name=op.f("pk_dag")),
     )
     op.create_index("ix_dag_due", "dag", ["is_paused", "next_dagrun_create_after"], unique=False)
@@ -46,7 +44,7 @@ def upgrade() -> None:
         sa.Column("mtime_ns", sa.BigInteger(), nullable=False),
         sa.Column("size", sa.BigInteger(), nullable=False),
         sa.Column("import_error", sa.Text(), nullable=True),
-        sa.Column("parsed_at", scheduler.db.UtcDateTime(timezone=True), nullable=False),
+        sa.Column("parsed_at", UtcDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("fileloc", name=op.f("pk_dag_file")),
     )
     op.create_table(
@@ -61,9 +59,9 @@ def upgrade() -> None:
         sa.Column("hostname", sa.String(length=250), nullable=False),
         sa.Column("pid", sa.Integer(), nullable=False),
         sa.Column("state", sa.String(length=20), nullable=False),
-        sa.Column("start_date", scheduler.db.UtcDateTime(timezone=True), nullable=False),
-        sa.Column("end_date", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("latest_heartbeat", scheduler.db.UtcDateTime(timezone=True), nullable=False),
+        sa.Column("start_date", UtcDateTime(timezone=True), nullable=False),
+        sa.Column("end_date", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("latest_heartbeat", UtcDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job")),
     )
     op.create_index("ix_job_state_heartbeat", "job", ["state", "latest_heartbeat"], unique=False)
@@ -84,20 +82,18 @@ def upgrade() -> None:
         ),
         sa.Column("dag_id", sa.String(length=250), nullable=False),
         sa.Column("run_id", sa.String(length=250), nullable=False),
-        sa.Column("logical_date", scheduler.db.UtcDateTime(timezone=True), nullable=False),
+        sa.Column("logical_date", UtcDateTime(timezone=True), nullable=False),
         sa.Column("run_type", sa.String(length=20), nullable=False),
         sa.Column("state", sa.String(length=20), nullable=False),
         sa.Column("conf", sa.JSON(), nullable=False),
         sa.Column("dag_hash", sa.String(length=64), nullable=False),
-        sa.Column("queued_at", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("start_date", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("end_date", scheduler.db.UtcDateTime(timezone=True), nullable=True),
+        sa.Column("queued_at", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("start_date", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("end_date", UtcDateTime(timezone=True), nullable=True),
         sa.Column(
             "claimed_by_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
         ),
-        sa.Column(
-            "last_scheduling_decision", scheduler.db.UtcDateTime(timezone=True), nullable=True
-        ),
+        sa.Column("last_scheduling_decision", UtcDateTime(timezone=True), nullable=True),
         sa.Column(
             "started_by_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
         ),
@@ -135,12 +131,12 @@ def upgrade() -> None:
         sa.Column("priority_weight", sa.Integer(), nullable=False),
         sa.Column("hostname", sa.String(length=250), nullable=True),
         sa.Column("pid", sa.Integer(), nullable=True),
-        sa.Column("scheduled_at", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("queued_at", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("start_date", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("end_date", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("next_retry_at", scheduler.db.UtcDateTime(timezone=True), nullable=True),
-        sa.Column("last_heartbeat_at", scheduler.db.UtcDateTime(timezone=True), nullable=True),
+        sa.Column("scheduled_at", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("queued_at", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("start_date", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("end_date", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("next_retry_at", UtcDateTime(timezone=True), nullable=True),
+        sa.Column("last_heartbeat_at", UtcDateTime(timezone=True), nullable=True),
         sa.Column(
             "queued_by_job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=True
         ),

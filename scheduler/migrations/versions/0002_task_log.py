@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import scheduler.db
+from sluice.scheduler.db import UtcDateTime
 
 # revision identifiers, used by Alembic.
 revision: str = "0002"
@@ -28,9 +28,9 @@ def upgrade() -> None:
         sa.Column("hostname", sa.String(length=250), nullable=True),
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("dropped_lines", sa.Integer(), nullable=False),
-        sa.Column("started_at", scheduler.db.UtcDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", scheduler.db.UtcDateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", scheduler.db.UtcDateTime(timezone=True), nullable=True),
+        sa.Column("started_at", UtcDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", UtcDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", UtcDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["ti_id"],
             ["task_instance.id"],

@@ -37,7 +37,7 @@ from typing import Any
 
 from celery import Celery
 
-from scheduler.settings import Settings
+from sluice.scheduler.settings import Settings
 
 _ATTACHED = "sluice_attached"
 
@@ -99,7 +99,7 @@ def attach(app: Celery, settings: Settings | None = None) -> Celery:
         if not os.environ.get("SLUICE_BROKER_URL") and app.conf.broker_url:
             settings = settings.with_(broker_url=str(app.conf.broker_url))
     check(app, settings)
-    from broker.worker_task import register
+    from sluice.broker.worker_task import register
 
     accept = _names(app.conf.accept_content)
     if "json" not in accept and "application/json" not in accept:
