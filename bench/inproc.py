@@ -26,17 +26,17 @@ from bench.pg import BenchDb
 from bench.procs import BenchError
 from bench.profiling import Profiler
 from bench.sizes import DAG_W5, Sizes
-from sluice.broker.messages import RunMessage
 from sluice.broker.wakeup import LocalWaker
-from sluice.scheduler.dagrun import create_dagrun
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Dag
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, RunType
+from sluice.scheduler.core.transitions import move_ti
 from sluice.scheduler.jobs.base import TickResult
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Dag
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, RunType
-from sluice.scheduler.transitions import move_ti
+from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 Result = dict[str, Any]
 WARM_TICKS = 3

@@ -20,12 +20,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from bench.pg import BenchDb
 from bench.procs import BenchError, Proc, clean_env, run_cli, sluice_argv, wait_until
 from sluice.broker.wakeup import RedisWaker, wakeup_channel
-from sluice.scheduler.dagbag import sync_dag_folder
-from sluice.scheduler.dagrun import create_dagrun
-from sluice.scheduler.db import make_session_factory, transaction, utcnow
-from sluice.scheduler.models import Dag, DagRun, Job
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import DagRunState, JobState, RunType
+from sluice.scheduler.core.db import make_session_factory, transaction, utcnow
+from sluice.scheduler.core.models import Dag, DagRun, Job
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import DagRunState, JobState, RunType
+from sluice.scheduler.scheduling.dagbag import sync_dag_folder
+from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 
 class LiveEnv:

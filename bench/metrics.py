@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.scheduler.models import DagRun, TaskInstance
+from sluice.scheduler.core.models import DagRun, TaskInstance
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from bench.dagfiles import chain_call, fanout_call, write_dag_file
 from bench.metrics import chain_hops, read_tis, summary_ms, throughput
 from bench.procs import BenchError, clean_env, run_cli, sluice_argv
 from bench.sizes import DAG_W1, DAG_W2, Sizes
-from sluice.scheduler.db import make_engine, make_session_factory
-from sluice.scheduler.models import DagRun
+from sluice.scheduler.core.db import make_engine, make_session_factory
+from sluice.scheduler.core.models import DagRun
 
 Result = dict[str, Any]
 

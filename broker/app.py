@@ -1,10 +1,11 @@
-"""The Celery app factory.
+"""The Celery app factory: the app schedulers, backfills and the API publish through.
 
 Invariants: JSON only on the wire; late acks with prefetch 1, so a message is
 removed from the broker only after its task returned (a duplicate is harmless:
 the worker's compare-and-set on `attempt_id` makes it a no-op); no result backend
-(results live in the database). Nothing reads configuration at import time: the
-module attribute `app` (for `celery -A sluice.broker.app`) is built on first access.
+(results live in the database). This app has no task registered: publishing needs
+none, and the worker's runtime stays out of the processes that only publish. A
+worker's app is this one with the worker task registered (`sluice.broker.worker.app`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from urllib.parse import urlparse
 
 from celery import Celery
 
+from sluice.broker.kombu_fixes import reuse_redis_clients
 from sluice.broker.queues import DEFAULT_QUEUE, celery_queue
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.settings import Settings
 
 VISIBILITY_TIMEOUT = 3600
 """Seconds before Redis gives an unacknowledged message to another worker."""
@@ -37,14 +39,11 @@ def transport_options(broker_url: str) -> dict[str, Any]:
 
 
 def create_app(settings: Settings, *, broker_url: str | None = None) -> Celery:
-    """A Celery app for `settings`, with the worker task registered.
+    """A Celery app for `settings` to publish through (no task registered).
 
     `broker_url` overrides `settings.broker_url` (the embedded broker uses memory://).
     The settings are kept on `app.conf.sluice_settings` (see `settings_of`).
     """
-    from sluice.broker.kombu_fixes import reuse_redis_clients
-    from sluice.broker.worker_task import register
-
     reuse_redis_clients()  # Sluice's own processes only: an attached app keeps kombu's way
     url = broker_url or settings.broker_url
     app = Celery("sluice", broker=url, set_as_current=False)
@@ -68,7 +67,6 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> Celery:
         timezone="UTC",
         sluice_settings=settings,
     )
-    register(app)
     return app
 
 
@@ -76,18 +74,5 @@ def settings_of(app: Celery) -> Settings:
     """The Sluice settings an app was created with."""
     settings = app.conf.get("sluice_settings")
     if not isinstance(settings, Settings):
-        raise RuntimeError("this Celery app was not made by broker.app.create_app")
+        raise RuntimeError("this Celery app was not made by sluice.broker.app.create_app")
     return settings
-
-
-_lazy_app: Celery | None = None
-
-
-def __getattr__(name: str) -> Any:
-    """`sluice.broker.app.app`: the app for `Settings.from_env()`, built on first use (PEP 562)."""
-    global _lazy_app
-    if name == "app":
-        if _lazy_app is None:
-            _lazy_app = create_app(Settings.from_env())
-        return _lazy_app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,9 +24,9 @@ from urllib.parse import urlparse
 from celery import Celery
 
 from sluice.broker.app import settings_of
-from sluice.broker.messages import RunMessage
 from sluice.broker.queues import RUN_TASK_NAME, celery_queue
 from sluice.broker.trace_headers import HeadersLast, carrying
+from sluice.scheduler.core.messages import RunMessage
 
 
 def publish(app: Celery, messages: Sequence[RunMessage]) -> None:

@@ -8,7 +8,7 @@ publish time; Celery creates a direct exchange and binding of the same name.
 from __future__ import annotations
 
 RUN_TASK_NAME = "sluice.run_task_instance"
-"""The Celery task name of the worker-side runner (see `broker.worker_task`)."""
+"""The Celery task name of the worker-side runner (see `broker.worker.task`)."""
 
 DEFAULT_QUEUE = "default"
 

@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate
 from opentelemetry.propagators.textmap import Getter
 
-from sluice.scheduler.tracing import carrier_of, context_headers, parent_context
+from sluice.scheduler.core.tracing import carrier_of, context_headers, parent_context
 
 
 class HeadersLast:

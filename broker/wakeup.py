@@ -34,7 +34,7 @@ from redis.backoff import NoBackoff
 from redis.client import PubSub
 from redis.retry import Retry
 
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.settings import Settings
 
 log = logging.getLogger("sluice.wakeup")
 

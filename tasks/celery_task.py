@@ -6,7 +6,7 @@ Contract:
   results, sends ``name`` with them through a Celery app (``app.send_task``) under the
   Celery task id ``external_id_for(attempt_id)``, records that id on the TaskInstance and
   returns at once: the TI stays ``running`` while the external task runs. A poller on the
-  scheduler side (``scheduler.celery_poller``) reads its state from the Celery result
+  scheduler side (``scheduler.jobs.celery_poller``) reads its state from the Celery result
   backend and writes the TI's outcome. So a CeleryTask needs a result backend that the
   user's Celery workers write to and Sluice reads (``SLUICE_RESULT_BACKEND``).
 * An argument may refer to an upstream task's result, anywhere inside ``args``/``kwargs``

@@ -46,8 +46,8 @@ def pg_admin():
 @pytest.fixture
 def pg_url(pg_admin) -> Iterator[str]:
     """A new, migrated PostgreSQL database for this test; dropped afterwards."""
-    from sluice.scheduler.db import make_engine
-    from sluice.scheduler.migrate import upgrade
+    from sluice.scheduler.core.db import make_engine
+    from sluice.scheduler.core.migrate import upgrade
 
     name = f"sluice_t_{uuid.uuid4().hex[:10]}"
     with pg_admin.connect() as conn:
@@ -77,8 +77,8 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
-    from sluice.scheduler.db import make_engine
-    from sluice.scheduler.migrate import upgrade
+    from sluice.scheduler.core.db import make_engine
+    from sluice.scheduler.core.migrate import upgrade
 
     url = f"sqlite:///{tmp_path / 'sluice.db'}"
     engine = make_engine(url)

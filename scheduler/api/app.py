@@ -19,8 +19,8 @@ from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import install_error_handlers
 from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.api.ui import install_ui
-from sluice.scheduler.db import make_engine, make_session_factory
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.db import make_engine, make_session_factory
+from sluice.scheduler.core.settings import Settings
 
 API_VERSION = "1"
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sluice.scheduler.settings import ConfigError
+from sluice.scheduler.core.settings import ConfigError
 
 TRACE_PLACEHOLDER = "{trace_id}"
 

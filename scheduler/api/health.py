@@ -22,6 +22,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import select, text
 
+from sluice.broker.app import create_app
 from sluice.scheduler.api.deps import CanRead, State
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
@@ -32,9 +33,9 @@ from sluice.scheduler.api.schemas import (
     WorkersHealth,
 )
 from sluice.scheduler.api.state import ApiState
-from sluice.scheduler.db import utcnow
-from sluice.scheduler.models import Job
-from sluice.scheduler.states import JobState
+from sluice.scheduler.core.db import utcnow
+from sluice.scheduler.core.models import Job
+from sluice.scheduler.core.states import JobState
 
 log = logging.getLogger("sluice.api")
 
@@ -89,8 +90,6 @@ def _ping_broker(url: str) -> None:
 
 def _ask_workers(state: ApiState) -> dict[str, Any]:
     if state.celery is None:
-        from sluice.broker.app import create_app
-
         state.celery = create_app(state.settings)
     replies = state.celery.control.inspect(timeout=WORKER_TIMEOUT).active_queues()
     return dict(replies or {})

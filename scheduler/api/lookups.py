@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.errors import not_found
 from sluice.scheduler.api.schemas import ID_MAX, storable
-from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 
 
 def _usable(value: str) -> bool:

@@ -24,8 +24,8 @@ from sluice.scheduler.api.schemas import (
     ImportErrorOut,
 )
 from sluice.scheduler.api.views import dag_summary, task_order, task_specs
-from sluice.scheduler.models import Dag, DagFile, DagRun, TaskInstance
-from sluice.scheduler.states import RUN_UNFINISHED
+from sluice.scheduler.core.models import Dag, DagFile, DagRun, TaskInstance
+from sluice.scheduler.core.states import RUN_UNFINISHED
 
 RECENT_RUNS = 10
 

@@ -1,6 +1,6 @@
 """`/api/v1/dags/{dag_id}/runs`: listing, triggering and reading DAG runs.
 
-Triggering goes through `scheduler.operations.trigger_run`, as `sluice dags
+Triggering goes through `scheduler.control.operations.trigger_run`, as `sluice dags
 trigger` does, and wakes the schedulers the same way.
 """
 
@@ -12,19 +12,19 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy import func, select
 
-from sluice.scheduler import operations
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import RunCreate, RunList, RunOut
 from sluice.scheduler.api.views import run_out
-from sluice.scheduler.cli.context import CliError, parse_date
-from sluice.scheduler.dagrun import RunExists
-from sluice.scheduler.db import utcnow
-from sluice.scheduler.models import DagRun
-from sluice.scheduler.operations import wake_schedulers
-from sluice.scheduler.states import DagRunState
+from sluice.scheduler.control import operations
+from sluice.scheduler.control.inputs import InputError, parse_date
+from sluice.scheduler.control.operations import wake_schedulers
+from sluice.scheduler.core.db import utcnow
+from sluice.scheduler.core.models import DagRun
+from sluice.scheduler.core.states import DagRunState
+from sluice.scheduler.scheduling.dagrun import RunExists
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs", tags=["runs"])
 
@@ -35,7 +35,7 @@ def parse_logical_date(text: str) -> dt.datetime:
     """An ISO 8601 date or datetime (naive: UTC), or a 422 saying what is wrong."""
     try:
         return parse_date(text, "logical_date")
-    except CliError as exc:
+    except InputError as exc:
         raise unprocessable(str(exc)) from None
     except (OverflowError, ValueError):
         raise unprocessable(f"logical_date {text!r} is out of range") from None

@@ -1,6 +1,6 @@
 """`/api/v1/dags/{dag_id}/runs/{run_id}/tasks`: task instances, clearing, and logs.
 
-Clearing goes through `scheduler.operations.clear_task_instances`, as `sluice
+Clearing goes through `scheduler.scheduling.clearing.clear_task_instances`, as `sluice
 tasks clear` does, and wakes the schedulers the same way.
 """
 
@@ -25,12 +25,13 @@ from sluice.scheduler.api.schemas import (
     TryOut,
 )
 from sluice.scheduler.api.views import task_order, ti_fields, ti_out, trace_id_of
-from sluice.scheduler.db import utcnow
-from sluice.scheduler.explain import ExplainError, explain_ti
-from sluice.scheduler.models import DagRun, TaskInstance
-from sluice.scheduler.operations import clear_task_instances, revoke_external_tasks, wake_schedulers
-from sluice.scheduler.queries.task_logs import task_log_of, tries_of
-from sluice.scheduler.states import TI
+from sluice.scheduler.control.explain import ExplainError, explain_ti
+from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
+from sluice.scheduler.core.db import utcnow
+from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.scheduling.clearing import clear_task_instances
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
 

@@ -1,6 +1,6 @@
 """The JSON shapes of `/api/v1`: request bodies (strict, no extra fields) and responses.
 
-Times are ISO 8601 in UTC. States are the enums of `scheduler.states`. Request
+Times are ISO 8601 in UTC. States are the enums of `scheduler.core.states`. Request
 strings are checked to be storable (no NUL, valid UTF-8, at most 250 chars for
 ids) so that no input reaches the database it would refuse.
 """
@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
-from sluice.scheduler.dagrun import check_run_id
-from sluice.scheduler.states import DagRunState, RunType, TaskInstanceState
+from sluice.scheduler.core.states import DagRunState, RunType, TaskInstanceState
+from sluice.scheduler.scheduling.dagrun import check_run_id
 
 ID_MAX = 250
 

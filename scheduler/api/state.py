@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.api.config import ApiConfig
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.settings import Settings
 
 
 @dataclass

@@ -14,7 +14,7 @@ from sluice.scheduler.api.schemas import (
     TaskInstanceOut,
     TaskSpecOut,
 )
-from sluice.scheduler.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 

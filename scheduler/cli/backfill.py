@@ -17,10 +17,11 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from sluice.scheduler.cli.context import Cli, CliError, parse_date
+from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.services import install_stop_handlers
-from sluice.scheduler.models import Dag
-from sluice.scheduler.timetables import logical_dates_between
+from sluice.scheduler.control.inputs import parse_date
+from sluice.scheduler.core.models import Dag
+from sluice.scheduler.scheduling.timetables import logical_dates_between
 
 log = logging.getLogger("sluice.backfill")
 
@@ -100,7 +101,7 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
     if not dates:
         raise CliError(f"no logical date of {args.dag_id!r}'s schedule between {start} and {end}")
 
-    from sluice.scheduler.tracing import Tracing
+    from sluice.scheduler.core.tracing import Tracing
 
     tracing = Tracing("sluice-backfill")
     if args.local:
@@ -174,7 +175,7 @@ def local_publisher(
     """Run each queued TI in this process's thread pool instead of sending it."""
     import socket
 
-    from sluice.broker.runner import WorkerContext, run_task_instance
+    from sluice.broker.worker.runner import WorkerContext, run_task_instance
 
     class LocalDags:
         def get_dag(self, fileloc: str, dag_id: str) -> Any:
@@ -192,7 +193,7 @@ def local_publisher(
         pid=os.getpid(),
     )
 
-    from sluice.broker.tracing import run_span
+    from sluice.broker.worker.tracing import run_span
 
     def run_one(message: Any) -> None:
         try:

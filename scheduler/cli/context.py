@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.scheduler.dagbag import sync_dag_folder
-from sluice.scheduler.db import make_engine, make_session_factory, utcnow
-from sluice.scheduler.migrate import check_current
-from sluice.scheduler.models import Dag, DagRun
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.control.inputs import InputError
+from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
+from sluice.scheduler.core.migrate import check_current
+from sluice.scheduler.core.models import Dag, DagRun
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.scheduling.dagbag import sync_dag_folder
 
 
-class CliError(Exception):
+class CliError(InputError):
     """Bad input: printed as one line on stderr, exit code 2, nothing written."""
 
 
@@ -57,31 +56,6 @@ class Cli:
         if run is None:
             raise CliError(f"DAG {dag_id!r} has no run {run_id!r}")
         return run
-
-
-def parse_date(text: str, what: str = "date") -> dt.datetime:
-    """An ISO 8601 date or datetime; naive values are taken as UTC."""
-    try:
-        value = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise CliError(
-            f"{what} {text!r} is not an ISO 8601 date (e.g. 2026-01-31T00:00:00Z)"
-        ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC)
-
-
-def parse_conf(text: str | None) -> dict[str, Any]:
-    if text is None:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"--conf is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise CliError("--conf must be a JSON object, e.g. '{\"key\": 1}'")
-    return value
 
 
 def iso(value: dt.datetime | None) -> str | None:

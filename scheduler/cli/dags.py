@@ -10,12 +10,13 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from sluice.scheduler import operations
-from sluice.scheduler.cli.context import Cli, CliError, iso, parse_conf, parse_date
-from sluice.scheduler.dagrun import RunExists, check_run_id
-from sluice.scheduler.db import transaction, utcnow
-from sluice.scheduler.models import Dag, DagFile
-from sluice.scheduler.operations import trigger_run
+from sluice.scheduler.cli.context import Cli, CliError, iso
+from sluice.scheduler.control import operations
+from sluice.scheduler.control.inputs import parse_conf, parse_date
+from sluice.scheduler.control.operations import trigger_run
+from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.models import Dag, DagFile
+from sluice.scheduler.scheduling.dagrun import RunExists, check_run_id
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -16,10 +16,10 @@ from rich.markup import escape
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
-from sluice.scheduler.db import utcnow
-from sluice.scheduler.explain import ExplainError, Explanation, explain_ti
-from sluice.scheduler.models import DagRun, TaskInstance
-from sluice.scheduler.states import TI
+from sluice.scheduler.control.explain import ExplainError, Explanation, explain_ti
+from sluice.scheduler.core.db import utcnow
+from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.states import TI
 
 ASK_WORKERS = frozenset({TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.UP_FOR_RETRY})
 
@@ -53,7 +53,7 @@ def explain(cli: Cli, args: argparse.Namespace) -> int:
         )
     workers = None
     if args.workers_timeout > 0 and (state is None or TI(state) in ASK_WORKERS):
-        from sluice.scheduler.workers import workers_by_queue
+        from sluice.scheduler.control.workers import workers_by_queue
 
         workers = workers_by_queue(cli.settings, timeout=args.workers_timeout)
     with cli.factory() as session:

@@ -12,8 +12,8 @@ import sys
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError, iso
-from sluice.scheduler.models import TaskInstance
-from sluice.scheduler.queries.task_logs import task_log_of
+from sluice.scheduler.core.models import TaskInstance
+from sluice.scheduler.core.queries.task_logs import task_log_of
 
 
 def add_logs_parser(tasks_sub: argparse._SubParsersAction) -> None:

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Sequence
 
 from sluice.scheduler.cli import api_cmd, backfill, dags, services, standalone, status, tasks_cmd
-from sluice.scheduler.cli.context import Cli, CliError
-from sluice.scheduler.migrate import SchemaNotReady
-from sluice.scheduler.settings import ConfigError, Settings
+from sluice.scheduler.cli.context import Cli
+from sluice.scheduler.control.inputs import InputError
+from sluice.scheduler.core.migrate import SchemaNotReady
+from sluice.scheduler.core.settings import ConfigError, Settings
 
 USAGE_ERROR = 2
 
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cli = Cli(Settings.from_env(), role=args.command)
         return int(args.func(cli, args))
-    except (CliError, SchemaNotReady, ConfigError) as exc:
+    except (InputError, SchemaNotReady, ConfigError) as exc:
         print(f"sluice: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

@@ -10,10 +10,10 @@ from types import FrameType
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
-from sluice.scheduler.db import transaction
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Pool
-from sluice.scheduler.upsert import upsert
+from sluice.scheduler.core.db import transaction
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Pool
+from sluice.scheduler.core.upsert import upsert
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -67,8 +67,8 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
 
     app = create_app(cli.settings)
     waker = waker_for(cli.settings)
-    from sluice.scheduler.metrics import SchedulerMetrics
-    from sluice.scheduler.tracing import Tracing
+    from sluice.scheduler.core.tracing import Tracing
+    from sluice.scheduler.jobs.metrics import SchedulerMetrics
 
     metrics = SchedulerMetrics(cli.settings, cli.factory, args.metrics_port)
     job = SchedulerJob(
@@ -88,7 +88,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def worker(cli: Cli, args: argparse.Namespace) -> int:
-    from sluice.broker.worker import start_worker
+    from sluice.broker.worker.process import start_worker
 
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     if not queues:

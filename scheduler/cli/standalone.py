@@ -15,11 +15,11 @@ from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.tasks_cmd import print_states, ti_rows
-from sluice.scheduler.dagrun import create_dagrun
-from sluice.scheduler.db import transaction, utcnow
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Dag, DagRun
-from sluice.scheduler.states import RUN_TERMINAL, DagRunState, RunType
+from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Dag, DagRun
+from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
+from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 log = logging.getLogger("sluice.standalone")
 
@@ -45,11 +45,11 @@ def all_queues(cli: Cli) -> list[str]:
 
 
 def standalone(cli: Cli, args: argparse.Namespace) -> int:
-    from sluice.broker.embedded import EmbeddedBroker
     from sluice.broker.publisher import publish
     from sluice.broker.wakeup import waker_for
-    from sluice.scheduler.cli.context import parse_conf
+    from sluice.broker.worker.embedded import EmbeddedBroker
     from sluice.scheduler.cli.services import install_stop_handlers
+    from sluice.scheduler.control.inputs import parse_conf
     from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
@@ -70,8 +70,8 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
             )
             run_pk = run.id
         log.info("triggered %s %s", args.trigger, run.run_id)
-    from sluice.broker.tracing import instrument_celery
-    from sluice.scheduler.tracing import Tracing
+    from sluice.broker.worker.tracing import instrument_celery
+    from sluice.scheduler.core.tracing import Tracing
 
     tracing = Tracing("sluice-standalone")
     instrument_celery(tracing)  # the worker runs in this process

@@ -19,10 +19,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.cli.context import Cli, iso
-from sluice.scheduler.db import utcnow
-from sluice.scheduler.models import DagRun, Job, TaskInstance
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import DagRunState, JobState, TaskInstanceState
+from sluice.scheduler.core.db import utcnow
+from sluice.scheduler.core.models import DagRun, Job, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import DagRunState, JobState, TaskInstanceState
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -80,7 +80,7 @@ def status(cli: Cli, args: argparse.Namespace) -> int:
     notes: list[str] = []
     workers: dict[str, list[str]] | None = None
     if args.workers_timeout > 0:
-        from sluice.scheduler.workers import workers_by_queue
+        from sluice.scheduler.control.workers import workers_by_queue
 
         found = workers_by_queue(cli.settings, timeout=args.workers_timeout)
         workers = {q: found[q] for q in sorted(found)}

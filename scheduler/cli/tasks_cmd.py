@@ -15,14 +15,10 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.explain_cmd import add_explain_parser
 from sluice.scheduler.cli.logs_cmd import add_logs_parser
-from sluice.scheduler.db import transaction, utcnow
-from sluice.scheduler.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.operations import (
-    UnknownTask,
-    clear_task_instances,
-    revoke_external_tasks,
-    wake_schedulers,
-)
+from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
+from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -18,13 +18,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.scheduler.dagrun import create_dagrun
-from sluice.scheduler.db import transaction, utcnow
-from sluice.scheduler.jobs.base import DagRunJob, Publish, TickResult
-from sluice.scheduler.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.operations import clear_task_instances
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import (
+from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import (
     RUN_TERMINAL,
     RUN_UNFINISHED,
     TI,
@@ -33,7 +30,10 @@ from sluice.scheduler.states import (
     JobState,
     RunType,
 )
-from sluice.scheduler.tracing import Tracing
+from sluice.scheduler.core.tracing import Tracing
+from sluice.scheduler.jobs.base import DagRunJob, Publish, TickResult
+from sluice.scheduler.scheduling.clearing import clear_task_instances
+from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 log = logging.getLogger("sluice.backfill")
 

@@ -21,21 +21,22 @@ from sqlalchemy import ColumnElement, or_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.broker.messages import RunMessage
 from sluice.broker.wakeup import Waker
-from sluice.scheduler import spans
-from sluice.scheduler.celery_poller import poll_once
-from sluice.scheduler.dag_cache import SerializedDagCache
-from sluice.scheduler.dagrun import update_state
-from sluice.scheduler.db import transaction, utcnow
+from sluice.scheduler.core.dag_cache import SerializedDagCache
+from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.models import Dag, DagRun, Job
+from sluice.scheduler.core.queries.runs import claim_runs_to_examine
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import DagRunState, JobState, SpanStatus
+from sluice.scheduler.core.tracing import Tracing
+from sluice.scheduler.core.transitions import move_run, move_runs
+from sluice.scheduler.jobs.celery_poller import poll_once
+from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.periodic import Every
-from sluice.scheduler.metrics import SchedulerMetrics
-from sluice.scheduler.models import Dag, DagRun, Job
-from sluice.scheduler.queries.runs import claim_runs_to_examine
-from sluice.scheduler.queueing import fail_dead_running, queue_scheduled, requeue_expired
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import DagRunState, JobState, SpanStatus
-from sluice.scheduler.tracing import Tracing
+from sluice.scheduler.scheduling import spans
+from sluice.scheduler.scheduling.dagrun import update_state
+from sluice.scheduler.scheduling.queueing import fail_dead_running, queue_scheduled, requeue_expired
 
 log = logging.getLogger("sluice.job")
 
@@ -379,7 +380,6 @@ class DagRunJob:
     def start_runs(self, session: Session, runs: Sequence[DagRun], now: dt.datetime) -> int:
         """queued → running (compare-and-set); one statement for them all unless each
         run's span values are its own (tracing)."""
-        from sluice.scheduler.transitions import move_run, move_runs
 
         values: dict[str, object] = {"started_by_job_id": self.job_id}
         queued = [DagRunState.QUEUED]

@@ -16,22 +16,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from sluice.scheduler import spans
-from sluice.scheduler.dagbag import next_run_fields, sync_dag_folder
-from sluice.scheduler.dagrun import RunExists, create_dagrun
-from sluice.scheduler.db import transaction
-from sluice.scheduler.jobs.base import DagRunJob, TickResult
-from sluice.scheduler.jobs.periodic import Every
-from sluice.scheduler.models import Dag
-from sluice.scheduler.queries.jobs import release_dead_jobs
-from sluice.scheduler.queries.runs import (
+from sluice.scheduler.core.db import transaction
+from sluice.scheduler.core.models import Dag
+from sluice.scheduler.core.queries.jobs import release_dead_jobs
+from sluice.scheduler.core.queries.runs import (
     count_running_runs,
     dags_with_queued_runs,
     lock_dags,
     lock_due_dags,
     queued_runs_of,
 )
-from sluice.scheduler.states import RunType
+from sluice.scheduler.core.states import RunType
+from sluice.scheduler.jobs.base import DagRunJob, TickResult
+from sluice.scheduler.jobs.periodic import Every
+from sluice.scheduler.scheduling import spans
+from sluice.scheduler.scheduling.dagbag import next_run_fields, sync_dag_folder
+from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
 
 log = logging.getLogger("sluice.scheduler")
 

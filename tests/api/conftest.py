@@ -1,7 +1,7 @@
 """Fixtures of the API tests: a seeded PostgreSQL database and a TestClient on it.
 
 The DAGs are made the way users make them: DAG files in a folder, synced into
-a database by `scheduler.dagbag.sync_dag_folder`, as the CLI and schedulers do
+a database by `scheduler.scheduling.dagbag.sync_dag_folder`, as the CLI and schedulers do
 (once per session; each test gets a copy of the rows in its own database).
 """
 
@@ -18,11 +18,11 @@ from sqlalchemy import select
 
 from sluice.scheduler.api import create_app
 from sluice.scheduler.api.config import ApiConfig
-from sluice.scheduler.dagbag import sync_dag_folder
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Dag, DagFile
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Dag, DagFile
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.scheduling.dagbag import sync_dag_folder
 
 TOKEN = "test-token-7"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

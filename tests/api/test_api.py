@@ -11,12 +11,12 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.config import ApiConfig
-from sluice.scheduler.db import make_session_factory, transaction
-from sluice.scheduler.models import DagRun, TaskInstance
-from sluice.scheduler.queries.task_logs import LogSnapshot, save_task_log
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, DagRunState
-from sluice.scheduler.transitions import move_run, move_tis
+from sluice.scheduler.core.db import make_session_factory, transaction
+from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, DagRunState
+from sluice.scheduler.core.transitions import move_run, move_tis
 from tests.api.conftest import AUTH, TOKEN, client_for
 
 V1 = "/api/v1"
@@ -353,7 +353,7 @@ def test_read_auth(settings: Settings) -> None:
 
 
 def test_config_from_env() -> None:
-    from sluice.scheduler.settings import ConfigError
+    from sluice.scheduler.core.settings import ConfigError
 
     env = {
         "SLUICE_API_TOKEN": " s3 ",

@@ -19,7 +19,7 @@ API_MAIN = textwrap.dedent(
     import argparse, sys
     from sluice.scheduler.cli import api_cmd
     from sluice.scheduler.cli.context import Cli
-    from sluice.scheduler.settings import Settings
+    from sluice.scheduler.core.settings import Settings
 
     parser = argparse.ArgumentParser()
     api_cmd.add_parsers(parser.add_subparsers())

@@ -21,7 +21,7 @@ import pytest
 
 from sluice.scheduler.api import create_app
 from sluice.scheduler.api.config import ApiConfig
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.settings import Settings
 from tests.api.conftest import TOKEN
 from tests.procs import Sluice, wait_until
 

@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
 
 from sluice.scheduler.api import create_app
 from sluice.scheduler.api.config import ApiConfig
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.settings import Settings
 from tests.api.conftest import AUTH, TOKEN
 
 EXAMPLES = {"dag_id": "demo", "run_id": "r1", "task_id": "extract"}

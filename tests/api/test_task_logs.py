@@ -19,20 +19,20 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.broker.messages import RunMessage
-from sluice.broker.runner import Outcome, WorkerContext, run_task_instance
-from sluice.broker.task_logs import LogBuffer, TaskLogCapture
 from sluice.broker.wakeup import LocalWaker
+from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.broker.worker.task_logs import LogBuffer, TaskLogCapture
 from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.logs_cmd import add_logs_parser
-from sluice.scheduler.dagbag import sync_dag_folder
-from sluice.scheduler.dagrun import create_dagrun
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from sluice.scheduler.models import Dag, TaskInstance, TaskLog
-from sluice.scheduler.queries.task_logs import save_task_log
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, RunType
-from sluice.scheduler.transitions import move_ti
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.models import Dag, TaskInstance, TaskLog
+from sluice.scheduler.core.queries.task_logs import save_task_log
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, RunType
+from sluice.scheduler.core.transitions import move_ti
+from sluice.scheduler.scheduling.dagbag import sync_dag_folder
+from sluice.scheduler.scheduling.dagrun import create_dagrun
 from sluice.tasks.loader import DagCache
 from tests.procs import Sluice
 

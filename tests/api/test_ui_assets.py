@@ -7,7 +7,7 @@ import re
 import pytest
 
 from sluice.scheduler.api.ui import STATIC_DIR
-from sluice.scheduler.states import DagRunState, TaskInstanceState
+from sluice.scheduler.core.states import DagRunState, TaskInstanceState
 
 CSS = (STATIC_DIR / "style.css").read_text()
 COMMON_JS = (STATIC_DIR / "common.js").read_text()

@@ -9,9 +9,9 @@ from celery import Celery
 
 from sluice import DAG, CeleryTask, Upstream, task
 from sluice.broker.app import settings_of
-from sluice.broker.attaching import AttachError, attach
 from sluice.broker.queues import RUN_TASK_NAME
-from sluice.scheduler.settings import Settings
+from sluice.broker.worker.attaching import AttachError, attach
+from sluice.scheduler.core.settings import Settings
 from sluice.tasks.celery_task import external_id_for, resolve
 from sluice.tasks.serialize import serialize_dag
 from tests.celery_compat.their_app import make_app

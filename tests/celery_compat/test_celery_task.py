@@ -3,7 +3,7 @@
 One worker process of the user's app (`celery -A tests.celery_compat.their_worker worker
 -Q their_queue,<ns>.default`, the app calling `sluice.attach`) serves both the
 user's own tasks and Sluice's; a real `sluice scheduler` subprocess drives the runs and
-polls the external tasks' results; the tests also call `scheduler.celery_poller.poll_once`
+polls the external tasks' results; the tests also call `scheduler.jobs.celery_poller.poll_once`
 while they wait (TIs are polled SKIP LOCKED, so both can). A local backfill polls them
 itself, with no scheduler running.
 """
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from sluice.scheduler.celery_poller import poll_once
-from sluice.scheduler.db import make_engine, make_session_factory, utcnow
-from sluice.scheduler.settings import Settings
+from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.jobs.celery_poller import poll_once
 from sluice.tasks.celery_task import external_id_for
 from tests.celery_compat.their_app import THEIR_QUEUE, make_app
 from tests.procs import Sluice, wait_until

@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery
 
-from sluice.broker.attaching import attach
+from sluice.broker.worker.attaching import attach
 
 THEIR_QUEUE = "their_queue"
 

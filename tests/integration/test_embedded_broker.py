@@ -15,16 +15,16 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.broker.embedded import EmbeddedBroker
-from sluice.broker.messages import RunMessage
 from sluice.broker.publisher import publish
 from sluice.broker.wakeup import LocalWaker, waker_for
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, RunType
-from sluice.scheduler.transitions import move_ti
+from sluice.broker.worker.embedded import EmbeddedBroker
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, RunType
+from sluice.scheduler.core.transitions import move_ti
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DAG_ID = "embedded_test"

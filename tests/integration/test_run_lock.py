@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import or_, select, text, update
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.db import transaction
-from sluice.scheduler.downstream import run_lock
-from sluice.scheduler.models import DagRun, TaskInstance
-from sluice.scheduler.queries.runs import claim_runs_to_examine
+from sluice.scheduler.core.db import transaction
+from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.queries.runs import claim_runs_to_examine
+from sluice.scheduler.scheduling.downstream import run_lock
 from tests.integration import test_worker_downstream
 from tests.integration.test_worker_downstream import Harness
 

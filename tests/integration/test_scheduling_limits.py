@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from sluice.broker.messages import RunMessage
 from sluice.broker.wakeup import LocalWaker, RedisWaker
-from sluice.scheduler.dagrun import create_dagrun
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
-from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, DagRunState, RunType
+from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 
 class Harness:

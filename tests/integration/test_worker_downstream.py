@@ -1,5 +1,5 @@
 """A worker decides and queues the direct downstream of what it finished (the "mini
-scheduler", `scheduler.downstream`), against real PostgreSQL.
+scheduler", `scheduler.scheduling.downstream`), against real PostgreSQL.
 
 The scheduler's `tick(now)` and the worker's `run_task_instance` are called in this
 process; both `publish` callables record the messages they would send, so each test
@@ -20,17 +20,17 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
-from sluice.broker.messages import RunMessage
-from sluice.broker.one_query_result import Success, record_at_once, records_at_once
-from sluice.broker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.broker.wakeup import LocalWaker
-from sluice.scheduler.dagrun import create_dagrun
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from sluice.scheduler.downstream import FollowUp, decidable
+from sluice.broker.worker.one_query_result import Success, record_at_once, records_at_once
+from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance, TaskLog
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
-from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance, TaskLog
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, RunType
+from sluice.scheduler.scheduling.dagrun import create_dagrun
+from sluice.scheduler.scheduling.downstream import FollowUp, decidable
 from sluice.tasks.loader import DagCache
 from tests.procs import Sluice, wait_until
 
@@ -365,7 +365,7 @@ def test_a_freed_slot_is_filled_after_the_pool_s_lock_holder_committed(
 def test_a_freed_slot_s_message_carries_the_waiting_ti_s_span(harness: Harness) -> None:
     """With tracing, the TI queued into a freed slot is sent with its span carrier (the
     worker's span nests under it), as a scheduler's queueing sends it."""
-    from sluice.scheduler.downstream import fill_freed_slot
+    from sluice.scheduler.scheduling.downstream import fill_freed_slot
 
     harness.add_pool("one", 1)
     harness.write(
@@ -528,7 +528,7 @@ def test_a_real_worker_carries_a_chain_with_no_scheduler_running(sluice: Sluice)
 
 
 def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
-    from sluice.scheduler.downstream import READ_LIMIT
+    from sluice.scheduler.scheduling.downstream import READ_LIMIT
 
     harness.write(
         "wide",
@@ -554,7 +554,7 @@ def test_a_wide_fan_in_is_queued_by_its_last_upstream_without_a_scheduler(
     """A fan-in with more upstreams than a worker reads: each result's write says whether
     others are unfinished (and fills the slot it freed for a TI waiting in the pool); the
     last one queues the fan-in with one more query. No result wakes the schedulers."""
-    from sluice.scheduler.downstream import READ_LIMIT
+    from sluice.scheduler.scheduling.downstream import READ_LIMIT
 
     harness.write(
         "wide_in",
@@ -681,7 +681,7 @@ def test_fan_in_results_with_and_without_a_log_lead_to_one_join(harness: Harness
 
 def record_an_older_try(harness: Harness, dag_id: str, task_id: str) -> FollowUp | None:
     """`task_id` running as "the-current-try"; a success of "an-older-try" recorded in one
-    query (`broker.one_query_result`)."""
+    query (`broker.worker.one_query_result`)."""
     with transaction(harness.factory) as session:
         session.execute(
             update(TaskInstance)
@@ -721,12 +721,12 @@ def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
     run_pk = harness.trigger("fan_in")
     harness.run("u0")
     harness.run("u1")
-    import sluice.broker.one_query_result
+    import sluice.broker.worker.one_query_result
 
     def unreachable(*_args: object, **_kwargs: object) -> None:
         raise OperationalError("BEGIN", None, Exception("server closed the connection"))
 
-    monkeypatch.setattr(sluice.broker.one_query_result, "transaction_opened_by", unreachable)
+    monkeypatch.setattr(sluice.broker.worker.one_query_result, "transaction_opened_by", unreachable)
     assert harness.run("u2") is Outcome.SUCCESS  # a quiet task: its result is one query
     assert harness.states()["u2"] == "success" and harness.states()["join"] == "none"
     assert harness.news() == {run_pk}

@@ -23,16 +23,16 @@ from sqlalchemy import Engine, create_engine, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.app import create_app
-from sluice.broker.messages import MessageError, RunMessage
 from sluice.broker.publisher import publish
-from sluice.broker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.broker.wakeup import LocalWaker, RedisWaker, waker_for
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, RunType
-from sluice.scheduler.transitions import move_ti, move_tis
+from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.messages import MessageError, RunMessage
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, RunType
+from sluice.scheduler.core.transitions import move_ti, move_tis
 from sluice.tasks.loader import DagCache
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -497,7 +497,7 @@ def start_worker(engine: Engine, namespace: str) -> subprocess.Popen[bytes]:
             "-m",
             "celery",
             "-A",
-            "sluice.broker.app",
+            "sluice.broker.worker.app",
             "worker",
             "-Q",
             f"{namespace}.default",

@@ -16,14 +16,14 @@ from typing import Any
 from sqlalchemy import select
 
 from sluice.broker.wakeup import LocalWaker
-from sluice.scheduler.dagbag import sync_dag_folder
-from sluice.scheduler.dagrun import create_dagrun, update_state
-from sluice.scheduler.db import make_engine, make_session_factory, transaction, utcnow
-from sluice.scheduler.explain import Explanation, explain_ti
-from sluice.scheduler.models import Dag, DagRun, Pool, TaskInstance
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI, DagRunState, RunType
-from sluice.scheduler.transitions import move_run, move_ti, queue_tis
+from sluice.scheduler.control.explain import Explanation, explain_ti
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, DagRunState, RunType
+from sluice.scheduler.core.transitions import move_run, move_ti, queue_tis
+from sluice.scheduler.scheduling.dagbag import sync_dag_folder
+from sluice.scheduler.scheduling.dagrun import create_dagrun, update_state
 
 HEADER = "from datetime import timedelta\nfrom sluice import DAG, Skip, TriggerRule, task\n"
 

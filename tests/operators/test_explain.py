@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from sluice.scheduler.explain import ExplainError, ReasonKind
-from sluice.scheduler.states import TI
+from sluice.scheduler.control.explain import ExplainError, ReasonKind
+from sluice.scheduler.core.states import TI
 from tests.operators.helpers import World
 
 K = ReasonKind
@@ -226,8 +226,8 @@ def test_max_active_runs_keeps_the_run_queued(world: World) -> None:
 
 
 def test_paused_dag_keeps_a_new_run_queued(world: World) -> None:
-    from sluice.scheduler.db import transaction
-    from sluice.scheduler.models import Dag
+    from sluice.scheduler.core.db import transaction
+    from sluice.scheduler.core.models import Dag
 
     world.dags(CHAIN)
     world.scheduler_job()
@@ -242,10 +242,10 @@ def test_paused_dag_keeps_a_new_run_queued(world: World) -> None:
 
 
 def test_run_not_running_after_it_finished(chain: World) -> None:
-    from sluice.scheduler.db import transaction
-    from sluice.scheduler.models import DagRun
-    from sluice.scheduler.states import DagRunState
-    from sluice.scheduler.transitions import move_run
+    from sluice.scheduler.core.db import transaction
+    from sluice.scheduler.core.models import DagRun
+    from sluice.scheduler.core.states import DagRunState
+    from sluice.scheduler.core.transitions import move_run
 
     with transaction(chain.factory) as session:
         run_pk = session.query(DagRun.id).filter(DagRun.run_id == "r1").scalar()

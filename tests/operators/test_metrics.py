@@ -14,14 +14,14 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sluice.broker.messages import RunMessage
 from sluice.broker.wakeup import LocalWaker
-from sluice.scheduler.db import transaction
+from sluice.scheduler.core.db import transaction
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.transitions import move_ti
 from sluice.scheduler.jobs.base import TickResult
+from sluice.scheduler.jobs.metrics import SchedulerMetrics, metrics_exporters
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
-from sluice.scheduler.metrics import SchedulerMetrics, metrics_exporters
-from sluice.scheduler.states import TI
-from sluice.scheduler.transitions import move_ti
 from tests.operators.helpers import World
 from tests.otlp_receiver import OtlpReceiver
 
@@ -143,7 +143,7 @@ def test_off_unless_a_port_or_an_exporter_is_configured(world: World) -> None:
 
 
 def test_a_port_in_use_is_one_clear_error(world: World) -> None:
-    from sluice.scheduler.settings import ConfigError
+    from sluice.scheduler.core.settings import ConfigError
 
     first = SchedulerMetrics(world.settings, world.factory, 0, host="127.0.0.1", env={})
     try:

@@ -52,8 +52,8 @@ def test_status_shows_live_jobs_runs_tis_and_workers(sluice: Sluice) -> None:
 
 
 def test_status_without_jobs_or_workers_says_so(pg_url: str) -> None:
-    from sluice.scheduler.db import make_engine, make_session_factory, utcnow
-    from sluice.scheduler.settings import Settings
+    from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
+    from sluice.scheduler.core.settings import Settings
 
     settings = Settings(database_url=pg_url)
     engine = make_engine(pg_url)

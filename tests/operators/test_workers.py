@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from sluice.scheduler.settings import Settings
-from sluice.scheduler.states import TI
-from sluice.scheduler.workers import map_active_queues, workers_by_queue
+from sluice.scheduler.control.workers import map_active_queues, workers_by_queue
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI
 from tests.operators.helpers import World
 from tests.procs import Sluice, wait_until
 

@@ -27,7 +27,7 @@ def test_dag_files_and_celery_projects_import_from_sluice() -> None:
 def test_attach_is_sluice_attach_and_sluice_broker_attach() -> None:
     import sluice
     from sluice.broker import attach
-    from sluice.broker.attaching import attach as defined
+    from sluice.broker.worker.attaching import attach as defined
 
     assert sluice.attach is attach is defined
     assert callable(sluice.attach)
@@ -66,8 +66,9 @@ def test_the_wheel_installs_only_sluice_at_the_top(tmp_path: Path) -> None:
     for module in (
         "sluice/tasks/dag.py",
         "sluice/scheduler/cli/main.py",
-        "sluice/broker/worker_task.py",
-        "sluice/scheduler/migrations/versions/0001_initial_schema.py",
+        "sluice/broker/worker/task.py",
+        "sluice/scheduler/core/migrations/versions/0001_initial_schema.py",
+        "sluice/scheduler/core/migrations/script.py.mako",
         "sluice/scheduler/api/static/index.html",
     ):
         assert module in names

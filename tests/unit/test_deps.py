@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from sluice.scheduler.deps import TiView, decide_run, run_outcome
-from sluice.scheduler.states import TI
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.scheduling.deps import TiView, decide_run, run_outcome
 
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 

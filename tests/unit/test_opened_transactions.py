@@ -1,4 +1,4 @@
-"""`scheduler.db.transaction_opened_by`: a transaction whose BEGIN travels with its first
+"""`scheduler.core.db.transaction_opened_by`: a transaction whose BEGIN travels with its first
 statement commits, rolls back and fails as a plain transaction does."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.scheduler.db import (
+from sluice.scheduler.core.db import (
     committed_at_once,
     held_connection,
     make_engine,
@@ -19,8 +19,8 @@ from sluice.scheduler.db import (
     transaction,
     transaction_opened_by,
 )
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Pool
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Pool
 
 LOCK = "SELECT name, slots FROM pool WHERE name = 'p' FOR UPDATE"
 TRY_LOCK = text("SELECT 1 FROM pool WHERE name = 'p' FOR UPDATE NOWAIT")
@@ -179,14 +179,14 @@ def kill_held_connection(factory: sessionmaker[Session]) -> None:
 def test_a_kept_connection_that_broke_is_replaced(
     factory: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sluice.scheduler.db
+    import sluice.scheduler.core.db
 
     kill_held_connection(factory)  # in use: the query fails, the caller's retry succeeds
     with pytest.raises(OperationalError):
         committed_at_once(factory, [(SET_SLOTS, {"n": 2})])
     assert committed_at_once(factory, [(SET_SLOTS, {"n": 3})]) is not None
     kill_held_connection(factory)  # idle long enough to be pinged: replaced before use
-    monkeypatch.setattr(sluice.scheduler.db, "IDLE_PING_SECONDS", 0.0)
+    monkeypatch.setattr(sluice.scheduler.core.db, "IDLE_PING_SECONDS", 0.0)
     assert committed_at_once(factory, [(SET_SLOTS, {"n": 4})]) is not None
     assert slots(factory) == 4
 
@@ -194,9 +194,9 @@ def test_a_kept_connection_that_broke_is_replaced(
 def test_the_least_recently_used_statement_is_deallocated_past_the_cap(
     factory: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sluice.scheduler.db
+    import sluice.scheduler.core.db
 
-    monkeypatch.setattr(sluice.scheduler.db, "PREPARED_PER_CONNECTION", 2)
+    monkeypatch.setattr(sluice.scheduler.core.db, "PREPARED_PER_CONNECTION", 2)
     names = [Pool.name.in_(["p", *extra]) for extra in ([], ["q"], ["q", "r"])]
     for where in names:  # three texts: the first is deallocated for the third
         committed_at_once(factory, [(select(Pool.slots).where(where), {})])
@@ -220,14 +220,14 @@ def test_statements_missing_on_the_server_are_sent_unprepared(
     """Behind a pooler in transaction mode a prepared statement may be missing on the
     server connection a query reaches: the query is sent again inline, and preparing
     stops for the process."""
-    import sluice.scheduler.db
+    import sluice.scheduler.core.db
 
-    monkeypatch.setattr(sluice.scheduler.db, "_preparing", True)
+    monkeypatch.setattr(sluice.scheduler.core.db, "_preparing", True)
     assert committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 3})]) is not None
     on_sluice_connection(factory, "DEALLOCATE ALL")  # what another server connection lacks
     sent = committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 4})])
     assert sent is not None and sent[1][0].slots == 4 and slots(factory) == 4
-    assert "sent unprepared" in caplog.text and not sluice.scheduler.db._preparing
+    assert "sent unprepared" in caplog.text and not sluice.scheduler.core.db._preparing
     assert committed_at_once(factory, [(SET_SLOTS, {"n": 5})]) is not None
     with transaction_opened_by(factory, LOCK) as (session, _):
         assert session.scalar(PREPARED) == 0

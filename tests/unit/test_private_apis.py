@@ -1,6 +1,6 @@
 """The private attributes of pinned dependencies that Sluice relies on are still there.
 
-`sluice.scheduler.db` binds one-query statements with SQLAlchemy's compiled statement
+`sluice.scheduler.core.db` binds one-query statements with SQLAlchemy's compiled statement
 internals, and `sluice.broker.kombu_fixes` wraps two private methods of kombu's Redis
 channel. Both packages are pinned to the minor versions tested (pyproject.toml and
 constraints.txt); when an upgrade removes one of these, this test says which and where.
@@ -27,7 +27,7 @@ def needs(owner: object, name: str, package: str, version: str, user: str) -> ob
 
 
 def test_sqlalchemy_compiled_statement_internals() -> None:
-    user = "sluice.scheduler.db._binding"
+    user = "sluice.scheduler.core.db._binding"
     t = table("t", column("a"), column("b"))
     plain = select(t.c.a).where(t.c.b == bindparam("b")).compile(dialect=postgresql.dialect())
     expanding = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.scheduler.settings import ConfigError, Settings
+from sluice.scheduler.core.settings import ConfigError, Settings
 
 
 def test_schedule_after_task_is_on_by_default_and_can_be_turned_off() -> None:

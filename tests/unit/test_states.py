@@ -7,10 +7,10 @@ import datetime as dt
 import pytest
 from sqlalchemy import bindparam, select
 
-from sluice.scheduler.db import make_engine, make_session_factory, transaction
-from sluice.scheduler.migrate import upgrade
-from sluice.scheduler.models import Dag, TaskInstance
-from sluice.scheduler.states import (
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Dag, TaskInstance
+from sluice.scheduler.core.states import (
     RUN_MOVES,
     TI,
     TI_MOVES,
@@ -20,7 +20,7 @@ from sluice.scheduler.states import (
     RunType,
     check_ti_move,
 )
-from sluice.scheduler.transitions import move_run, move_ti, move_ti_reading
+from sluice.scheduler.core.transitions import move_run, move_ti, move_ti_reading
 
 NOW = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
 
@@ -52,7 +52,7 @@ def factory(tmp_path):
 
 
 def _one_ti(factory) -> int:
-    from sluice.scheduler.dagrun import create_dagrun
+    from sluice.scheduler.scheduling.dagrun import create_dagrun
 
     spec = {
         "dag_id": "d",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice.scheduler.timetables import (
+from sluice.scheduler.scheduling.timetables import (
     CronTimetable,
     DeltaTimetable,
     data_interval,

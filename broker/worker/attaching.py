@@ -1,0 +1,111 @@
+"""`attach(app)`: install Sluice on an existing Celery app, so its workers serve Sluice queues.
+
+What attach changes on the user's app, and nothing else:
+- registers `sluice.run_task_instance` (declared `acks_late=True`, `ignore_result=True` on the
+  task itself, so the app's global `task_acks_late`/`task_ignore_result` do not matter);
+- stores the Sluice settings as `app.conf.sluice_settings` (where `settings_of` finds them);
+- adds `"json"` to `accept_content` if it is missing (Sluice's messages are JSON).
+The app's own tasks, routes, queues, serializers and result settings stay as they were.
+Sluice's queues are `<namespace>.<queue>` (`broker.queues`); start the user's workers with
+`-Q their_queue,sluice.default` to serve both.
+
+Refused with `AttachError` (one line), because Sluice cannot work with them:
+- `task_always_eager`: tasks would run inside the publisher, with no worker and no claim;
+- message signing (`task_serializer="auth"`, or `accept_content == ["auth"]`): the worker
+  must accept only signed messages, and Sluice publishes plain JSON. Accepting JSON as
+  well would defeat the signing, so attach does not do it;
+- a broker URL different from the Sluice settings' `broker_url` (explicit settings only):
+  schedulers publish to `broker_url`, so these workers would never see Sluice's messages;
+- `task_create_missing_queues=False` with no `<namespace>.*` queue in `task_queues`:
+  `-Q sluice.default` would fail at worker start.
+Accepted on purpose: `task_serializer="pickle"` (even with pickle-only `accept_content`):
+Sluice's schedulers publish through their own JSON-only app, so adding "json" to
+`accept_content` is all the worker needs, and the app's own tasks keep pickle;
+`task_acks_late=False` and `task_reject_on_worker_lost=False`: redelivery is only a hint
+for Sluice (a try whose worker died is retried by the heartbeat sweep, a lost message by
+the queued sweep).
+
+Call `attach` after the app is configured (`config_from_object`, `conf.update`): it reads
+the configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from celery import Celery
+
+from sluice.broker.worker.task import register
+from sluice.scheduler.core.settings import Settings
+
+_ATTACHED = "sluice_attached"
+
+
+class AttachError(ValueError):
+    """A Celery configuration Sluice cannot work with; the message is one line."""
+
+
+def _names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value] if isinstance(value, Iterable) else [str(value)]
+
+
+def _same_broker(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def check(app: Celery, settings: Settings) -> None:
+    """Raise `AttachError` if `app`'s configuration cannot carry Sluice (see the module doc)."""
+    conf = app.conf
+    if conf.task_always_eager:
+        raise AttachError(
+            "cannot attach Sluice to an app with task_always_eager=True: "
+            "Sluice tasks must run on workers"
+        )
+    accept = _names(conf.accept_content)
+    if conf.task_serializer == "auth" or accept == ["auth"]:
+        raise AttachError(
+            "cannot attach Sluice to an app that accepts only signed messages "
+            "(serializer 'auth'): Sluice publishes plain JSON"
+        )
+    broker = conf.broker_url
+    if broker and not _same_broker(str(broker), settings.broker_url):
+        raise AttachError(
+            f"the app's broker ({app.connection_for_write().as_uri()}) is not Sluice's broker_url "
+            f"({settings.broker_url}): its workers would never see Sluice's messages"
+        )
+    if not conf.task_create_missing_queues:
+        prefix = f"{settings.namespace}."
+        names = [getattr(q, "name", q) for q in (conf.task_queues or [])]
+        if not any(str(name).startswith(prefix) for name in names):
+            raise AttachError(
+                f"task_create_missing_queues=False and no '{prefix}*' queue in task_queues: "
+                f"add Queue('{prefix}default') to task_queues"
+            )
+
+
+def attach(app: Celery, settings: Settings | None = None) -> Celery:
+    """Install Sluice on the existing Celery `app` and return it (idempotent).
+
+    Without `settings`, they are `Settings.from_env()`, with the app's own broker URL
+    when `SLUICE_BROKER_URL` is not set.
+    """
+    if settings is None:
+        settings = Settings.from_env()
+        if not os.environ.get("SLUICE_BROKER_URL") and app.conf.broker_url:
+            settings = settings.with_(broker_url=str(app.conf.broker_url))
+    check(app, settings)
+
+    accept = _names(app.conf.accept_content)
+    if "json" not in accept and "application/json" not in accept:
+        app.conf.accept_content = [*accept, "json"]
+    app.conf.sluice_settings = settings
+    if not getattr(app, _ATTACHED, False):
+        register(app)  # lazy on an unfinalized app: its other tasks are not touched
+        setattr(app, _ATTACHED, True)
+    return app

@@ -1,0 +1,572 @@
+"""Run one TaskInstance try on a worker: claim, run, heartbeat, record, then queue the
+direct downstream (`scheduler.scheduling.downstream`) or wake the schedulers.
+
+Invariants:
+- Every state write is a compare-and-set on (`ti_id`, expected state, `attempt_id`)
+  through `scheduler.core.transitions.move_ti`, each in its own short transaction. A
+  message whose claim loses (duplicate, stale, cleared or removed TI) changes
+  nothing and is `stale`; a result whose write loses (the TI was cleared or swept
+  while running) is dropped and is `stale` too.
+- The claim is one statement (autocommit on PostgreSQL). The result, the try's log and
+  the downstream decision share one transaction, the run's row locked first; what it
+  queued is published after the commit. One exception: a success with no log of a
+  fan-in's upstream or of a chain's link is committed in one query (a link's next task
+  queued in it when it fits), and what else follows (a freed slot filled, the join
+  queued or decided, a next task that did not fit) comes after it
+  (`broker.worker.one_query_result`).
+- No transaction is open while the task's code runs.
+- Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
+  shutdown) propagate and leave the TI `running` for the heartbeat sweep.
+- A CeleryTask try is DEFERRED: its external Celery task is sent (through the Celery app
+  of the running Sluice task), its id is written on the TI with the same guard, and the TI
+  stays `running` for `scheduler.jobs.celery_poller` to finish. Sent before it is recorded: a
+  worker dying in between leaves an orphan external task and a try the heartbeat sweep
+  retries (at least once); a record that loses revokes the external task.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from celery import current_task
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.broker.app import create_app
+from sluice.broker.trace_headers import HeadersLast, carrying
+from sluice.broker.wakeup import Waker
+from sluice.broker.worker.heartbeat import Heartbeat
+from sluice.broker.worker.one_query_result import (
+    Success,
+    record_at_once,
+    records_at_once,
+    result_statements,
+)
+from sluice.broker.worker.retrying import retrying
+from sluice.broker.worker.task_logs import capture_task_log
+from sluice.scheduler.core.dag_cache import SerializedDagCache
+from sluice.scheduler.core.db import (
+    executed_alone,
+    sends_in_one_query,
+    single_statement_factory,
+    transaction,
+    transaction_opened_by,
+    utcnow,
+)
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.transitions import move_ti, short_error, ti_move_returning
+from sluice.scheduler.scheduling.downstream import (
+    FollowUp,
+    Plan,
+    decidable,
+    lock_run,
+    schedule_downstream,
+    wide_fan_in,
+    write_result,
+)
+from sluice.tasks.celery_task import CeleryTask
+from sluice.tasks.errors import Skip
+from sluice.tasks.runtime import branch_targets, check_result, run_task, wants_context
+from sluice.tasks.serialize import retry_delay_for
+
+log = logging.getLogger("sluice.worker")
+
+
+class Outcome(StrEnum):
+    STALE = "stale"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UP_FOR_RETRY = "up_for_retry"
+    SKIPPED = "skipped"
+    DEFERRED = "deferred"
+    """A CeleryTask's external task was sent; the TI stays running (see the module doc)."""
+
+
+class DagSource(Protocol):
+    """Where the worker gets DAG objects from (`tasks.loader.DagCache`).
+
+    A source may also offer `get_spec(dag_id) -> dict`: the serialized DAG to use
+    instead of the stored one (a local backfill runs the DAG as defined locally).
+    """
+
+    def get_dag(self, fileloc: str, dag_id: str) -> Any: ...
+
+
+Publish = Callable[[Sequence[RunMessage]], None]
+
+
+@dataclass
+class WorkerContext:
+    """What one worker process needs to run TaskInstances; built once per process.
+
+    With `publish`, a successful or skipped try's direct downstream is decided and
+    queued in its result transaction (`scheduler.scheduling.downstream`) and published through
+    it after the commit; `trace_tis` activates the queued TIs' spans as the
+    scheduler does. Without it (a local backfill), every result wakes the schedulers.
+    """
+
+    session_factory: sessionmaker[Session]
+    dags: DagSource
+    waker: Waker
+    settings: Settings
+    hostname: str
+    pid: int
+    publish: Publish | None = None
+    trace_tis: bool = False
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What the claim transaction read: everything the run needs, no open session."""
+
+    run_pk: int
+    fileloc: str | None
+    spec: dict[str, Any] | None
+    dag: Dag | None
+    """The cached DAG row the task was run from (None when run from a local spec)."""
+    pool: str
+    try_number: int
+    max_tries: int
+    context: dict[str, Any]
+    run_claimed: bool
+    """The run was claimed by a job (a backfill) at the claim: its news is broadcast."""
+
+
+def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
+    """Claim, run and record one try of `msg.ti_id`; then publish the downstream TIs the
+    result queued, and wake the schedulers for what it left to them."""
+    claimed = claim(ctx, msg)
+    if claimed is None:
+        log.info("stale message for %s: ignored", _what(msg))
+        return Outcome.STALE
+    log.debug("running %s, try %s", _what(msg), claimed.try_number)  # Celery logs the receipt
+    heartbeat = Heartbeat(
+        ctx.session_factory, ctx.settings.heartbeat_interval, msg.ti_id, msg.attempt_id
+    )
+    with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
+        new, values = _execute(ctx, msg, claimed)
+    if new is TI.RUNNING:
+        return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
+    outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
+    if outcome is not Outcome.STALE:
+        _follow_up(ctx, claimed, follow)
+    return outcome
+
+
+def _follow_up(ctx: WorkerContext, claimed: Claimed, follow: FollowUp | None) -> None:
+    """After the result's commit: publish what it queued, wake the schedulers if needed.
+
+    A failed publish leaves the TIs queued; the schedulers' queued sweep re-publishes.
+    """
+    if follow is not None and follow.messages and ctx.publish is not None:
+        try:
+            ctx.publish(follow.messages)
+        except Exception as exc:
+            log.warning("publishing %d downstream tasks failed: %s", len(follow.messages), exc)
+    if follow is None or follow.wake:
+        ctx.waker.wake(claimed.run_pk, shared=not claimed.run_claimed)
+
+
+def _what(msg: RunMessage) -> str:
+    return f"{msg.dag_id}.{msg.run_id}.{msg.task_id} (ti {msg.ti_id}, attempt {msg.attempt_id})"
+
+
+def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
+    """queued -> running for this attempt: one UPDATE ... RETURNING the run's context
+    (the upstream results are read later, only for a task that reads them).
+
+    None if the claim lost: nothing was changed. A dropped database connection is
+    retried (the claim is a compare-and-set, so a retry cannot claim twice).
+    """
+    found: list[Claimed | None] = []
+
+    spec_of = getattr(ctx.dags, "get_spec", None)
+
+    def attempt() -> bool:
+        found.clear()
+        move = ti_move_returning(
+            msg.ti_id,
+            TI.RUNNING,
+            expect=[TI.QUEUED],
+            attempt_id=msg.attempt_id,
+            now=utcnow(),
+            values={"hostname": ctx.hostname, "pid": ctx.pid},
+            returning=_CLAIMED,
+        )
+        # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
+        rows = executed_alone(ctx.session_factory, move)
+        if rows is None:  # SQLite: one writer at a time, so the DAG is read in it too
+            with transaction(ctx.session_factory) as session:
+                row = session.execute(*move).first()
+
+                def dags(dag_id: str, version: str, fileloc: str | None) -> Dag | None:
+                    return _DAGS.get(session, dag_id, version, fileloc)
+
+                found.append(None if row is None else _read_context(dags, msg, row, spec_of))
+            return row is not None
+        if not rows:
+            found.append(None)
+            return False
+        row = rows[0]._replace(logical_date=rows[0].logical_date.astimezone(dt.UTC))
+        found.append(_read_context(_dag_reader(ctx.session_factory), msg, row, spec_of))
+        return True
+
+    retrying(attempt)
+    return found[0] if found else None
+
+
+_DAGS = SerializedDagCache()
+"""This process's serialized DAGs, re-read only when their version hash changes."""
+
+
+_TI = TaskInstance.__table__
+_RUN = DagRun.__table__
+_DAG = Dag.__table__
+
+
+def _of_run(column: Any) -> Any:
+    return select(column).where(_RUN.c.id == _TI.c.dag_run_id).scalar_subquery()
+
+
+_CLAIMED = (
+    _TI.c.dag_id,
+    _TI.c.run_id,
+    _TI.c.task_id,
+    _TI.c.try_number,
+    _TI.c.max_tries,
+    _TI.c.pool,
+    _TI.c.dag_run_id.label("run_pk"),
+    _of_run(_RUN.c.logical_date).label("logical_date"),
+    _of_run(_RUN.c.conf).label("conf"),
+    _of_run(_RUN.c.dag_hash).label("dag_hash"),
+    _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
+    select(_DAG.c.fileloc).where(_DAG.c.dag_id == _TI.c.dag_id).scalar_subquery().label("fileloc"),
+)
+_UPSTREAM_RESULTS = select(_TI.c.task_id, _TI.c.result).where(
+    _TI.c.dag_run_id == bindparam("run_pk"),
+    _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
+)
+"""What the claim's UPDATE returns, and the upstream results' query: built once
+(building a statement costs as much as running it)."""
+
+
+DagRows = Callable[[str, str, "str | None"], "Dag | None"]
+"""The DAG row of (dag_id, version hash, its file's current path)."""
+
+
+def _dag_reader(factory: sessionmaker[Session]) -> DagRows:
+    """`_DAGS.get` that opens a session only when the cached copy is not that version
+    (or of another file)."""
+
+    def read(dag_id: str, version_hash: str, fileloc: str | None) -> Dag | None:
+        cached = _DAGS.cached(dag_id, version_hash, fileloc)
+        if cached is not None:
+            return cached
+        with transaction(single_statement_factory(factory)) as session:
+            return _DAGS.get(session, dag_id, version_hash, fileloc)
+
+    return read
+
+
+def _read_context(
+    dags: DagRows,
+    msg: RunMessage,
+    row: Any,
+    spec_of: Callable[[str], dict[str, Any]] | None = None,
+) -> Claimed:
+    """The run's context from the claim's returned `row` (+ the upstream results);
+    `dags` gives the DAG row."""
+    dag = dags(row.dag_id, row.dag_hash, row.fileloc)
+    serialized = dag.serialized if dag is not None and dag.serialized else {}
+    stored = dag is not None and dag.serialized and spec_of is None
+    if spec_of is not None:
+        serialized = spec_of(row.dag_id)
+    spec = serialized.get("tasks", {}).get(row.task_id)
+    upstream_ids = sorted(spec.get("upstream", [])) if spec else []
+    upstream: dict[str, Any] = dict.fromkeys(upstream_ids)  # read by _read_upstream
+    context = {
+        "dag_id": row.dag_id,
+        "run_id": row.run_id,
+        "task_id": row.task_id,
+        "logical_date": row.logical_date.isoformat(),
+        "try_number": row.try_number,
+        "conf": dict(row.conf or {}),
+        "attempt_id": msg.attempt_id,
+        "upstream": upstream,
+    }
+    return Claimed(
+        run_pk=row.run_pk,
+        fileloc=dag.fileloc if dag is not None else None,
+        spec=spec,
+        dag=dag if stored else None,
+        pool=row.pool,
+        try_number=row.try_number,
+        max_tries=row.max_tries,
+        context=context,
+        run_claimed=row.claimed_by_job_id is not None,
+    )
+
+
+def _read_upstream(ctx: WorkerContext, claimed: Claimed) -> None:
+    """Fill `context["upstream"]` with the upstream tasks' results: one read, made only
+    for a task that takes the context or a CeleryTask (whose arguments may refer to them)."""
+    upstream = claimed.context["upstream"]
+    if not upstream:
+        return
+    params = {"run_pk": claimed.run_pk, "task_ids": sorted(upstream)}
+    with transaction(single_statement_factory(ctx.session_factory)) as session:
+        for task_id, result in session.execute(_UPSTREAM_RESULTS, params):
+            upstream[task_id] = None if result is None else json.loads(result)
+
+
+def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI, dict[str, Any]]:
+    """Run the task's code; the state to write and its values. Only `Exception` is caught."""
+    try:
+        if claimed.fileloc is None:
+            raise LookupError(f"DAG '{msg.dag_id}' is not in the database")
+        dag = ctx.dags.get_dag(claimed.fileloc, msg.dag_id)
+        task = dag.tasks.get(msg.task_id)
+        if task is None:
+            raise LookupError(
+                f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
+            )
+        if isinstance(task, CeleryTask) or wants_context(task):
+            _read_upstream(ctx, claimed)
+        if isinstance(task, CeleryTask):
+            external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
+            log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
+            return TI.RUNNING, {"external_id": external_id}
+        value = run_task(task, claimed.context)
+        result = check_result(value, msg.task_id)
+        if task.is_branch:
+            branch_targets(task, value)  # a bad choice fails the task here, clearly
+    except Skip as exc:
+        log.info("%s skipped itself: %s", _what(msg), exc)
+        return TI.SKIPPED, {"next_retry_at": None}
+    except Exception as exc:
+        return _failure(msg, claimed, exc)
+    return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+def _send_external(
+    ctx: WorkerContext, task: CeleryTask, upstream: dict[str, Any], msg: RunMessage
+) -> str:
+    """Send a CeleryTask's external task, its spans children of the TI's span (the
+    message's `trace`, read from the request by the worker task)."""
+    app = _sending_app(ctx)
+    with app.producer_or_acquire() as producer:
+        sender = HeadersLast(producer)
+        with carrying(sender, msg.trace) as headers:
+            return task.send(app, upstream, msg.attempt_id, producer=sender, headers=headers)
+
+
+_fallback_apps: dict[Settings, Any] = {}
+
+
+def _sending_app(ctx: WorkerContext) -> Any:
+    """The Celery app that sends a CeleryTask's task: the app of the running Sluice task
+    (the user's app under `sluice.attach`), else a Sluice app for `ctx.settings` (a local run).
+    """
+    running = current_task._get_current_object() if current_task else None
+    if running is not None:
+        return running.app
+    if ctx.settings not in _fallback_apps:
+        _fallback_apps[ctx.settings] = create_app(ctx.settings)
+    return _fallback_apps[ctx.settings]
+
+
+def _defer(
+    ctx: WorkerContext, msg: RunMessage, external_id: str, task_log: LogSnapshot | None
+) -> Outcome:
+    """Record the external task's id on the running try (a guarded write; the state stays
+    `running`). If the try moved meanwhile, revoke the external task: STALE."""
+
+    def write() -> bool:
+        with transaction(ctx.session_factory) as session:
+            if task_log is not None:
+                save_task_log(session, task_log, now=utcnow())
+            done = session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.id == msg.ti_id,
+                    TaskInstance.state == TI.RUNNING,
+                    TaskInstance.attempt_id == msg.attempt_id,
+                )
+                .values(external_id=external_id, last_heartbeat_at=utcnow())
+                .returning(TaskInstance.id)
+                .execution_options(synchronize_session=False)
+            )
+            return done.first() is not None
+
+    if not retrying(write):
+        log.info("%s moved meanwhile: revoking Celery task %s", _what(msg), external_id)
+        _sending_app(ctx).control.revoke(external_id)
+        return Outcome.STALE
+    return Outcome.DEFERRED
+
+
+def _failure(msg: RunMessage, claimed: Claimed, exc: Exception) -> tuple[TI, dict[str, Any]]:
+    error = error_line(exc)
+    retry = claimed.try_number < claimed.max_tries
+    log.warning(
+        "%s, try %s of %s, failed%s: %s",
+        _what(msg),
+        claimed.try_number,
+        claimed.max_tries,
+        ", will retry" if retry else "",
+        error,
+        exc_info=exc,
+    )
+    if not retry:
+        return TI.FAILED, {"error": error, "next_retry_at": None}
+    delay = _retry_delay(claimed)
+    return TI.UP_FOR_RETRY, {"error": error, "next_retry_at": utcnow() + delay}
+
+
+def _retry_delay(claimed: Claimed) -> dt.timedelta:
+    if claimed.spec is None:
+        return dt.timedelta(0)
+    return retry_delay_for(claimed.spec, claimed.try_number)
+
+
+def error_line(exc: BaseException) -> str:
+    """`Type: message` on one line, truncated to ERROR_MAX_CHARS."""
+    text = " ".join(str(exc).split())
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return short_error(line)
+
+
+_SCHEDULES_DOWNSTREAM = frozenset({TI.SUCCESS, TI.SKIPPED})
+"""Results after which the worker decides the downstream itself; a failure's
+upstream_failed cascade is left to the scheduler."""
+
+
+def _record(
+    ctx: WorkerContext,
+    msg: RunMessage,
+    claimed: Claimed,
+    new: TI,
+    values: dict[str, Any],
+    task_log: LogSnapshot | None = None,
+) -> tuple[Outcome, FollowUp | None]:
+    """running -> `new` for this attempt, with the try's log, in one transaction; in the
+    same transaction, the direct downstream is decided and queued
+    (`scheduler.scheduling.downstream`).
+
+    STALE if the CAS lost (the log of the try is stored all the same). The follow-up is
+    None when the downstream was not looked at (the schedulers must be woken).
+    """
+    follow: list[FollowUp | None] = []
+    downstream = ctx.publish is not None and ctx.settings.schedule_after_task
+    downstream = downstream and new in _SCHEDULES_DOWNSTREAM
+
+    plan = decidable(claimed.dag, msg.task_id, claimed.pool, new) if downstream else None
+
+    def write() -> bool:
+        follow.clear()
+        now = utcnow()
+        opener = result_statements(
+            plan,
+            run_pk=claimed.run_pk,
+            pool=claimed.pool,
+            ti_id=msg.ti_id,
+            attempt_id=msg.attempt_id,
+            new=new,
+            now=now,
+            values=values,
+        )
+        with transaction_opened_by(ctx.session_factory, opener) as (session, opened):
+            sent = opened[1] if opened and len(opened) > 1 else None
+            locked = None
+            if downstream:
+                locked = lock_run(
+                    session,
+                    run_pk=claimed.run_pk,
+                    task_id=msg.task_id,
+                    pool=claimed.pool,
+                    dag=claimed.dag,
+                    finished=new,
+                    opened=opened[0] if opened else None,
+                )
+            if task_log is not None:
+                save_task_log(session, task_log, now=now)
+            known = None
+            if locked is not None:
+                known = write_result(
+                    session,
+                    locked,
+                    ti_id=msg.ti_id,
+                    new=new,
+                    attempt_id=msg.attempt_id,
+                    now=now,
+                    values=values,
+                    sent=sent,
+                )
+                won = known is not None
+            elif sent is not None:
+                won = bool(sent)  # the fan-in's write went with the lock
+            else:
+                won = move_ti(
+                    session,
+                    msg.ti_id,
+                    new,
+                    expect=[TI.RUNNING],
+                    attempt_id=msg.attempt_id,
+                    now=now,
+                    values=values,
+                )
+            if won and downstream:
+                follow.append(
+                    FollowUp(wake=True)
+                    if known is None
+                    else schedule_downstream(
+                        session,
+                        known,
+                        finished=new,
+                        result=values.get("result"),
+                        now=now,
+                        with_trace=ctx.trace_tis,
+                    )
+                )
+            return won
+
+    dag = claimed.dag
+    at_once = plan
+    if downstream and plan is None:  # too wide to read; a fan-in's upstream needs no read
+        at_once = wide_fan_in(claimed.dag, msg.task_id, claimed.pool, new)
+    if (
+        at_once is not None
+        and dag is not None
+        and task_log is None
+        and new is TI.SUCCESS
+        and _one_query(ctx, at_once)
+    ):  # a fan-in's upstream or a chain's link (`broker.worker.one_query_result`)
+        done = Success(claimed.run_pk, msg.task_id, claimed.pool, msg.ti_id, msg.attempt_id, values)
+        follow[:] = [
+            record_at_once(ctx.session_factory, at_once, dag, done, with_trace=ctx.trace_tis)
+        ]
+        won = follow[0] is not None
+    else:
+        won = retrying(write)
+    if not won:
+        log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
+        return Outcome.STALE, None
+    log.info("%s -> %s", _what(msg), new)
+    return Outcome(new.value), follow[0] if follow else None
+
+
+def _one_query(ctx: WorkerContext, plan: Plan) -> bool:
+    """Whether a success with no log to store is recorded in one query
+    (`broker.worker.one_query_result`): its plan allows it (a fan-in's upstream, a chain's link)
+    and the database is PostgreSQL."""
+    return records_at_once(plan, ctx.trace_tis) and sends_in_one_query(ctx.session_factory)

@@ -1,0 +1,104 @@
+"""The Celery task `sluice.run_task_instance`: ids in, one `run_task_instance` call.
+
+Invariants: the `WorkerContext` (engine, DAG cache, waker) belongs to one process.
+It is keyed by `os.getpid()` and built in the process that runs tasks: at
+`worker_process_init` in a prefork child (so the first task does not pay for it),
+else on first use. A child never uses an engine or socket inherited from its
+parent. Importing this module reads no configuration and opens no connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from celery import Celery, Task, current_app
+from celery.signals import worker_process_init
+
+from sluice.broker.app import settings_of
+from sluice.broker.kombu_fixes import guard_closed_redis_transport
+from sluice.broker.publisher import publish
+from sluice.broker.queues import RUN_TASK_NAME
+from sluice.broker.trace_headers import incoming_carrier
+from sluice.broker.wakeup import waker_for
+from sluice.broker.worker.runner import WorkerContext, run_task_instance
+from sluice.broker.worker.tracing import annotate
+from sluice.scheduler.core.db import make_engine, make_session_factory
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.tracing import tracing_configured
+from sluice.tasks.loader import DagCache
+
+log = logging.getLogger("sluice.worker")
+
+_CONTEXT_ATTR = "sluice_worker_context"
+_lock = threading.Lock()
+
+
+def register(app: Celery) -> None:
+    """Register the worker task on `app` (called by `sluice.broker.worker.app.create_worker_app` and
+    `sluice.attach`), and guard kombu's Redis channel against a crash on broker loss."""
+    guard_closed_redis_transport()
+
+    @app.task(name=RUN_TASK_NAME, bind=True, acks_late=True, ignore_result=True, shared=False)
+    def run_task_instance_task(self: Task, **kwargs: Any) -> str:
+        msg = RunMessage.from_kwargs(kwargs)
+        context = context_for(self.app)
+        if context.trace_tis:  # the TI's span, for what the task sends on (a CeleryTask)
+            msg = dataclasses.replace(msg, trace=incoming_carrier(self.request))
+        annotate(msg, hostname=context.hostname)
+        outcome = run_task_instance(context, msg)
+        annotate(msg, state=outcome.value)
+        return outcome.value
+
+
+def install_context(app: Celery, context: WorkerContext) -> None:
+    """Use `context` for the tasks this process runs from `app` (the embedded worker)."""
+    setattr(app, _CONTEXT_ATTR, (os.getpid(), context))
+
+
+def context_for(app: Celery) -> WorkerContext:
+    """This process's `WorkerContext` for `app`, built on first use after a fork."""
+    pid = os.getpid()
+    with _lock:
+        held = getattr(app, _CONTEXT_ATTR, None)
+        if held is not None and held[0] == pid:
+            context: WorkerContext = held[1]
+            return context
+        context = _build_context(app, pid)
+        setattr(app, _CONTEXT_ATTR, (pid, context))
+        return context
+
+
+def _build_context(app: Celery, pid: int) -> WorkerContext:
+    """A context whose downstream messages go out through `app` (the worker's own)."""
+    settings = settings_of(app)
+    engine = make_engine(settings.database_url)
+    log.info("worker process %s ready (database %s)", pid, engine.url.render_as_string())
+    return WorkerContext(
+        session_factory=make_session_factory(engine),
+        dags=DagCache(),
+        waker=waker_for(settings),
+        settings=settings,
+        hostname=socket.gethostname(),
+        pid=pid,
+        publish=functools.partial(publish, app),
+        trace_tis=tracing_configured(),
+    )
+
+
+@worker_process_init.connect
+def _on_worker_process_init(**_: Any) -> None:
+    """Prefork child start: build its context now (the app is the child's current app)."""
+    app = current_app._get_current_object()
+    if not isinstance(app.conf.get("sluice_settings"), Settings):
+        return
+    try:
+        context_for(app)
+    except Exception as exc:  # the first task builds it again, and reports the error
+        log.warning("worker context not built at process start: %s", exc)

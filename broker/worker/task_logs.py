@@ -1,0 +1,370 @@
+"""Capturing what one try of a task prints and logs, and storing it in `task_log`.
+
+`capture_task_log(ctx, msg, try_number)` is a context manager around the task's
+code (see `broker.worker.runner.run_task_instance`). Capture is per thread, so it works
+in the prefork pool (one task per process) and in the threads pool (several
+tasks at once in threads of one process) alike:
+
+- `sys.stdout` and `sys.stderr` are wrapped, once per process (again if someone
+  replaces them), by `ThreadAwareStream`: a write from a capturing thread is
+  copied to that thread's capture and still goes to the wrapped stream, so the
+  worker's own output is unchanged; other threads' writes only pass through.
+- one `CaptureHandler` on the root logger copies the records emitted by a
+  capturing thread (except `celery.redirected`, Celery's copy of stdout).
+- a thread started by a capturing thread captures into the same log:
+  `threading.Thread.start` is wrapped, once per process, to hand the capture on.
+  Shell tasks log their output from such reader threads.
+- the `sluice.task` logger is lowered to INFO if it would drop INFO records:
+  shell tasks log each stdout line there at INFO.
+
+Invariants:
+- A try keeps at most `max_bytes` of text; the oldest lines are dropped first
+  and counted in `dropped_lines`. Text is stored as valid UTF-8 without NULs.
+- While the try runs, a thread of the capture (started at the first line, so a
+  silent task costs no thread) stores the log every `flush_interval` seconds if it
+  changed; when the block exits, `final_snapshot()` gives the last state, which the
+  caller stores in the same transaction as the try's result (no extra commit).
+- Capturing never fails a task: storage errors go to the worker's own log (never
+  to the capture) and the task goes on. Exceptions of the task propagate as is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TextIO
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
+
+if TYPE_CHECKING:
+    from sluice.broker.worker.runner import WorkerContext
+    from sluice.scheduler.core.messages import RunMessage
+
+log = logging.getLogger("sluice.task_logs")
+
+MAX_BYTES_PER_TRY = 1024 * 1024
+"""Most bytes of log text kept per try (the newest lines win)."""
+
+SHELL_LOGGER = "sluice.task"
+"""The logger shell tasks write their output to (`tasks.shell`)."""
+
+_IGNORED_LOGGERS = frozenset({"celery.redirected", log.name})
+_ATTR = "_sluice_task_log"
+"""Attribute of a `threading.Thread` holding the capture it writes to (None: none)."""
+
+
+def _clean(line: str) -> str:
+    """`line` as storable text: valid UTF-8, NULs shown as U+FFFD."""
+    return line.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def _stamp(when: float) -> str:
+    moment = dt.datetime.fromtimestamp(when, dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+class LogBuffer:
+    """The newest lines of one try, at most `max_bytes` (UTF-8, newlines included).
+
+    Thread-safe. Stream text is split into lines; a partial line waits for its
+    newline (or `close`) unless it alone reaches the cap.
+    """
+
+    def __init__(self, max_bytes: int = MAX_BYTES_PER_TRY) -> None:
+        if max_bytes < 64:
+            raise ValueError("max_bytes must be at least 64")
+        self.max_bytes = max_bytes
+        self._lines: deque[tuple[str, int]] = deque()
+        self._size = 0
+        self._dropped = 0
+        self._partial: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self.version = 0
+        """Bumped by every change: a writer stores only when it moved."""
+
+    def write(self, source: str, text: str, when: float | None = None) -> None:
+        """Text written to stream `source` (`stdout`/`stderr`)."""
+        if not text:
+            return
+        when = time.time() if when is None else when
+        with self._lock:
+            pending = self._partial.pop(source, "") + text
+            *complete, rest = pending.split("\n")
+            for line in complete:
+                self._add(f"{_stamp(when)} [{source}] {line}")
+            if len(rest.encode("utf-8", "replace")) >= self.max_bytes:
+                self._add(f"{_stamp(when)} [{source}] {rest}")
+            elif rest:
+                self._partial[source] = rest
+
+    def add_record(self, text: str, when: float) -> None:
+        """A formatted logging record; its continuation lines (a traceback) follow it."""
+        first, *more = text.split("\n")
+        with self._lock:
+            self._add(f"{_stamp(when)} {first}")
+            for line in more:
+                self._add(line)
+
+    def close(self) -> None:
+        """End the partial lines: they are kept as lines of their own."""
+        when = time.time()
+        with self._lock:
+            for source, rest in sorted(self._partial.items()):
+                self._add(f"{_stamp(when)} [{source}] {rest}")
+            self._partial.clear()
+
+    def snapshot(self) -> tuple[str, int, int]:
+        """(text, lines dropped so far, version)."""
+        with self._lock:
+            return "\n".join(line for line, _ in self._lines), self._dropped, self.version
+
+    def _add(self, line: str) -> None:
+        line = _clean(line)
+        size = len(line.encode("utf-8")) + 1
+        if size > self.max_bytes:
+            line = line.encode("utf-8")[: self.max_bytes - 1].decode("utf-8", "ignore")
+            size = len(line.encode("utf-8")) + 1
+        self._lines.append((line, size))
+        self._size += size
+        while self._size > self.max_bytes:
+            _, old = self._lines.popleft()
+            self._size -= old
+            self._dropped += 1
+        self.version += 1
+
+
+class TaskLogCapture:
+    """Captures the current thread (and the threads it starts) into one try's log row.
+
+    A context manager; enter and exit it in the thread that runs the task.
+    """
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ti_id: int,
+        try_number: int,
+        attempt_id: str | None,
+        hostname: str | None,
+        max_bytes: int = MAX_BYTES_PER_TRY,
+        flush_interval: float = 2.0,
+    ) -> None:
+        self.factory = factory
+        self.ti_id = ti_id
+        self.try_number = try_number
+        self.attempt_id = attempt_id
+        self.hostname = hostname
+        self.buffer = LogBuffer(max_bytes)
+        self.flush_interval = flush_interval
+        self.closed = False
+        self.started_at = utcnow()
+        self._stored_version = -1
+        self._finished = False
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._previous: Any = None
+        self._flusher: threading.Thread | None = None
+
+    # -- what the proxies and the handler call -------------------------------------------
+    def write(self, source: str, text: str) -> None:
+        self.buffer.write(source, text)
+        self._start_flusher()
+
+    def add_record(self, text: str, when: float) -> None:
+        self.buffer.add_record(text, when)
+        self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        if self._flusher is not None or self.closed:
+            return
+        with self._write_lock:
+            if self._flusher is not None or self.closed:
+                return
+            flusher = threading.Thread(
+                target=self._flush_loop, name=f"sluice-task-log-{self.ti_id}", daemon=True
+            )
+            setattr(flusher, _ATTR, None)  # the flusher's own warnings are not the task's
+            flusher.start()
+            self._flusher = flusher
+
+    # -- context manager -----------------------------------------------------------------
+    def __enter__(self) -> TaskLogCapture:
+        install()
+        thread = threading.current_thread()
+        self._previous = getattr(thread, _ATTR, None)
+        self.started_at = utcnow()
+        setattr(thread, _ATTR, self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        setattr(threading.current_thread(), _ATTR, self._previous)
+        with self._write_lock:
+            self.closed = True
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=5.0)
+        self.buffer.close()
+
+    def final_snapshot(self) -> LogSnapshot | None:
+        """The finished log to store with the try's result; None if the try wrote nothing."""
+        with self._write_lock:
+            content, dropped, version = self.buffer.snapshot()
+            if self._stored_version < 0 and not content and not dropped:
+                return None
+            self._finished = True
+            return self._snapshot(content, dropped, finished=True)
+
+    # -- storing -------------------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            self.store(finished=False)
+
+    def store(self, *, finished: bool) -> bool:
+        """Write the log row if it changed (always when `finished`); False if that failed."""
+        with self._write_lock:
+            if self._finished:
+                return True
+            content, dropped, version = self.buffer.snapshot()
+            if not finished and version == self._stored_version:
+                return True
+            snapshot = self._snapshot(content, dropped, finished=finished)
+            for attempt in (1, 2):
+                try:
+                    with transaction(self.factory) as session:
+                        save_task_log(session, snapshot, now=utcnow())
+                except Exception as exc:
+                    if attempt == 2 or not finished:
+                        log.warning("log of ti %s try %s not stored: %s", *self._key(), exc)
+                        return False
+                    time.sleep(0.2)
+                    continue
+                break
+            self._stored_version = version
+            self._finished = finished
+            return True
+
+    def _snapshot(self, content: str, dropped: int, *, finished: bool) -> LogSnapshot:
+        return LogSnapshot(
+            ti_id=self.ti_id,
+            try_number=self.try_number,
+            attempt_id=self.attempt_id,
+            hostname=self.hostname,
+            content=content,
+            dropped_lines=dropped,
+            started_at=self.started_at,
+            finished_at=utcnow() if finished else None,
+        )
+
+    def _key(self) -> tuple[int, int]:
+        return self.ti_id, self.try_number
+
+
+def capture_task_log(ctx: WorkerContext, msg: RunMessage, try_number: int) -> TaskLogCapture:
+    """The capture of one claimed try, stored through the worker's session factory."""
+    return TaskLogCapture(
+        ctx.session_factory,
+        ti_id=msg.ti_id,
+        try_number=try_number,
+        attempt_id=msg.attempt_id,
+        hostname=ctx.hostname,
+        flush_interval=ctx.settings.heartbeat_interval,
+    )
+
+
+def current_capture() -> TaskLogCapture | None:
+    """The open capture of the calling thread, if any."""
+    capture = getattr(threading.current_thread(), _ATTR, None)
+    if capture is None or capture.closed:
+        return None
+    return capture
+
+
+class ThreadAwareStream:
+    """Wraps `sys.stdout`/`sys.stderr`: copies a capturing thread's writes to its capture."""
+
+    def __init__(self, target: TextIO, source: str) -> None:
+        self._target = target
+        self._source = source
+
+    @property
+    def wrapped(self) -> TextIO:
+        return self._target
+
+    def write(self, text: str) -> int:
+        capture = current_capture()
+        if capture is not None and isinstance(text, str):
+            capture.write(self._source, text)
+        return self._target.write(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+class CaptureHandler(logging.Handler):
+    """Copies log records emitted by a capturing thread into its capture."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.NOTSET)
+        self.setFormatter(logging.Formatter("[%(levelname)s %(name)s] %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        capture = current_capture()
+        if capture is None or record.name in _IGNORED_LOGGERS:
+            return
+        try:
+            capture.add_record(self.format(record), record.created)
+        except Exception:
+            self.handleError(record)
+
+
+_HANDLER = CaptureHandler()
+_install_lock = threading.Lock()
+_original_start: Callable[..., None] | None = None
+
+
+def install() -> None:
+    """Put the stream proxies, the handler and the thread hook in place (idempotent)."""
+    global _original_start
+    with _install_lock:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is not None and not isinstance(stream, ThreadAwareStream):
+                setattr(sys, name, ThreadAwareStream(stream, name))
+        root = logging.getLogger()
+        if _HANDLER not in root.handlers:
+            root.addHandler(_HANDLER)
+        shell = logging.getLogger(SHELL_LOGGER)
+        if shell.getEffectiveLevel() > logging.INFO:
+            shell.setLevel(logging.INFO)
+        if _original_start is None:
+            _original_start = threading.Thread.start
+            threading.Thread.start = _inheriting_start(_original_start)  # type: ignore[method-assign]
+
+
+def _inheriting_start(original: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(original)
+    def start(self: threading.Thread) -> None:
+        if _ATTR not in self.__dict__:
+            capture = getattr(threading.current_thread(), _ATTR, None)
+            if capture is not None:
+                setattr(self, _ATTR, capture)
+        original(self)
+
+    return start

@@ -1,0 +1,132 @@
+"""Why a TaskInstance is in its state, in plain words (`sluice tasks explain`).
+
+`explain_ti` reads one run's rows and answers with an `Explanation`: a one-sentence
+`summary` and the `reasons` behind it, each with a `kind` (a `ReasonKind`), a plain
+`detail` and structured fields for `--json`.
+
+Invariants:
+- Reading never writes: every query is a plain SELECT in the caller's session (no
+  lock, no flush, nothing added to it); the caller may roll back or close it after.
+- Nothing is decided twice: dependency verdicts come from `scheduler.scheduling.deps.decide_run`
+  (what the scheduler itself would decide now) and `tasks.trigger_rules.decide`; pool
+  and max_active_tasks are counted as `scheduler.scheduling.queueing.queue_scheduled` counts them.
+- It is a snapshot: a scheduler or worker may move the TI right after it is read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from sluice.scheduler.control.explain_model import (
+    ExplainError,
+    Explanation,
+    Reason,
+    ReasonKind,
+    Subject,
+)
+from sluice.scheduler.control.explain_reasons import reasons_for
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.scheduling.deps import TiView
+
+__all__ = ["ExplainError", "Explanation", "Reason", "ReasonKind", "explain_ti"]
+
+
+LEADS: dict[str, str] = {
+    TI.NONE: "Not scheduled yet",
+    TI.SCHEDULED: "Scheduled but not queued",
+    TI.QUEUED: "Queued but not running",
+    TI.RUNNING: "Running",
+    TI.UP_FOR_RETRY: "Waiting to retry",
+    TI.SUCCESS: "Succeeded",
+    TI.FAILED: "Failed",
+    TI.UPSTREAM_FAILED: "Upstream failed",
+    TI.SKIPPED: "Skipped",
+    TI.REMOVED: "Removed",
+}
+
+
+def summarize(state: str, reasons: list[Reason]) -> str:
+    """One sentence: the state, then what holds it (the first two blocking reasons)."""
+    lead = LEADS.get(state, state)
+    main = [r.detail for r in reasons if r.blocking][:2] or [r.detail for r in reasons][:1]
+    return f"{lead}: {'; '.join(main)}." if main else f"{lead}."
+
+
+def load_subject(
+    session: Session,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    now: dt.datetime,
+    settings: Settings,
+    workers: dict[str, list[str]] | None,
+) -> Subject:
+    dag = session.scalar(select(Dag).where(Dag.dag_id == dag_id))
+    if dag is None:
+        raise ExplainError(f"unknown DAG {dag_id!r}")
+    run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    if run is None:
+        raise ExplainError(f"DAG {dag_id!r} has no run {run_id!r}")
+    rows = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
+    ti = next((r for r in rows if r.task_id == task_id), None)
+    if ti is None and task_id not in dag.serialized["tasks"]:
+        raise ExplainError(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r}")
+    views = [
+        TiView(
+            id=r.id,
+            task_id=r.task_id,
+            state=TI(r.state),
+            next_retry_at=r.next_retry_at,
+            result=r.result,
+        )
+        for r in rows
+    ]
+    return Subject(session, now, settings, dag, run, ti, task_id, views, workers)
+
+
+def explain_ti(
+    session: Session,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    now: dt.datetime,
+    *,
+    workers_by_queue: dict[str, list[str]] | None,
+    settings: Settings | None = None,
+) -> Explanation:
+    """Explain why TI (dag_id, run_id, task_id) is in its state at `now`.
+
+    `workers_by_queue` (Sluice queue → worker names, from `scheduler.control.workers`) says who
+    serves each queue; None means "not asked", and nothing is said about workers.
+    `settings` gives the namespace and timeouts (defaults when None).
+    Raises ExplainError for an unknown DAG, run or task.
+    """
+    settings = settings or Settings()
+    subject = load_subject(session, dag_id, run_id, task_id, now, settings, workers_by_queue)
+    reasons, notes = reasons_for(subject)
+    ti = subject.ti
+    state = str(ti.state) if ti is not None else str(TI.NONE)
+    if workers_by_queue is None:
+        notes.append("the workers were not asked which queues they serve")
+    elif getattr(workers_by_queue, "note", None):
+        notes.append(str(getattr(workers_by_queue, "note", "")))
+    spec_task = subject.task or {}
+    return Explanation(
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        state=state,
+        run_state=str(subject.run.state),
+        try_number=ti.try_number if ti is not None else 0,
+        max_tries=ti.max_tries if ti is not None else int(spec_task.get("retries") or 0) + 1,
+        queue=ti.queue if ti is not None else str(spec_task.get("queue") or "default"),
+        pool=ti.pool if ti is not None else str(spec_task.get("pool") or "default_pool"),
+        summary=summarize(state, reasons),
+        reasons=reasons,
+        notes=notes,
+    )

@@ -1,0 +1,73 @@
+"""Serialized DAGs cached by version hash, so a loop does not re-read them unchanged.
+
+A big DAG's serialized form is megabytes of JSON: the cache asks the database
+only for `(dag_id, version_hash)` and fetches a DAG's row again only when its
+hash changed. Cached rows are detached copies: read them, never write them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from sluice.scheduler.core.models import Dag
+
+
+class SerializedDagCache:
+    def __init__(self) -> None:
+        self._rows: dict[str, Dag] = {}
+        self._checked: dict[str, float] = {}
+
+    def get_many(
+        self, session: Session, dag_ids: Iterable[str], max_age: float = 0.0
+    ) -> dict[str, Dag]:
+        """The Dag rows of `dag_ids` (missing ones left out), fresh as of their hash.
+
+        With `max_age`, a DAG whose hash was checked that recently is not asked for
+        again (a new version appears only after a folder sync, which has its own period).
+        """
+        wanted = sorted(set(dag_ids))
+        if not wanted:
+            return {}
+        clock = time.monotonic()
+        if max_age > 0 and all(
+            d in self._rows and clock - self._checked.get(d, -1e9) < max_age for d in wanted
+        ):
+            return {d: self._rows[d] for d in wanted}
+        rows = session.execute(select(Dag.dag_id, Dag.version_hash).where(Dag.dag_id.in_(wanted)))
+        hashes: dict[str, str] = {dag_id: version for dag_id, version in rows}
+        stale = [
+            d for d, h in hashes.items() if d not in self._rows or self._rows[d].version_hash != h
+        ]
+        if stale:
+            for row in session.scalars(select(Dag).where(Dag.dag_id.in_(stale))):
+                session.expunge(row)
+                self._rows[row.dag_id] = row
+        for dag_id in hashes:
+            self._checked[dag_id] = clock
+        return {d: self._rows[d] for d in hashes if d in self._rows}
+
+    def cached(
+        self, dag_id: str, version_hash: str | None, fileloc: str | None = None
+    ) -> Dag | None:
+        """The cached Dag row of `dag_id` if it has `version_hash` (and `fileloc`, when
+        given: moving a file keeps its DAGs' hash); else None (no query)."""
+        cached = self._rows.get(dag_id)
+        if cached is None or version_hash is None or cached.version_hash != version_hash:
+            return None
+        return cached if fileloc is None or cached.fileloc == fileloc else None
+
+    def get(
+        self, session: Session, dag_id: str, version_hash: str | None, fileloc: str | None = None
+    ) -> Dag | None:
+        """The Dag row of `dag_id`; no query when the cached copy has `version_hash` (and
+        `fileloc`, when given; a copy of another file is read again)."""
+        found = self.cached(dag_id, version_hash, fileloc)
+        if found is not None:
+            return found
+        if fileloc is not None and dag_id in self._rows and self._rows[dag_id].fileloc != fileloc:
+            del self._rows[dag_id]  # the file moved: same hash, new path
+        return self.get_many(session, [dag_id]).get(dag_id)

@@ -1,0 +1,209 @@
+"""Typed SQLAlchemy 2.0 models: the tables of DESIGN.md.
+
+Models hold data only: they never open sessions or commit. State columns are
+written only through `scheduler.core.transitions`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from sluice.scheduler.core.db import UtcDateTime
+from sluice.scheduler.core.states import (
+    DagRunState,
+    JobState,
+    RunType,
+    SpanStatus,
+    TaskInstanceState,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+DEFAULT_POOL = "default_pool"
+DEFAULT_POOL_SLOTS = 128
+
+ID = BigInteger().with_variant(Integer, "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dt.datetime: UtcDateTime, dict[str, Any]: JSON}
+
+
+class Dag(Base):
+    """A DAG as last parsed from its file; `serialized` is what schedulers work from."""
+
+    __tablename__ = "dag"
+
+    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    fileloc: Mapped[str] = mapped_column(Text)
+    is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    schedule: Mapped[str | None] = mapped_column(String(250))
+    next_dagrun: Mapped[dt.datetime | None]
+    next_dagrun_create_after: Mapped[dt.datetime | None]
+    version_hash: Mapped[str] = mapped_column(String(64))
+    import_error: Mapped[str | None] = mapped_column(Text)
+    serialized: Mapped[dict[str, Any]]
+    max_active_runs: Mapped[int] = mapped_column(Integer, default=16)
+    max_active_tasks: Mapped[int] = mapped_column(Integer, default=32)
+    last_parsed_at: Mapped[dt.datetime | None]
+
+    __table_args__ = (Index("ix_dag_due", "is_paused", "next_dagrun_create_after"),)
+
+
+class DagFile(Base):
+    """One file of the DAGs folder: its fingerprint and, if it failed, why."""
+
+    __tablename__ = "dag_file"
+
+    fileloc: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    mtime_ns: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger)
+    import_error: Mapped[str | None] = mapped_column(Text)
+    parsed_at: Mapped[dt.datetime]
+
+
+class DagRun(Base):
+    __tablename__ = "dag_run"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(String(250), ForeignKey("dag.dag_id"))
+    run_id: Mapped[str] = mapped_column(String(250))
+    logical_date: Mapped[dt.datetime]
+    run_type: Mapped[RunType] = mapped_column(String(20))
+    state: Mapped[DagRunState] = mapped_column(String(20), default=DagRunState.QUEUED)
+    conf: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    dag_hash: Mapped[str] = mapped_column(String(64))
+    queued_at: Mapped[dt.datetime | None]
+    start_date: Mapped[dt.datetime | None]
+    end_date: Mapped[dt.datetime | None]
+    claimed_by_job_id: Mapped[int | None] = mapped_column(ID)
+    last_scheduling_decision: Mapped[dt.datetime | None]
+    started_by_job_id: Mapped[int | None] = mapped_column(ID)
+    context_carrier: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    span_status: Mapped[SpanStatus] = mapped_column(String(20), default=SpanStatus.NOT_STARTED)
+
+    __table_args__ = (
+        UniqueConstraint("dag_id", "run_id", name="uq_dag_run_dag_id_run_id"),
+        UniqueConstraint("dag_id", "logical_date", name="uq_dag_run_dag_id_logical_date"),
+        Index("ix_dag_run_state_decision", "state", "last_scheduling_decision"),
+    )
+
+
+class TaskInstance(Base):
+    __tablename__ = "task_instance"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    dag_run_id: Mapped[int] = mapped_column(ID, ForeignKey("dag_run.id", ondelete="CASCADE"))
+    dag_id: Mapped[str] = mapped_column(String(250))
+    run_id: Mapped[str] = mapped_column(String(250))
+    task_id: Mapped[str] = mapped_column(String(250))
+    state: Mapped[TaskInstanceState] = mapped_column(String(20), default=TaskInstanceState.NONE)
+    try_number: Mapped[int] = mapped_column(Integer, default=0)
+    max_tries: Mapped[int] = mapped_column(Integer, default=1)
+    attempt_id: Mapped[str | None] = mapped_column(String(36))
+    queue: Mapped[str] = mapped_column(String(250), default="default")
+    pool: Mapped[str] = mapped_column(String(250), default=DEFAULT_POOL)
+    pool_slots: Mapped[int] = mapped_column(Integer, default=1)
+    priority_weight: Mapped[int] = mapped_column(Integer, default=1)
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    scheduled_at: Mapped[dt.datetime | None]
+    queued_at: Mapped[dt.datetime | None]
+    start_date: Mapped[dt.datetime | None]
+    end_date: Mapped[dt.datetime | None]
+    next_retry_at: Mapped[dt.datetime | None]
+    last_heartbeat_at: Mapped[dt.datetime | None]
+    queued_by_job_id: Mapped[int | None] = mapped_column(ID)
+    context_carrier: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    span_status: Mapped[SpanStatus] = mapped_column(String(20), default=SpanStatus.NOT_STARTED)
+    result: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    external_id: Mapped[str | None] = mapped_column(String(250))
+    """The Celery task id a CeleryTask try waits on (`tasks.celery_task.external_id_for`)."""
+
+    __table_args__ = (
+        UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),
+        Index("ix_task_instance_state_pool", "state", "pool"),
+        Index("ix_task_instance_dag_state", "dag_id", "state"),
+        Index("ix_task_instance_run_state", "dag_run_id", "state"),
+        Index(
+            "ix_task_instance_waiting",  # a pool's first waiting TI: the order of the fills
+            "pool",
+            text("priority_weight DESC"),
+            "scheduled_at",
+            "id",
+            postgresql_where=text("state = 'scheduled'"),
+            sqlite_where=text("state = 'scheduled'"),
+        ),
+    )
+
+
+class Job(Base):
+    __tablename__ = "job"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    job_type: Mapped[str] = mapped_column(String(20))
+    hostname: Mapped[str] = mapped_column(String(250))
+    pid: Mapped[int] = mapped_column(Integer)
+    state: Mapped[JobState] = mapped_column(String(20), default=JobState.RUNNING)
+    start_date: Mapped[dt.datetime]
+    end_date: Mapped[dt.datetime | None]
+    latest_heartbeat: Mapped[dt.datetime]
+
+    __table_args__ = (Index("ix_job_state_heartbeat", "state", "latest_heartbeat"),)
+
+
+class Pool(Base):
+    __tablename__ = "pool"
+
+    name: Mapped[str] = mapped_column(String(250), primary_key=True)
+    slots: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str | None] = mapped_column(Text)
+
+
+class TaskLog(Base):
+    """What one try of a TaskInstance printed and logged, as the worker captured it.
+
+    One row per (`ti_id`, `try_number`). `content` holds the try's last lines, at most
+    the writer's byte cap; older lines were dropped first and are counted in
+    `dropped_lines`. The worker rewrites the row while the try runs and once more,
+    with `finished_at`, before it writes the try's result.
+    """
+
+    __tablename__ = "task_log"
+
+    ti_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[str | None] = mapped_column(String(36))
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    content: Mapped[str] = mapped_column(Text, default="")
+    dropped_lines: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    finished_at: Mapped[dt.datetime | None]

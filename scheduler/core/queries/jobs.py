@@ -1,0 +1,41 @@
+"""Queries over job rows: finding dead jobs and releasing what they held.
+
+Lock rule: a dead job's row is taken FOR UPDATE SKIP LOCKED and marked failed
+in the same transaction that releases its runs, so exactly one scheduler acts
+on each dead job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from sluice.scheduler.core.models import DagRun, Job
+from sluice.scheduler.core.states import RUN_UNFINISHED, JobState
+
+
+def release_dead_jobs(session: Session, cutoff: dt.datetime, now: dt.datetime) -> dict[int, int]:
+    """Mark jobs silent since `cutoff` failed and unclaim their unfinished runs.
+
+    Returns {job id: runs released}.
+    """
+    dead = session.scalars(
+        select(Job)
+        .where(Job.state == JobState.RUNNING, Job.latest_heartbeat < cutoff)
+        .order_by(Job.id)
+        .with_for_update(skip_locked=True)
+    ).all()
+    released: dict[int, int] = {}
+    for job in dead:
+        job.state = JobState.FAILED
+        job.end_date = now
+        result = session.execute(
+            update(DagRun)
+            .where(DagRun.claimed_by_job_id == job.id, DagRun.state.in_(list(RUN_UNFINISHED)))
+            .values(claimed_by_job_id=None)
+            .execution_options(synchronize_session=False)
+        )
+        released[job.id] = int(getattr(result, "rowcount", 0) or 0)
+    return released

@@ -1,0 +1,282 @@
+"""Queries over task_instance rows used for queueing and the liveness sweeps.
+
+Lock rule: TIs are taken `FOR UPDATE OF task_instance SKIP LOCKED` in a stable
+order; pool rows are locked plainly (`FOR UPDATE`, by name) by whoever queues,
+so the slot accounting of two schedulers is serialised and never over-fills.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    exists,
+    func,
+    literal,
+    literal_column,
+    select,
+)
+from sqlalchemy.orm import Session
+
+from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.core.queries.sql import one_of
+from sluice.scheduler.core.states import TI, TI_ACTIVE, DagRunState
+
+_POOLS = Pool.__table__.c
+_TIS = TaskInstance.__table__.c
+_LOCK_POOLS = select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update()
+_LOCK_NAMED_POOLS = _LOCK_POOLS.where(_POOLS.name.in_(bindparam("names", expanding=True)))
+_LOCK_ONE_POOL = _LOCK_POOLS.where(_POOLS.name == bindparam("name"))
+_DAGS = Dag.__table__.c
+_ACTIVE_USAGE = (
+    select(
+        _TIS.pool,
+        _TIS.dag_id,
+        func.coalesce(func.sum(_TIS.pool_slots), 0),
+        func.count(),
+        func.max(_DAGS.max_active_tasks),
+    )
+    .join_from(TaskInstance.__table__, Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
+    .where(one_of(_TIS.state, [state.value for state in TI_ACTIVE]))
+    .group_by(_TIS.pool, _TIS.dag_id)
+)
+"""Run by every queueing transaction (scheduler pass or worker result): built once."""
+
+_ACTIVE_STATES = sorted(state.value for state in TI_ACTIVE)
+_OTHER = TaskInstance.__table__.alias("active")
+
+
+def _room_for(
+    pool: ColumnElement[Any],
+    pool_slots: ColumnElement[Any],
+    pool_total: ColumnElement[Any],
+    dag_id: ColumnElement[Any],
+    max_active: ColumnElement[Any],
+) -> ColumnElement[bool]:
+    """A TI of `pool_slots` fits: its pool's active TIs leave that many of `pool_total`
+    free, and its DAG has fewer than `max_active` active TIs."""
+    used = select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0)).where(
+        one_of(_OTHER.c.state, _ACTIVE_STATES), _OTHER.c.pool == pool
+    )
+    return and_(
+        used.scalar_subquery() + pool_slots <= pool_total,
+        _active_of_dag(dag_id) < max_active,
+    )
+
+
+def _active_of_dag(dag_id: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The DAG's active TIs, one count per state: each an equality on both columns of
+    ix_task_instance_dag_state. With `state IN (…)` a prepared statement's generic plan,
+    made while the table was small, used the index on dag_id alone and filtered on the
+    state: every TI of the DAG read at each call (10,000 per slot fill in W5, under the
+    pool's lock)."""
+    counts = [
+        select(func.count())
+        .where(_OTHER.c.dag_id == dag_id, _OTHER.c.state == literal(state))
+        .scalar_subquery()
+        for state in _ACTIVE_STATES
+    ]
+    return functools.reduce(operator.add, counts)
+
+
+HAS_ROOM = _room_for(
+    bindparam("r_pool"),
+    bindparam("r_slots"),
+    bindparam("r_pool_total"),
+    bindparam("r_dag"),
+    bindparam("r_max_active"),
+)
+"""One TI fits: its pool has `r_slots` free of `r_pool_total` and its DAG `r_dag` is under
+`r_max_active` active TIs. Evaluated in the statement that queues it, after the pool rows
+were locked by an earlier statement (a statement that waits for a lock reads with its
+older snapshot), so it counts every TI queued before the lock was granted."""
+
+
+def lock_pools(session: Session, names: Sequence[str] | None = None) -> dict[str, int]:
+    """The slots of all pools (or of `names`), rows locked FOR UPDATE in name order."""
+    if names is None:
+        return {name: slots for name, slots in session.execute(_LOCK_POOLS).all()}
+    if len(names) == 1:
+        rows = session.execute(_LOCK_ONE_POOL, {"name": names[0]}).all()
+    else:
+        rows = session.execute(_LOCK_NAMED_POOLS, {"names": list(names)}).all()
+    return {name: slots for name, slots in rows}
+
+
+def used_slots_by_pool(session: Session) -> dict[str, int]:
+    stmt = (
+        select(TaskInstance.pool, func.coalesce(func.sum(TaskInstance.pool_slots), 0))
+        .where(TaskInstance.state.in_(list(TI_ACTIVE)))
+        .group_by(TaskInstance.pool)
+    )
+    return {pool: int(n) for pool, n in session.execute(stmt).all()}
+
+
+def pool_lock(name: str) -> tuple[Select[Any], dict[str, Any]]:
+    """`lock_pools` of one pool as a statement and its parameters, to send with others
+    (`scheduler.core.db.committed_at_once`)."""
+    return _LOCK_ONE_POOL, {"name": name}
+
+
+_WAITING = TaskInstance.__table__.alias("waiting")
+_RUNS = DagRun.__table__.c
+
+
+def _next_waiting_fits(pool_total: ColumnElement[Any]) -> ColumnElement[bool]:
+    return and_(
+        _TIS.id == _FIRST_WAITING,
+        _room_for(
+            _TIS.pool,
+            _TIS.pool_slots,
+            pool_total,
+            _TIS.dag_id,
+            select(_DAGS.max_active_tasks).where(_DAGS.dag_id == _TIS.dag_id).scalar_subquery(),
+        ),
+    )
+
+
+_FIRST_WAITING = (
+    select(_WAITING.c.id)
+    .join(DagRun.__table__, _RUNS.id == _WAITING.c.dag_run_id)
+    .where(
+        _WAITING.c.state == literal_column(f"'{TI.SCHEDULED.value}'"),  # inline: the index
+        _WAITING.c.pool == bindparam("r_pool"),
+        _RUNS.state == DagRunState.RUNNING.value,
+        _RUNS.claimed_by_job_id.is_(None),
+    )
+    .order_by(_WAITING.c.priority_weight.desc(), _WAITING.c.scheduled_at, _WAITING.c.id)
+    .limit(1)
+    .with_for_update(of=_WAITING, skip_locked=True)
+    .scalar_subquery()
+)
+NEXT_WAITING_FITS = _next_waiting_fits(bindparam("r_pool_total"))
+"""The first TI waiting in pool `r_pool` (of a running run no job claimed; by priority,
+then age; SKIP LOCKED: read in that order from `ix_task_instance_waiting`, whose condition
+a prepared statement's plan can use only with the state written inline), if it fits: its
+pool (`r_pool_total` slots) and its DAG's max_active_tasks have room for it. For the
+statement that queues it, after the pool's row was locked by an earlier statement (see
+HAS_ROOM)."""
+NEXT_WAITING_FITS_ITS_POOL = _next_waiting_fits(
+    select(_POOLS.slots).where(_POOLS.name == bindparam("r_pool")).scalar_subquery()
+)
+"""NEXT_WAITING_FITS with the pool's slots read in the statement (for a statement sent
+right after the one that locked the pool's row, `pool_lock`)."""
+FITS_ITS_POOL_FIRST = and_(
+    ~exists().where(_WAITING.c.state == TI.SCHEDULED.value, _WAITING.c.pool == _TIS.pool),
+    _room_for(
+        _TIS.pool,
+        _TIS.pool_slots,
+        select(_POOLS.slots).where(_POOLS.name == _TIS.pool).scalar_subquery(),
+        _TIS.dag_id,
+        bindparam("r_max_active"),
+    ),
+)
+"""The TI being queued may go straight to `queued`: no TI waits in its pool (they would
+come first, by priority), its pool has room for its slots and its DAG is under
+`r_max_active` active TIs. For a statement sent right after the one that locked the
+pool's row (`pool_lock`): it counts the room with a snapshot taken after the lock."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Queued + running TIs: slots used per pool, TIs per DAG, and those DAGs' limits."""
+
+    slots_by_pool: dict[str, int]
+    tis_by_dag: dict[str, int]
+    max_active_tasks: dict[str, int]
+
+
+def active_usage(session: Session) -> Usage:
+    """Queued + running TIs in one query, with the limits of their DAGs."""
+    usage = Usage({}, {}, {})
+    for pool, dag_id, slots, count, max_tasks in session.execute(_ACTIVE_USAGE):
+        usage.slots_by_pool[pool] = usage.slots_by_pool.get(pool, 0) + int(slots)
+        usage.tis_by_dag[dag_id] = usage.tis_by_dag.get(dag_id, 0) + int(count)
+        usage.max_active_tasks[dag_id] = int(max_tasks or 0)
+    return usage
+
+
+def lock_scheduled_tis(
+    session: Session,
+    limit: int,
+    runs: ColumnElement[bool],
+    skip_dags: Sequence[str] = (),
+    skip_pools: Sequence[str] = (),
+) -> list[Row[Any]]:
+    """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED,
+    with their DAG's `max_active_tasks`.
+
+    TIs of `skip_dags` (at their max_active_tasks) and `skip_pools` (full) are left out.
+    """
+    stmt = _scheduled_statement(runs, bool(skip_dags), bool(skip_pools))
+    params = {"limit": limit, "skip_dags": list(skip_dags), "skip_pools": list(skip_pools)}
+    return list(session.execute(stmt, params))
+
+
+@functools.lru_cache(maxsize=16)
+def _scheduled_statement(
+    runs: ColumnElement[bool], skip_dags: bool, skip_pools: bool
+) -> Select[Any]:
+    """Built once per `runs` clause (a module-level constant for the workers' fills)."""
+    stmt = (
+        select(
+            _TIS.id,
+            _TIS.dag_id,
+            _TIS.run_id,
+            _TIS.task_id,
+            _TIS.try_number,
+            _TIS.queue,
+            _TIS.pool,
+            _TIS.pool_slots,
+            _TIS.context_carrier,
+            _DAGS.max_active_tasks,
+        )
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .join(Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
+        .where(_TIS.state == TI.SCHEDULED.value, DagRun.state == DagRunState.RUNNING, runs)
+        .order_by(_TIS.priority_weight.desc(), _TIS.scheduled_at, _TIS.id)
+        .limit(bindparam("limit"))
+        .with_for_update(of=TaskInstance.__table__, skip_locked=True)
+    )
+    if skip_dags:
+        stmt = stmt.where(_TIS.dag_id.not_in(bindparam("skip_dags", expanding=True)))
+    if skip_pools:
+        stmt = stmt.where(_TIS.pool.not_in(bindparam("skip_pools", expanding=True)))
+    return stmt
+
+
+def lock_expired_queued(
+    session: Session, cutoff: dt.datetime, limit: int, runs: ColumnElement[bool]
+) -> Sequence[TaskInstance]:
+    """TIs of runs matching `runs` queued before `cutoff` and never claimed, SKIP LOCKED."""
+    stmt = (
+        select(TaskInstance)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(TaskInstance.state == TI.QUEUED, TaskInstance.queued_at < cutoff, runs)
+        .order_by(TaskInstance.queued_at, TaskInstance.id)
+        .limit(limit)
+        .with_for_update(of=TaskInstance, skip_locked=True)
+    )
+    return session.scalars(stmt).all()
+
+
+def lock_dead_running(session: Session, cutoff: dt.datetime, limit: int) -> Sequence[TaskInstance]:
+    """Running TIs whose heartbeat is older than `cutoff`, locked SKIP LOCKED."""
+    stmt = (
+        select(TaskInstance)
+        .where(TaskInstance.state == TI.RUNNING, TaskInstance.last_heartbeat_at < cutoff)
+        .order_by(TaskInstance.last_heartbeat_at, TaskInstance.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return session.scalars(stmt).all()

@@ -1,0 +1,105 @@
+"""Settings, built once from the environment and passed in; nothing reads config at import."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeVar
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message is one line for the user."""
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _positive(
+    env: Mapping[str, str], name: str, default: _N, parse: Callable[[str], _N], kind: str
+) -> _N:
+    """A positive number from `env[name]` (`default` when unset or empty)."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    return _positive(env, name, default, float, "a number of seconds")
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    return _positive(env, name, default, int, "a whole number")
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be true or false, got {env.get(name)!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every tunable of Sluice. Durations are in seconds."""
+
+    database_url: str = "sqlite:///sluice.db"
+    broker_url: str = "redis://localhost:6379/0"
+    dags_folder: Path = Path("dags")
+    namespace: str = "sluice"
+    heartbeat_timeout: float = 30.0
+    queued_timeout: float = 60.0
+    loop_interval: float = 1.0
+    heartbeat_interval: float = 2.0
+    parse_timeout: float = 30.0
+    dag_refresh_interval: float = 5.0
+    runs_per_loop: int = 100
+    """Runs one scheduling pass examines at most; the rest go to the next pass or,
+    with several schedulers, to whichever takes them first."""
+    embedded_broker: bool = False
+    result_backend: str | None = None
+    """Celery result backend where CeleryTask results are read (None: CeleryTask cannot run)."""
+    schedule_after_task: bool = True
+    """Workers decide and queue a finished task's direct downstream themselves
+    (`scheduler.scheduling.downstream`); off, every hop goes through a scheduler pass."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        base = cls()
+        return cls(
+            database_url=env.get("SLUICE_DATABASE_URL") or base.database_url,
+            broker_url=env.get("SLUICE_BROKER_URL") or base.broker_url,
+            dags_folder=Path(env.get("SLUICE_DAGS_FOLDER") or base.dags_folder),
+            namespace=env.get("SLUICE_NAMESPACE") or base.namespace,
+            heartbeat_timeout=_float(env, "SLUICE_HEARTBEAT_TIMEOUT", base.heartbeat_timeout),
+            queued_timeout=_float(env, "SLUICE_QUEUED_TIMEOUT", base.queued_timeout),
+            loop_interval=_float(env, "SLUICE_LOOP_INTERVAL", base.loop_interval),
+            heartbeat_interval=_float(env, "SLUICE_HEARTBEAT_INTERVAL", base.heartbeat_interval),
+            parse_timeout=_float(env, "SLUICE_PARSE_TIMEOUT", base.parse_timeout),
+            dag_refresh_interval=_float(
+                env, "SLUICE_DAG_REFRESH_INTERVAL", base.dag_refresh_interval
+            ),
+            runs_per_loop=_int(env, "SLUICE_RUNS_PER_LOOP", base.runs_per_loop),
+            result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
+            schedule_after_task=_bool(env, "SLUICE_SCHEDULE_AFTER_TASK", base.schedule_after_task),
+        )
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,116 @@
+"""Clearing task instances so they run again, as the CLI, the API and a backfill's
+`--rerun-failed` ask it.
+
+The functions take the caller's session and never commit. A cleared TI gets a new span
+(new ids, `not_started`); its run, if it had finished, goes back to `queued` and its span is
+continued by the next scheduler that drives it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.states import TI, DagRunState, SpanStatus
+from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
+from sluice.scheduler.core.transitions import move_run, move_spans, move_tis
+
+
+class UnknownTask(LookupError):
+    """A task id the DAG does not have; the message is one line for the user."""
+
+
+def downstream_closure(spec: dict[str, Any], roots: Sequence[str]) -> set[str]:
+    """`roots` and every task downstream of them in the serialized DAG `spec`."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        task_id = stack.pop()
+        if task_id in seen:
+            continue
+        seen.add(task_id)
+        stack.extend(spec["tasks"].get(task_id, {}).get("downstream", []))
+    return seen
+
+
+@dataclass
+class Cleared:
+    """What `clear_task_instances` did: how many TIs it reset, and the external Celery
+    tasks of the CeleryTask tries it cleared while they ran (to revoke after the commit,
+    `revoke_external_tasks`)."""
+
+    count: int = 0
+    external_ids: list[str] = field(default_factory=list)
+
+
+def clear_task_instances(
+    session: Session,
+    run: DagRun,
+    dag: Dag,
+    task_ids: Collection[str] | None,
+    *,
+    downstream: bool,
+    now: dt.datetime,
+) -> Cleared:
+    """Reset the chosen TIs of `run` to `none` (all of them if `task_ids` is empty or None).
+
+    Each cleared TI gets its retries again (`max_tries` counts from its current
+    try), and the run goes back to `queued` so a scheduler picks it up. Raises
+    UnknownTask, before writing anything, for a task the DAG does not have.
+    Returns how many TIs moved and the external tasks of the running CeleryTask tries
+    among them. Cleared TIs whose span was exported get new span ids; an exported run
+    span is continued by the next scheduler.
+    """
+    tasks = dag.serialized["tasks"]
+    wanted = set(task_ids or [])
+    unknown = sorted(wanted - set(tasks))
+    if unknown:
+        raise UnknownTask(f"DAG {dag.dag_id!r} has no task {unknown[0]!r}")
+    if wanted and downstream:
+        wanted = downstream_closure(dag.serialized, sorted(wanted))
+    # the run's row first, as every writer of a run's TIs takes it (no deadlock with a
+    # worker writing a result under it)
+    session.execute(select(DagRun.id).where(DagRun.id == run.id).with_for_update(key_share=True))
+    tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
+    cleared = Cleared()
+    for ti in tis:
+        if wanted and ti.task_id not in wanted:
+            continue
+        retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
+        external = ti.external_id if ti.state == TI.RUNNING else None
+        moved = move_tis(
+            session,
+            [ti.id],
+            TI.NONE,
+            expect=[s for s in TI if s is not TI.NONE],
+            now=now,
+            values={"max_tries": ti.try_number + retries + 1},
+        )
+        cleared.count += len(moved)
+        if moved and external:
+            cleared.external_ids.append(external)
+        # a span already exported cannot be reopened: the next try gets new span ids
+        move_spans(
+            session,
+            TaskInstance,
+            [ti.id],
+            SpanStatus.NOT_STARTED,
+            expect=[SpanStatus.ENDED],
+            values={"context_carrier": new_carrier(trace_id_of(run.context_carrier))},
+        )
+    move_run(
+        session,
+        run.id,
+        DagRunState.QUEUED,
+        expect=[DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.RUNNING],
+        now=now,
+    )
+    # an ended run span is continued ("… continued") by the next scheduler driving the run
+    move_spans(session, DagRun, [run.id], SpanStatus.NEEDS_CONTINUANCE, expect=[SpanStatus.ENDED])
+    return cleared

@@ -1,0 +1,229 @@
+"""DagRun logic: creating a run, keeping it in step with its DAG, and moving it on.
+
+Every function takes the caller's session and never commits. `update_state`
+must be called with the run's row locked (claimed `FOR NO KEY UPDATE SKIP LOCKED`, or
+SQLite's single writer): all of one run's scheduling decisions are made in
+that one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from sluice.scheduler.core.models import DEFAULT_POOL, Dag, DagRun, TaskInstance
+from sluice.scheduler.core.states import TI, DagRunState, RunType
+from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
+from sluice.scheduler.core.transitions import move_run, move_tis
+from sluice.scheduler.scheduling.deps import TiView, decide_run, run_outcome
+
+_TIS = TaskInstance.__table__.c
+_RUNS = DagRun.__table__
+_RUN_TIS = select(_TIS.id, _TIS.task_id, _TIS.state, _TIS.next_retry_at, _TIS.result).where(
+    _TIS.dag_run_id == bindparam("run_pk")
+)
+_STAMP_DECISION = (
+    update(_RUNS)  # type: ignore[arg-type]
+    .where(_RUNS.c.id == bindparam("b_run"))
+    .values(
+        last_scheduling_decision=bindparam("b_now", type_=_RUNS.c.last_scheduling_decision.type)
+    )
+)
+"""`update_state`'s statements, built once (building one cost as much as running it)."""
+
+
+class RunExists(ValueError):
+    """A run with this run_id or logical date already exists for the DAG."""
+
+
+RUN_ID_MAX = 250
+"""Longest run id (the column's length)."""
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` if a user may give it to a run, else a ValueError saying why: not empty,
+    no leading or trailing spaces, no '/' (the API names a run in a URL path, so such a
+    run could not be read or cleared there; Airflow restricts run ids the same way), no
+    NUL, at most RUN_ID_MAX characters."""
+    if not run_id.strip():
+        raise ValueError("must not be empty")
+    if run_id != run_id.strip():
+        raise ValueError("must not start or end with spaces")
+    if "/" in run_id:
+        raise ValueError("must not contain '/' (it could not be named in a URL)")
+    if "\x00" in run_id:
+        raise ValueError("must not contain NUL characters")
+    if len(run_id) > RUN_ID_MAX:
+        raise ValueError(f"must be at most {RUN_ID_MAX} characters")
+    return run_id
+
+
+def run_id_for(run_type: RunType, logical_date: dt.datetime) -> str:
+    return f"{run_type.value}__{logical_date.isoformat()}"
+
+
+def ti_values(spec: dict[str, Any], task_id: str) -> dict[str, Any]:
+    """Columns of a new TaskInstance taken from its task's serialized options."""
+    task = spec["tasks"][task_id]
+    return {
+        "queue": task.get("queue") or "default",
+        "pool": task.get("pool") or DEFAULT_POOL,
+        "pool_slots": int(task.get("pool_slots") or 1),
+        "priority_weight": int(task.get("priority_weight") or 1),
+        "max_tries": int(task.get("retries") or 0) + 1,
+    }
+
+
+def create_dagrun(
+    session: Session,
+    dag: Dag,
+    *,
+    run_type: RunType,
+    logical_date: dt.datetime,
+    now: dt.datetime,
+    run_id: str | None = None,
+    conf: dict[str, Any] | None = None,
+    claimed_by_job_id: int | None = None,
+) -> DagRun:
+    """Insert a queued run and one TI (state `none`) per task; raise RunExists on a clash."""
+    run_id = run_id or run_id_for(run_type, logical_date)
+    clash = session.scalar(
+        select(DagRun.run_id).where(
+            DagRun.dag_id == dag.dag_id,
+            (DagRun.run_id == run_id) | (DagRun.logical_date == logical_date),
+        )
+    )
+    if clash is not None:
+        raise RunExists(f"DAG {dag.dag_id!r} already has a run {clash!r} for that run id or date")
+    run = DagRun(
+        dag_id=dag.dag_id,
+        run_id=run_id,
+        logical_date=logical_date,
+        run_type=run_type,
+        state=DagRunState.QUEUED,
+        conf=conf or {},
+        dag_hash=dag.version_hash,
+        queued_at=now,
+        claimed_by_job_id=claimed_by_job_id,
+        context_carrier=new_carrier(),
+    )
+    session.add(run)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise RunExists(f"DAG {dag.dag_id!r} already has a run for {run_id!r}") from exc
+    insert_tis(session, run, dag, list(dag.serialized["tasks"]))
+    return run
+
+
+def insert_tis(session: Session, run: DagRun, dag: Dag, task_ids: list[str]) -> None:
+    """One bulk INSERT of TIs (state `none`, fresh span ids) for `task_ids` of `run`."""
+    if not task_ids:
+        return
+    trace_id = trace_id_of(run.context_carrier)
+    session.execute(
+        insert(TaskInstance),
+        [
+            {
+                "dag_run_id": run.id,
+                "dag_id": run.dag_id,
+                "run_id": run.run_id,
+                "task_id": task_id,
+                "state": TI.NONE,
+                "context_carrier": new_carrier(trace_id),
+                **ti_values(dag.serialized, task_id),
+            }
+            for task_id in task_ids
+        ],
+    )
+
+
+def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> None:
+    """Bring the run's TIs in step with the DAG's current tasks.
+
+    New tasks get TIs; TIs of vanished tasks become `removed` (a message already
+    queued for one then loses its compare-and-set); tasks that come back are reset
+    to `none`.
+    """
+    tasks = dag.serialized["tasks"]
+    rows = session.execute(
+        select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state).where(
+            TaskInstance.dag_run_id == run.id
+        )
+    ).all()
+    have = {task_id: (ti_id, state) for ti_id, task_id, state in rows}
+    vanished = [ti_id for task_id, (ti_id, state) in have.items() if task_id not in tasks]
+    move_tis(
+        session,
+        vanished,
+        TI.REMOVED,
+        expect=[s for s in TI if s not in (TI.REMOVED, TI.RUNNING)],
+        now=now,
+    )
+    back = [
+        ti_id
+        for task_id, (ti_id, state) in have.items()
+        if task_id in tasks and state == TI.REMOVED
+    ]
+    move_tis(session, back, TI.NONE, expect=[TI.REMOVED], now=now)
+    insert_tis(session, run, dag, [t for t in tasks if t not in have])
+    session.execute(update(DagRun).where(DagRun.id == run.id).values(dag_hash=dag.version_hash))
+    set_committed_value(run, "dag_hash", dag.version_hash)  # written above; not dirty
+
+
+@dataclass
+class RunDecision:
+    """What one `update_state` call did."""
+
+    scheduled: list[int] = field(default_factory=list)
+    skipped: int = 0
+    upstream_failed: int = 0
+    finished: DagRunState | None = None
+
+
+def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> RunDecision:
+    """Decide the run's TIs from one query and write the moves; end the run if it is done.
+
+    Invariant: the run row is locked by the caller's transaction.
+    """
+    if run.dag_hash != dag.version_hash:
+        verify_integrity(session, run, dag, now)
+    rows = session.execute(_RUN_TIS, {"run_pk": run.id}).all()
+    tis = [
+        TiView(id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4]) for r in rows
+    ]
+    decisions = decide_run(dag.serialized, dag.version_hash, tis, now)
+    outcome = RunDecision()
+    moved: dict[int, TI] = {}
+    retries = set(decisions.retries)
+    for new, ids in decisions.moves.items():
+        fresh = [i for i in ids if i not in retries]
+        won = move_tis(session, fresh, new, expect=[TI.NONE], now=now)
+        if new is TI.SCHEDULED:
+            won += move_tis(session, decisions.retries, new, expect=[TI.UP_FOR_RETRY], now=now)
+            outcome.scheduled = won
+        elif new is TI.SKIPPED:
+            outcome.skipped = len(won)
+        elif new is TI.UPSTREAM_FAILED:
+            outcome.upstream_failed = len(won)
+        moved.update((i, new) for i in won)
+    end = run_outcome(dag.serialized, tis, moved)
+    values = {"last_scheduling_decision": now}
+    if end is not None:
+        final = DagRunState.SUCCESS if end is TI.SUCCESS else DagRunState.FAILED
+        if move_run(session, run.id, final, expect=[DagRunState.RUNNING], now=now, values=values):
+            outcome.finished = final
+            return outcome
+    last = run.last_scheduling_decision
+    if moved or last is None or (now - last).total_seconds() >= 1.0:
+        # the stamp orders the claim (oldest first, so no run starves); rewriting it
+        # when nothing moved is needed at most once a second
+        session.execute(_STAMP_DECISION, {"b_run": run.id, "b_now": now})
+        set_committed_value(run, "last_scheduling_decision", now)  # written; not dirty
+    return outcome

@@ -1,0 +1,183 @@
+"""Moving `scheduled` TIs to `queued` within the limits, and the sweeps that re-queue.
+
+Invariants:
+- `queue_scheduled` runs in one transaction that first locks every pool row
+  (FOR UPDATE, by name): slot and max_active_tasks accounting happens under that
+  lock, so two schedulers never over-fill a pool. TIs are then taken SKIP LOCKED.
+- Messages are returned, not sent: the caller commits first and publishes after,
+  so a worker never sees a TI that is not yet `queued` in the database.
+- A fresh `attempt_id` (the Celery task id) is given at every queueing; a
+  re-publish of an unclaimed TI keeps it, so the worker's compare-and-set keeps
+  it to one execution.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, Row, select, update
+from sqlalchemy.orm import Session
+
+from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.models import Dag, TaskInstance
+from sluice.scheduler.core.queries.tis import (
+    active_usage,
+    lock_dead_running,
+    lock_expired_queued,
+    lock_pools,
+    lock_scheduled_tis,
+)
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.transitions import fail_try, queue_tis
+
+log = logging.getLogger("sluice.queueing")
+
+
+@dataclass
+class Capacity:
+    """Pool slots, active TIs per DAG and those DAGs' limits, read with every pool row
+    locked FOR UPDATE: what queueing in this transaction may still take (`take` books it)."""
+
+    slots: dict[str, int]
+    used: dict[str, int]
+    active: dict[str, int]
+    max_tasks: dict[str, int] = field(default_factory=dict)
+    """max_active_tasks of the DAGs with active TIs (others: learnt from their TIs' rows)."""
+
+    @classmethod
+    def locked(cls, session: Session) -> Capacity:
+        slots = lock_pools(session)
+        usage = active_usage(session)
+        return cls(slots, usage.slots_by_pool, usage.tis_by_dag, usage.max_active_tasks)
+
+    def take(self, pool: str, pool_slots: int, dag_id: str, max_active_tasks: int) -> bool:
+        """Book one TI if its pool has `pool_slots` free and its DAG is under its limit."""
+        if pool_slots > self.slots.get(pool, 0) - self.used.get(pool, 0):
+            return False
+        if self.active.get(dag_id, 0) >= max_active_tasks:
+            return False
+        self.used[pool] = self.used.get(pool, 0) + pool_slots
+        self.active[dag_id] = self.active.get(dag_id, 0) + 1
+        return True
+
+
+def new_try_message(
+    row: Row[Any], attempt_id: str, *, dag_id: str, run_id: str, with_trace: bool
+) -> RunMessage:
+    """The message of a TI just queued for its next try (`row`: its id, task_id,
+    try_number before the bump, queue and span carrier)."""
+    return RunMessage(
+        ti_id=row.id,
+        attempt_id=attempt_id,
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=row.task_id,
+        try_number=row.try_number + 1,
+        queue=row.queue,
+        trace=row.context_carrier if with_trace else {},
+    )
+
+
+def queue_scheduled(
+    session: Session,
+    *,
+    job_id: int | None,
+    now: dt.datetime,
+    runs: ColumnElement[bool],
+    limit: int = 512,
+    with_trace: bool = False,
+) -> tuple[list[RunMessage], bool]:
+    """Queue as many scheduled TIs (of runs matching `runs`) as pools and limits allow.
+
+    Returns the messages to send after commit, and whether scheduled TIs were left
+    behind (a pool or limit was full, or the batch limit was reached). With
+    `with_trace`, each message carries its TI's span carrier for the headers.
+    """
+    capacity = Capacity.locked(session)
+    # Fairness: a DAG at its max_active_tasks or a full pool is left out of the batch,
+    # so its scheduled TIs cannot fill the batch and starve other DAGs and pools.
+    full_dags = [d for d, n in capacity.active.items() if n >= capacity.max_tasks.get(d, 0)]
+    full_pools = [p for p, n in capacity.used.items() if n >= capacity.slots.get(p, 0)]
+    candidates = lock_scheduled_tis(session, limit, runs, full_dags, full_pools)
+    if not candidates:
+        return [], False
+    assignments: list[tuple[int, str]] = []
+    messages: list[RunMessage] = []
+    for row in candidates:
+        if not capacity.take(row.pool, row.pool_slots, row.dag_id, row.max_active_tasks or 0):
+            continue
+        attempt_id = str(uuid.uuid4())
+        assignments.append((row.id, attempt_id))
+        messages.append(
+            new_try_message(
+                row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
+            )
+        )
+    queue_tis(session, assignments, now=now, job_id=job_id)
+    return messages, len(messages) < len(candidates) or len(candidates) >= limit
+
+
+def requeue_expired(
+    session: Session,
+    *,
+    now: dt.datetime,
+    queued_timeout: float,
+    runs: ColumnElement[bool],
+    limit: int = 512,
+) -> list[RunMessage]:
+    """TIs queued longer than `queued_timeout` with no worker: publish again, same attempt_id.
+
+    The queued_at stamp is renewed so the next sweep waits a full timeout again.
+    """
+    cutoff = now - dt.timedelta(seconds=queued_timeout)
+    expired = lock_expired_queued(session, cutoff, limit, runs)
+    messages = [message_for(ti) for ti in expired if ti.attempt_id]
+    if expired:
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id.in_([ti.id for ti in expired]), TaskInstance.state == TI.QUEUED)
+            .values(queued_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        log.warning("re-publishing %d TIs queued for over %ss", len(messages), queued_timeout)
+    return messages
+
+
+def fail_dead_running(
+    session: Session, *, now: dt.datetime, heartbeat_timeout: float, limit: int = 512
+) -> int:
+    """Running TIs whose heartbeat stopped go to up_for_retry or failed, by their tries."""
+    cutoff = now - dt.timedelta(seconds=heartbeat_timeout)
+    dead = lock_dead_running(session, cutoff, limit)
+    if not dead:
+        return 0
+    specs: dict[str, dict[str, Any]] = {
+        dag_id: spec
+        for dag_id, spec in session.execute(
+            select(Dag.dag_id, Dag.serialized).where(Dag.dag_id.in_({t.dag_id for t in dead}))
+        )
+    }
+    error = f"the worker stopped heartbeating for over {heartbeat_timeout:g}s"
+    for ti in dead:
+        task_spec = specs.get(ti.dag_id, {}).get("tasks", {}).get(ti.task_id)
+        fail_try(session, ti, task_spec, now, error)
+        log.warning("TI %s.%s.%s: %s", ti.dag_id, ti.run_id, ti.task_id, error)
+    return len(dead)
+
+
+def message_for(ti: TaskInstance) -> RunMessage:
+    assert ti.attempt_id is not None
+    return RunMessage(
+        ti_id=ti.id,
+        attempt_id=ti.attempt_id,
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        try_number=ti.try_number,
+        queue=ti.queue,
+        trace=ti.context_carrier,
+    )
