@@ -1,5 +1,5 @@
 """The worker side: the Celery task that runs one TaskInstance (`task`), its runtime
-(`runner`, `one_query_result`, `heartbeat`, `task_logs`, `tracing`), the in-process worker
+(`runner`, `result`, `heartbeat`, `task_logs`, `tracing`), the in-process worker
 of `sluice standalone` (`embedded`), starting a worker process (`process`) and installing
 Sluice on a user's Celery app (`attaching`).
 

@@ -7,13 +7,11 @@ Invariants:
   message whose claim loses (duplicate, stale, cleared or removed TI) changes
   nothing and is `stale`; a result whose write loses (the TI was cleared or swept
   while running) is dropped and is `stale` too.
-- The claim is one statement (autocommit on PostgreSQL). The result, the try's log and
-  the downstream decision share one transaction, the run's row locked first; what it
-  queued is published after the commit. One exception: a success with no log of a
-  fan-in's upstream or of a chain's link is committed in one query (a link's next task
-  queued in it when it fits), and what else follows (a freed slot filled, the join
-  queued or decided, a next task that did not fit) comes after it
-  (`broker.worker.one_query_result`).
+- The claim is one statement (autocommit on PostgreSQL). The result is recorded by the
+  first path of `broker.worker.result.PATHS` that applies: the result, the try's log and
+  the downstream decision in one transaction, the run's row locked first; or, for a
+  quiet success of a fan-in's upstream or of a chain's link, in one query, what else
+  follows after it. What a result queued is published after its commit.
 - No transaction is open while the task's code runs.
 - Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
   shutdown) propagate and leave the TI `running` for the heartbeat sweep.
@@ -42,21 +40,14 @@ from sluice.broker.app import create_app
 from sluice.broker.trace_headers import HeadersLast, carrying
 from sluice.broker.wakeup import Waker
 from sluice.broker.worker.heartbeat import Heartbeat
-from sluice.broker.worker.one_query_result import (
-    Success,
-    record_at_once,
-    records_at_once,
-    result_statements,
-)
+from sluice.broker.worker.result import Case, Recorded, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_logs import capture_task_log
 from sluice.scheduler.core.dag_cache import SerializedDagCache
 from sluice.scheduler.core.db import (
     executed_alone,
-    sends_in_one_query,
     single_statement_factory,
     transaction,
-    transaction_opened_by,
     utcnow,
 )
 from sluice.scheduler.core.messages import RunMessage
@@ -64,16 +55,9 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.core.transitions import move_ti, short_error, ti_move_returning
-from sluice.scheduler.scheduling.downstream import (
-    FollowUp,
-    Plan,
-    decidable,
-    lock_run,
-    schedule_downstream,
-    wide_fan_in,
-    write_result,
-)
+from sluice.scheduler.core.transitions import short_error, ti_move_returning
+from sluice.scheduler.scheduling.downstream import FollowUp
+from sluice.scheduler.scheduling.plans import decidable, wide_fan_in
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip
 from sluice.tasks.runtime import branch_targets, check_result, run_task, wants_context
@@ -123,6 +107,8 @@ class WorkerContext:
     pid: int
     publish: Publish | None = None
     trace_tis: bool = False
+    observe: Callable[[Recorded], None] | None = None
+    """Called with what recording each result did (its path): for tests and metrics."""
 
 
 @dataclass(frozen=True)
@@ -205,15 +191,6 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
         )
         # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
         rows = executed_alone(ctx.session_factory, move)
-        if rows is None:  # SQLite: one writer at a time, so the DAG is read in it too
-            with transaction(ctx.session_factory) as session:
-                row = session.execute(*move).first()
-
-                def dags(dag_id: str, version: str, fileloc: str | None) -> Dag | None:
-                    return _DAGS.get(session, dag_id, version, fileloc)
-
-                found.append(None if row is None else _read_context(dags, msg, row, spec_of))
-            return row is not None
         if not rows:
             found.append(None)
             return False
@@ -459,114 +436,43 @@ def _record(
     values: dict[str, Any],
     task_log: LogSnapshot | None = None,
 ) -> tuple[Outcome, FollowUp | None]:
-    """running -> `new` for this attempt, with the try's log, in one transaction; in the
-    same transaction, the direct downstream is decided and queued
-    (`scheduler.scheduling.downstream`).
+    """running -> `new` for this attempt, with the try's log, by the first result path
+    that applies (`sluice.broker.worker.result`): the direct downstream decided and
+    queued with it when the worker decides it.
 
-    STALE if the CAS lost (the log of the try is stored all the same). The follow-up is
-    None when the downstream was not looked at (the schedulers must be woken).
+    STALE if the CAS lost (the log of the try is stored all the same by the paths that
+    store it). The follow-up is None when the downstream was not looked at (the
+    schedulers must be woken).
     """
-    follow: list[FollowUp | None] = []
-    downstream = ctx.publish is not None and ctx.settings.schedule_after_task
-    downstream = downstream and new in _SCHEDULES_DOWNSTREAM
-
-    plan = decidable(claimed.dag, msg.task_id, claimed.pool, new) if downstream else None
-
-    def write() -> bool:
-        follow.clear()
-        now = utcnow()
-        opener = result_statements(
-            plan,
-            run_pk=claimed.run_pk,
-            pool=claimed.pool,
+    decides = ctx.publish is not None and ctx.settings.schedule_after_task
+    decides = decides and new in _SCHEDULES_DOWNSTREAM
+    plan = wide = None
+    if decides:
+        plan = decidable(claimed.dag, msg.task_id, claimed.pool, new)
+        wide = None if plan else wide_fan_in(claimed.dag, msg.task_id, claimed.pool, new)
+    recorded = record_result(
+        Case(
+            factory=ctx.session_factory,
             ti_id=msg.ti_id,
             attempt_id=msg.attempt_id,
+            task_id=msg.task_id,
+            run_pk=claimed.run_pk,
+            pool=claimed.pool,
+            dag=claimed.dag,
             new=new,
-            now=now,
             values=values,
+            task_log=task_log,
+            decides=decides,
+            tracing=ctx.trace_tis,
+            plan=plan,
+            wide=wide,
         )
-        with transaction_opened_by(ctx.session_factory, opener) as (session, opened):
-            sent = opened[1] if opened and len(opened) > 1 else None
-            locked = None
-            if downstream:
-                locked = lock_run(
-                    session,
-                    run_pk=claimed.run_pk,
-                    task_id=msg.task_id,
-                    pool=claimed.pool,
-                    dag=claimed.dag,
-                    finished=new,
-                    opened=opened[0] if opened else None,
-                )
-            if task_log is not None:
-                save_task_log(session, task_log, now=now)
-            known = None
-            if locked is not None:
-                known = write_result(
-                    session,
-                    locked,
-                    ti_id=msg.ti_id,
-                    new=new,
-                    attempt_id=msg.attempt_id,
-                    now=now,
-                    values=values,
-                    sent=sent,
-                )
-                won = known is not None
-            elif sent is not None:
-                won = bool(sent)  # the fan-in's write went with the lock
-            else:
-                won = move_ti(
-                    session,
-                    msg.ti_id,
-                    new,
-                    expect=[TI.RUNNING],
-                    attempt_id=msg.attempt_id,
-                    now=now,
-                    values=values,
-                )
-            if won and downstream:
-                follow.append(
-                    FollowUp(wake=True)
-                    if known is None
-                    else schedule_downstream(
-                        session,
-                        known,
-                        finished=new,
-                        result=values.get("result"),
-                        now=now,
-                        with_trace=ctx.trace_tis,
-                    )
-                )
-            return won
-
-    dag = claimed.dag
-    at_once = plan
-    if downstream and plan is None:  # too wide to read; a fan-in's upstream needs no read
-        at_once = wide_fan_in(claimed.dag, msg.task_id, claimed.pool, new)
-    if (
-        at_once is not None
-        and dag is not None
-        and task_log is None
-        and new is TI.SUCCESS
-        and _one_query(ctx, at_once)
-    ):  # a fan-in's upstream or a chain's link (`broker.worker.one_query_result`)
-        done = Success(claimed.run_pk, msg.task_id, claimed.pool, msg.ti_id, msg.attempt_id, values)
-        follow[:] = [
-            record_at_once(ctx.session_factory, at_once, dag, done, with_trace=ctx.trace_tis)
-        ]
-        won = follow[0] is not None
-    else:
-        won = retrying(write)
-    if not won:
-        log.info("result %s of %s dropped: the task instance moved meanwhile", new, _what(msg))
+    )
+    if ctx.observe is not None:
+        ctx.observe(recorded)
+    via = f"{recorded.path}, then {recorded.then}" if recorded.then else recorded.path
+    if not recorded.won:
+        log.info("result %s of %s dropped (%s): the TI moved meanwhile", new, _what(msg), via)
         return Outcome.STALE, None
-    log.info("%s -> %s", _what(msg), new)
-    return Outcome(new.value), follow[0] if follow else None
-
-
-def _one_query(ctx: WorkerContext, plan: Plan) -> bool:
-    """Whether a success with no log to store is recorded in one query
-    (`broker.worker.one_query_result`): its plan allows it (a fan-in's upstream, a chain's link)
-    and the database is PostgreSQL."""
-    return records_at_once(plan, ctx.trace_tis) and sends_in_one_query(ctx.session_factory)
+    log.info("%s -> %s (%s)", _what(msg), new, via)
+    return Outcome(new.value), recorded.follow

@@ -18,7 +18,7 @@ import re
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +33,8 @@ from sqlalchemy import (
     create_engine,
     event,
 )
-from sqlalchemy.engine import Dialect
+from sqlalchemy import text as sql_text
+from sqlalchemy.engine import CursorResult, Dialect
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -198,31 +199,101 @@ Sent = str | tuple[Executable, Mapping[str, Any]]
 """A statement sent with a BEGIN: plain SQL text, or a statement and its parameters."""
 
 
+@dataclass(frozen=True, eq=False)
+class Handle:
+    """Where one statement of a `Pipeline` stands: its rows are `results[handle]`."""
+
+    pipeline: int
+    index: int
+    name: str
+
+
+class Pipeline:
+    """Statements that go to the database together, in order: in one query with their
+    BEGIN (and COMMIT) on PostgreSQL, one by one inside one transaction on SQLite. Each
+    statement's rows are read back by the `Handle` that `add` returned for it."""
+
+    def __init__(self) -> None:
+        self.statements: list[Sent] = []
+        self.names: list[str] = []
+
+    def add(self, statement: Sent, name: str = "") -> Handle:
+        self.statements.append(statement)
+        self.names.append(name or f"statement {len(self.statements)}")
+        return Handle(id(self), len(self.statements) - 1, self.names[-1])
+
+    def extend(self, statements: Sequence[Sent]) -> list[Handle]:
+        return [self.add(statement) for statement in statements]
+
+    def __len__(self) -> int:
+        return len(self.statements)
+
+
+class Results:
+    """The rows each statement of a `Pipeline` returned (named tuples, the same on both
+    backends), read by handle."""
+
+    def __init__(self, pipeline: Pipeline | None, rows: list[list[Any]]) -> None:
+        self._of = id(pipeline) if pipeline is not None else None
+        self._rows = rows
+
+    def __getitem__(self, handle: Handle) -> list[Any]:
+        if handle.pipeline != self._of:
+            raise KeyError(f"{handle.name} is not a statement of this pipeline")
+        return self._rows[handle.index]
+
+    def first(self, handle: Handle) -> Any | None:
+        """The first row of `handle`'s statement, or None if it returned none."""
+        rows = self[handle]
+        return rows[0] if rows else None
+
+
+@functools.lru_cache(maxsize=128)
+def _row_type(fields: tuple[str, ...]) -> Any:
+    return namedtuple("Row", fields, rename=True)  # noqa: PYI024 - fields known at run time
+
+
+def _executed(session: Session, statement: Sent) -> list[Any]:
+    """`statement` run in `session`'s transaction: its rows as named tuples (what the
+    one-query path gives on PostgreSQL), [] for a statement that returns none."""
+    connection = session.connection()  # Core execution: a CursorResult, rows as they are
+    if isinstance(statement, str):
+        result: CursorResult[Any] = connection.execute(sql_text(statement))
+    else:
+        stmt, params = statement
+        result = connection.execute(stmt, dict(params))
+    if not result.returns_rows:
+        return []
+    row_type = _row_type(tuple(result.keys()))
+    return [row_type(*row) for row in result]
+
+
 @contextmanager
 def transaction_opened_by(
-    factory: sessionmaker[Session], opener: str | Sequence[Sent] | None
-) -> Iterator[tuple[Session, list[list[Any]] | None]]:
-    """One short transaction, like `transaction`; on PostgreSQL with `opener` (one
-    statement or several), its BEGIN travels with them in one query: one round trip
-    instead of one per statement. Yields the session and each opener statement's rows
-    (None when they were not sent: no opener, or SQLite, where the caller runs them).
+    factory: sessionmaker[Session], opener: Pipeline | None
+) -> Iterator[tuple[Session, Results]]:
+    """One short transaction, like `transaction`, that runs the `opener` pipeline first
+    and yields the session and the opener's results. On PostgreSQL its BEGIN travels
+    with the opener's statements in one query: one round trip instead of one per
+    statement; on SQLite they run one by one at the start of the transaction.
 
-    Invariant: the session's connection is in autocommit mode and the transaction is the
-    server's, opened and ended here (COMMIT on success, ROLLBACK on any error); the body
-    only executes statements (no ORM flush, no `session.commit()`). A database error of
-    the opener is raised as SQLAlchemy's (an OperationalError when the connection broke,
-    which is then invalidated), as for any statement. Each statement of the opener takes
-    its own snapshot (READ COMMITTED): one that follows a lock sees what the lock's
-    previous holder committed.
+    Invariant (PostgreSQL): the session's connection is in autocommit mode and the
+    transaction is the server's, opened and ended here (COMMIT on success, ROLLBACK on any
+    error); the body only executes statements (no ORM flush, no `session.commit()`). A
+    database error of the opener is raised as SQLAlchemy's (an OperationalError when the
+    connection broke, which is then invalidated), as for any statement. Each statement of
+    the opener takes its own snapshot (READ COMMITTED): one that follows a lock sees what
+    the lock's previous holder committed.
     """
     single = single_statement_factory(factory)
-    if opener is None or single is factory:
+    if opener is None or not len(opener) or single is factory:
         with transaction(factory) as session:
-            yield session, None
+            rows = [_executed(session, s) for s in opener.statements] if opener else []
+            yield session, Results(opener, rows)
         return
     connection = held_connection(cast(Engine, single.kw["bind"]))
     with single(bind=connection) as session:
-        results = _send(connection, [opener] if isinstance(opener, str) else opener)
+        results = Results(opener, _send(connection, opener.statements))
         try:
             yield session, results
         except BaseException:
@@ -235,38 +306,32 @@ def transaction_opened_by(
         connection.exec_driver_sql("COMMIT")
 
 
-def sends_in_one_query(factory: sessionmaker[Session]) -> bool:
-    """Whether `factory`'s database takes several statements in one query with their
-    BEGIN (PostgreSQL: `transaction_opened_by`, `committed_at_once`)."""
-    return _autocommit_engine(factory) is not None
-
-
 def _autocommit_engine(factory: sessionmaker[Session]) -> Engine | None:
     """The autocommit engine of `single_statement_factory(factory)`; None on SQLite."""
     single = single_statement_factory(factory)
     return None if single is factory else cast(Engine, single.kw["bind"])
 
 
-def committed_at_once(
-    factory: sessionmaker[Session], statements: Sequence[Sent]
-) -> list[list[Any]] | None:
-    """`statements` in one transaction sent as one query with its BEGIN and COMMIT (one
-    round trip; locks are held only while the server runs them): each statement's rows.
-    None on SQLite (nothing sent: the caller runs them in a `transaction`). Errors as for
+def committed_at_once(factory: sessionmaker[Session], pipeline: Pipeline) -> Results:
+    """`pipeline` in one transaction, committed: on PostgreSQL sent as one query with its
+    BEGIN and COMMIT (one round trip; locks are held only while the server runs them),
+    on SQLite one statement after the other in a transaction. Errors as for
     `transaction_opened_by`; nothing is committed then."""
     engine = _autocommit_engine(factory)
     if engine is None:
-        return None
-    return _send(held_connection(engine), statements, commit=True)
+        with transaction(factory) as session:
+            return Results(pipeline, [_executed(session, s) for s in pipeline.statements])
+    return Results(pipeline, _send(held_connection(engine), pipeline.statements, commit=True))
 
 
-def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any] | None:
-    """One statement in autocommit (its own transaction), as a prepared statement on
-    PostgreSQL, without an ORM session: its rows (named tuples, values as psycopg gives
-    them: no SQLAlchemy result processing). None on SQLite (nothing sent)."""
+def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any]:
+    """One statement in its own transaction: on PostgreSQL in autocommit, as a prepared
+    statement, without an ORM session (values as psycopg gives them: no SQLAlchemy result
+    processing); on SQLite in a transaction. Its rows, as named tuples."""
     engine = _autocommit_engine(factory)
     if engine is None:
-        return None
+        with transaction(factory) as session:
+            return _executed(session, statement)
     return list(_send(held_connection(engine), [statement], begin=False)[0])
 
 

@@ -21,7 +21,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
 from sluice.broker.wakeup import LocalWaker
-from sluice.broker.worker.one_query_result import Success, record_at_once, records_at_once
+from sluice.broker.worker.result import Case, Recorded, record_result
 from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.messages import RunMessage
@@ -30,7 +30,7 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 from sluice.scheduler.scheduling.dagrun import create_dagrun
-from sluice.scheduler.scheduling.downstream import FollowUp, decidable
+from sluice.scheduler.scheduling.plans import decidable
 from sluice.tasks.loader import DagCache
 from tests.procs import Sluice, wait_until
 
@@ -49,6 +49,7 @@ class Harness:
         self.by_worker: list[RunMessage] = []
         self.job = SchedulerJob(self.settings, self.factory, self.by_scheduler.extend, self.waker)
         self.job.register()
+        self.recorded: list[Recorded] = []
         self.worker = WorkerContext(
             session_factory=self.factory,
             dags=DagCache(),
@@ -57,6 +58,7 @@ class Harness:
             hostname="test-host",
             pid=os.getpid(),
             publish=self.by_worker.extend,
+            observe=self.recorded.append,
         )
 
     def add_pool(self, name: str, slots: int) -> None:
@@ -85,6 +87,11 @@ class Harness:
         sent = [m for m in self.by_scheduler + self.by_worker if m.task_id == task_id]
         assert sent, f"{task_id} was never queued"
         return run_task_instance(self.worker, sent[-1])
+
+    def path(self) -> str:
+        """The path (and the step after it) that recorded the last result."""
+        last = self.recorded[-1]
+        return f"{last.path}, then {last.then}" if last.then else last.path
 
     def news(self) -> set[int] | None:
         """The run ids the schedulers were woken for (left for the next tick to read)."""
@@ -528,7 +535,7 @@ def test_a_real_worker_carries_a_chain_with_no_scheduler_running(sluice: Sluice)
 
 
 def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
-    from sluice.scheduler.scheduling.downstream import READ_LIMIT
+    from sluice.scheduler.scheduling.plans import READ_LIMIT
 
     harness.write(
         "wide",
@@ -554,7 +561,7 @@ def test_a_wide_fan_in_is_queued_by_its_last_upstream_without_a_scheduler(
     """A fan-in with more upstreams than a worker reads: each result's write says whether
     others are unfinished (and fills the slot it freed for a TI waiting in the pool); the
     last one queues the fan-in with one more query. No result wakes the schedulers."""
-    from sluice.scheduler.scheduling.downstream import READ_LIMIT
+    from sluice.scheduler.scheduling.plans import READ_LIMIT
 
     harness.write(
         "wide_in",
@@ -679,9 +686,9 @@ def test_fan_in_results_with_and_without_a_log_lead_to_one_join(harness: Harness
     assert harness.worker_queued() == ["join"] and harness.states()["join"] == "queued"
 
 
-def record_an_older_try(harness: Harness, dag_id: str, task_id: str) -> FollowUp | None:
-    """`task_id` running as "the-current-try"; a success of "an-older-try" recorded in one
-    query (`broker.worker.one_query_result`)."""
+def record_an_older_try(harness: Harness, dag_id: str, task_id: str) -> Recorded:
+    """`task_id` running as "the-current-try"; a quiet success of "an-older-try" recorded
+    through the worker's one entry point for results."""
     with transaction(harness.factory) as session:
         session.execute(
             update(TaskInstance)
@@ -693,11 +700,25 @@ def record_an_older_try(harness: Harness, dag_id: str, task_id: str) -> FollowUp
         ti = session.scalars(select(TaskInstance).where(TaskInstance.task_id == task_id)).one()
         session.expunge_all()
     assert dag is not None
-    plan = decidable(dag, task_id, ti.pool, TI.SUCCESS)
-    assert plan is not None and records_at_once(plan, with_trace=False)
     values = {"result": "0", "error": None, "next_retry_at": None}
-    older = Success(ti.dag_run_id, task_id, ti.pool, ti.id, "an-older-try", values)
-    return record_at_once(harness.factory, plan, dag, older, with_trace=False)
+    return record_result(
+        Case(
+            factory=harness.factory,
+            ti_id=ti.id,
+            attempt_id="an-older-try",
+            task_id=task_id,
+            run_pk=ti.dag_run_id,
+            pool=ti.pool,
+            dag=dag,
+            new=TI.SUCCESS,
+            values=values,
+            task_log=None,
+            decides=True,
+            tracing=False,
+            plan=decidable(dag, task_id, ti.pool, TI.SUCCESS),
+            wide=None,
+        )
+    )
 
 
 def test_a_fan_in_result_of_another_try_changes_nothing(harness: Harness) -> None:
@@ -705,7 +726,8 @@ def test_a_fan_in_result_of_another_try_changes_nothing(harness: Harness) -> Non
     the running one (cleared and re-queued meanwhile) writes nothing."""
     harness.write("fan_in", FAN_IN)
     harness.trigger("fan_in")
-    assert record_an_older_try(harness, "fan_in", "u0") is None
+    recorded = record_an_older_try(harness, "fan_in", "u0")
+    assert (recorded.path, recorded.won, recorded.follow) == ("fan_in_at_once", False, None)
     assert harness.states()["u0"] == "running"
 
 
@@ -721,12 +743,12 @@ def test_a_lost_decision_after_the_last_result_is_left_to_the_scheduler(
     run_pk = harness.trigger("fan_in")
     harness.run("u0")
     harness.run("u1")
-    import sluice.broker.worker.one_query_result
+    import sluice.broker.worker.result.at_once
 
     def unreachable(*_args: object, **_kwargs: object) -> None:
         raise OperationalError("BEGIN", None, Exception("server closed the connection"))
 
-    monkeypatch.setattr(sluice.broker.worker.one_query_result, "transaction_opened_by", unreachable)
+    monkeypatch.setattr(sluice.broker.worker.result.at_once, "transaction_opened_by", unreachable)
     assert harness.run("u2") is Outcome.SUCCESS  # a quiet task: its result is one query
     assert harness.states()["u2"] == "success" and harness.states()["join"] == "none"
     assert harness.news() == {run_pk}
@@ -766,7 +788,8 @@ def test_a_chain_link_of_another_try_queues_nothing(harness: Harness) -> None:
     succeed)."""
     harness.write("chain", CHAIN)
     harness.trigger("chain")
-    assert record_an_older_try(harness, "chain", "a") is None
+    recorded = record_an_older_try(harness, "chain", "a")
+    assert (recorded.path, recorded.won, recorded.follow) == ("chain_at_once", False, None)
     assert harness.states() == {"a": "running", "b": "none", "c": "none"}
 
 
@@ -814,3 +837,40 @@ def test_a_chain_link_s_next_waits_behind_higher_priority_tis_in_its_pool(
     assert harness.run("a") is Outcome.SUCCESS
     assert harness.worker_queued() == ["w2"]
     assert harness.states() == {"a": "success", "w1": "queued", "w2": "queued", "b": "scheduled"}
+
+
+def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:
+    """The worker's result paths, in the order of `PATHS`: a quiet fan-in upstream and a
+    quiet chain link are one query each; a result with a log is decided in a transaction;
+    a failure is written alone and wakes the schedulers."""
+    harness.write("fan_in", FAN_IN)
+    harness.write(
+        "links",
+        """
+    from sluice import DAG, task
+    def noisy():
+        print("a log to store")
+        return 1
+    def boom():
+        raise RuntimeError("no")
+    with DAG("links", schedule=None) as dag:
+        task(task_id="quiet")(lambda: 0) >> task(task_id="noisy")(noisy)
+        task(task_id="noisy_end")(noisy)
+        task(task_id="boom")(boom)
+    """,
+    )
+    harness.trigger("fan_in")
+    run_pk = harness.trigger("links")
+    expected = [
+        ("u0", "fan_in_at_once, then nothing"),  # another upstream unfinished
+        ("u1", "decided"),  # it printed: its log goes with its result
+        ("u2", "fan_in_at_once, then join"),  # the last: the join queued by one query
+        ("quiet", "chain_at_once, then queued"),  # its next task queued in the same query
+        ("noisy_end", "decided"),
+        ("boom", "written"),  # a failure: the schedulers decide what follows
+    ]
+    for task_id, path in expected:
+        harness.run(task_id)
+        assert (task_id, harness.path()) == (task_id, path)
+    assert harness.states()["noisy"] == "queued"
+    assert harness.news() == {run_pk}

@@ -1,5 +1,6 @@
 """`scheduler.core.db.transaction_opened_by`: a transaction whose BEGIN travels with its first
-statement commits, rolls back and fails as a plain transaction does."""
+statements (a `Pipeline`) commits, rolls back and fails as a plain transaction does; each
+statement's rows are read back by its handle."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import (
+    Handle,
+    Pipeline,
+    Sent,
     committed_at_once,
     held_connection,
     make_engine,
@@ -24,6 +28,11 @@ from sluice.scheduler.core.models import Pool
 
 LOCK = "SELECT name, slots FROM pool WHERE name = 'p' FOR UPDATE"
 TRY_LOCK = text("SELECT 1 FROM pool WHERE name = 'p' FOR UPDATE NOWAIT")
+
+
+def pipeline(*statements: Sent) -> tuple[Pipeline, list[Handle]]:
+    made = Pipeline()
+    return made, made.extend(statements)
 
 
 @pytest.fixture
@@ -52,28 +61,31 @@ def lock_is_free(factory: sessionmaker[Session]) -> bool:
 
 
 def test_the_opener_s_rows_its_lock_and_the_commit(factory: sessionmaker[Session]) -> None:
-    with transaction_opened_by(factory, LOCK) as (session, sent):
-        assert sent is not None and [(r.name, r.slots) for r in sent[0]] == [("p", 1)]
+    opener, (lock,) = pipeline(LOCK)
+    with transaction_opened_by(factory, opener) as (session, sent):
+        assert [(r.name, r.slots) for r in sent[lock]] == [("p", 1)]
         assert not lock_is_free(factory)  # held from the opener on
         session.execute(update(Pool).where(Pool.name == "p").values(slots=2))
     assert slots(factory) == 2 and lock_is_free(factory)
 
 
 def test_an_error_in_the_body_rolls_everything_back(factory: sessionmaker[Session]) -> None:
-    with pytest.raises(RuntimeError), transaction_opened_by(factory, LOCK) as (session, _):
+    opener, (lock,) = pipeline(LOCK)
+    with pytest.raises(RuntimeError), transaction_opened_by(factory, opener) as (session, _):
         session.execute(update(Pool).where(Pool.name == "p").values(slots=3))
         raise RuntimeError("the body failed")
     assert slots(factory) == 1 and lock_is_free(factory)
-    with transaction_opened_by(factory, LOCK) as (_, sent):  # the pooled connection is fine
-        assert sent is not None and len(sent[0]) == 1
+    with transaction_opened_by(factory, opener) as (_, sent):  # the pooled connection is fine
+        assert len(sent[lock]) == 1
 
 
 def test_a_failing_opener_is_a_database_error(factory: sessionmaker[Session]) -> None:
-    failing = transaction_opened_by(factory, "SELECT no_such_column FROM pool")
+    failing = transaction_opened_by(factory, pipeline("SELECT no_such_column FROM pool")[0])
     with pytest.raises(DBAPIError, match="no_such_column"), failing:
         pass
-    with transaction_opened_by(factory, LOCK) as (_, sent):
-        assert sent is not None and len(sent[0]) == 1
+    opener, (lock,) = pipeline(LOCK)
+    with transaction_opened_by(factory, opener) as (_, sent):
+        assert len(sent[lock]) == 1
 
 
 def test_a_dropped_connection_is_an_operational_error_then_replaced(
@@ -85,22 +97,31 @@ def test_a_dropped_connection_is_an_operational_error_then_replaced(
     with admin.connect() as conn:
         conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
     admin.dispose()
-    with pytest.raises(OperationalError), transaction_opened_by(factory, LOCK):
+    opener, (lock,) = pipeline(LOCK)
+    with pytest.raises(OperationalError), transaction_opened_by(factory, opener):
         pass
-    with transaction_opened_by(factory, LOCK) as (_, sent):  # a new connection
-        assert sent is not None and len(sent[0]) == 1
+    with transaction_opened_by(factory, opener) as (_, sent):  # a new connection
+        assert len(sent[lock]) == 1
 
 
-def test_sqlite_runs_a_plain_transaction(sqlite_url: str) -> None:
+def test_sqlite_runs_the_same_pipeline_statement_by_statement(sqlite_url: str) -> None:
+    """On SQLite the opener's statements run one by one in the transaction (BEGIN
+    IMMEDIATE: one writer), and their rows are read the same way."""
     engine = make_engine(sqlite_url)
     upgrade(engine)
     factory = make_session_factory(engine)
     with transaction(factory) as session:
         session.add(Pool(name="p", slots=1))
-    with transaction_opened_by(factory, LOCK) as (session, sent):
-        assert sent is None  # not run: the caller locks as it would without it
-        session.execute(update(Pool).where(Pool.name == "p").values(slots=5))
-    assert slots(factory) == 5
+    locked = select(Pool.name, Pool.slots).where(Pool.name == "p").with_for_update()
+    opener, (lock, set_slots) = pipeline((locked, {}), (SET_SLOTS, {"n": 5}))
+    with transaction_opened_by(factory, opener) as (session, sent):
+        assert [(r.name, r.slots) for r in sent[lock]] == [("p", 1)]
+        assert sent[set_slots][0].slots == 5
+        session.execute(update(Pool).where(Pool.name == "p").values(slots=6))
+    assert slots(factory) == 6
+    again, (set_again,) = pipeline((SET_SLOTS, {"n": 7}))
+    assert committed_at_once(factory, again)[set_again][0].slots == 7
+    assert slots(factory) == 7
     engine.dispose()
 
 
@@ -109,11 +130,12 @@ SLOTS_AT_LEAST = select(Pool.name).where(Pool.slots >= bindparam("n2"), Pool.nam
 
 
 def test_several_statements_with_parameters_in_one_query(factory: sessionmaker[Session]) -> None:
-    opener = [LOCK, (SET_SLOTS, {"n": 7}), (SLOTS_AT_LEAST, {"n2": 7})]
+    opener, (lock, set_slots, at_least) = pipeline(
+        LOCK, (SET_SLOTS, {"n": 7}), (SLOTS_AT_LEAST, {"n2": 7})
+    )
     with transaction_opened_by(factory, opener) as (_, sent):
-        assert sent is not None
-        assert [len(rows) for rows in sent] == [1, 1, 1]  # each statement's own rows
-        assert sent[1][0].slots == 7 and sent[2][0].name == "p"  # the 2nd saw the 1st's write
+        assert [len(sent[h]) for h in (lock, set_slots, at_least)] == [1, 1, 1]  # each its own
+        assert sent[set_slots][0].slots == 7 and sent[at_least][0].name == "p"  # saw the write
         assert not lock_is_free(factory)
     assert slots(factory) == 7 and lock_is_free(factory)
 
@@ -121,14 +143,17 @@ def test_several_statements_with_parameters_in_one_query(factory: sessionmaker[S
 def test_committed_at_once_holds_no_lock_after_and_fails_whole(
     factory: sessionmaker[Session],
 ) -> None:
-    sent = committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 4})])
-    assert sent is not None and sent[1][0].slots == 4
+    both, (_, set_slots) = pipeline(LOCK, (SET_SLOTS, {"n": 4}))
+    sent = committed_at_once(factory, both)
+    assert sent[set_slots][0].slots == 4
     assert slots(factory) == 4 and lock_is_free(factory)
     with pytest.raises(DBAPIError, match="no_such_column"):
-        committed_at_once(factory, [(SET_SLOTS, {"n": 9}), "SELECT no_such_column FROM pool"])
+        failing, _ = pipeline((SET_SLOTS, {"n": 9}), "SELECT no_such_column FROM pool")
+        committed_at_once(factory, failing)
     assert slots(factory) == 4 and lock_is_free(factory)  # the first statement rolled back
-    with transaction_opened_by(factory, LOCK) as (_, again):  # the connection is usable
-        assert again is not None and len(again[0]) == 1
+    opener, (lock,) = pipeline(LOCK)
+    with transaction_opened_by(factory, opener) as (_, again):  # the connection is usable
+        assert len(again[lock]) == 1
 
 
 PREPARED = text("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'sluice%'")
@@ -136,8 +161,9 @@ PREPARED = text("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'sl
 
 def test_a_statement_is_prepared_once_per_connection(factory: sessionmaker[Session]) -> None:
     for n in (5, 6, 7):
-        with transaction_opened_by(factory, [LOCK, (SET_SLOTS, {"n": n})]) as (session, sent):
-            assert sent is not None and sent[1][0].slots == n
+        opener, (_, set_slots) = pipeline(LOCK, (SET_SLOTS, {"n": n}))
+        with transaction_opened_by(factory, opener) as (session, sent):
+            assert sent[set_slots][0].slots == n
             assert session.scalar(PREPARED) == 1  # the same connection (LIFO pool)
     assert slots(factory) == 7
 
@@ -156,9 +182,8 @@ def test_values_are_bound_afresh_on_every_call(factory: sessionmaker[Session]) -
         session.add(Pool(name="q", slots=3))
 
     def named(names: list[str], least: int = 0) -> list[str]:
-        sent = committed_at_once(factory, [(NAMED, {"names": names, "least": least})])
-        assert sent is not None
-        return [row.name for row in sent[0]]
+        one, (named_rows,) = pipeline((NAMED, {"names": names, "least": least}))
+        return [row.name for row in committed_at_once(factory, one)[named_rows]]
 
     assert named(["p"]) == ["p"]
     assert named(["q"]) == ["q"]  # same shape, other value
@@ -183,11 +208,11 @@ def test_a_kept_connection_that_broke_is_replaced(
 
     kill_held_connection(factory)  # in use: the query fails, the caller's retry succeeds
     with pytest.raises(OperationalError):
-        committed_at_once(factory, [(SET_SLOTS, {"n": 2})])
-    assert committed_at_once(factory, [(SET_SLOTS, {"n": 3})]) is not None
+        committed_at_once(factory, pipeline((SET_SLOTS, {"n": 2}))[0])
+    assert committed_at_once(factory, pipeline((SET_SLOTS, {"n": 3}))[0]) is not None
     kill_held_connection(factory)  # idle long enough to be pinged: replaced before use
     monkeypatch.setattr(sluice.scheduler.core.db, "IDLE_PING_SECONDS", 0.0)
-    assert committed_at_once(factory, [(SET_SLOTS, {"n": 4})]) is not None
+    assert committed_at_once(factory, pipeline((SET_SLOTS, {"n": 4}))[0]) is not None
     assert slots(factory) == 4
 
 
@@ -199,11 +224,11 @@ def test_the_least_recently_used_statement_is_deallocated_past_the_cap(
     monkeypatch.setattr(sluice.scheduler.core.db, "PREPARED_PER_CONNECTION", 2)
     names = [Pool.name.in_(["p", *extra]) for extra in ([], ["q"], ["q", "r"])]
     for where in names:  # three texts: the first is deallocated for the third
-        committed_at_once(factory, [(select(Pool.slots).where(where), {})])
-    with transaction_opened_by(factory, LOCK) as (session, _):  # the same connection
+        committed_at_once(factory, pipeline((select(Pool.slots).where(where), {}))[0])
+    with transaction_opened_by(factory, pipeline(LOCK)[0]) as (session, _):  # same connection
         assert session.scalar(PREPARED) == 2
-    sent = committed_at_once(factory, [(select(Pool.slots).where(names[0]), {})])
-    assert sent is not None and sent[0][0].slots == 1  # prepared again when needed
+    first, (slots_of,) = pipeline((select(Pool.slots).where(names[0]), {}))
+    assert committed_at_once(factory, first)[slots_of][0].slots == 1  # prepared again
 
 
 def on_sluice_connection(factory: sessionmaker[Session], sql: str) -> None:
@@ -223,13 +248,13 @@ def test_statements_missing_on_the_server_are_sent_unprepared(
     import sluice.scheduler.core.db
 
     monkeypatch.setattr(sluice.scheduler.core.db, "_preparing", True)
-    assert committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 3})]) is not None
+    assert committed_at_once(factory, pipeline(LOCK, (SET_SLOTS, {"n": 3}))[0]) is not None
     on_sluice_connection(factory, "DEALLOCATE ALL")  # what another server connection lacks
-    sent = committed_at_once(factory, [LOCK, (SET_SLOTS, {"n": 4})])
-    assert sent is not None and sent[1][0].slots == 4 and slots(factory) == 4
+    both, (_, set_slots) = pipeline(LOCK, (SET_SLOTS, {"n": 4}))
+    assert committed_at_once(factory, both)[set_slots][0].slots == 4 and slots(factory) == 4
     assert "sent unprepared" in caplog.text and not sluice.scheduler.core.db._preparing
-    assert committed_at_once(factory, [(SET_SLOTS, {"n": 5})]) is not None
-    with transaction_opened_by(factory, LOCK) as (session, _):
+    assert committed_at_once(factory, pipeline((SET_SLOTS, {"n": 5}))[0]) is not None
+    with transaction_opened_by(factory, pipeline(LOCK)[0]) as (session, _):
         assert session.scalar(PREPARED) == 0
     assert slots(factory) == 5
 
@@ -239,8 +264,8 @@ def test_a_statement_prepared_already_under_its_name_is_used(
 ) -> None:
     """A statement's name comes from its text: finding it prepared (a pooler's server
     connection shared with another process) is no error."""
-    assert committed_at_once(factory, [(SET_SLOTS, {"n": 6})]) is not None
+    assert committed_at_once(factory, pipeline((SET_SLOTS, {"n": 6}))[0]) is not None
     conn = held_connection(single_statement_factory(factory).kw["bind"])
     conn.connection.info.pop("sluice_prepared", None)  # forget the names, keep the statements
-    sent = committed_at_once(factory, [(SET_SLOTS, {"n": 7})])
-    assert sent is not None and sent[0][0].slots == 7
+    again, (set_slots,) = pipeline((SET_SLOTS, {"n": 7}))
+    assert committed_at_once(factory, again)[set_slots][0].slots == 7

@@ -1,0 +1,244 @@
+"""Results committed in one query: a fan-in's upstream (`fan_in_at_once`) and a chain's
+link (`chain_at_once`), each a success with no log to store.
+
+A success into a fan-in that waits for all its upstreams decides nothing while another
+upstream is unfinished: its UPDATE counts them (`downstream_sql.fan_in_write`). So the
+result is one query: BEGIN, the run's lock, the UPDATE, COMMIT; the run's lock is held
+only while the server runs them. What the UPDATE returned says what follows (`then`),
+each in its own query:
+- another upstream unfinished and no TI waiting for the slot: nothing (`nothing`);
+- TIs wait in the finished TI's pool: the pool's row locked and the first of them queued
+  if it fits, in one more query (`fill`; with spans to start, a transaction: `decide`);
+- the last upstream (the run's lock serialises the upstreams' UPDATEs, so exactly one of
+  them counts no other unfinished), of an all_success fan-in in its pool
+  (`Plan.join_next`): one more query queues the fan-in if every upstream succeeded and it
+  fits (`join`, under the run's lock again);
+- else, or not queued so: a transaction that locks the run again, reads it, decides and
+  queues the fan-in as `decided` does (`decide`; a wide fan-in's: the schedulers, `wake`).
+
+A success of a chain's link (`Plan.chain_next`: one downstream, whose only upstream it
+is, in its pool, ready on its success) is one query too: BEGIN, the run's lock, the
+result's write, the pool's lock, the next TI queued if nobody waits in its pool and it
+fits, COMMIT (`queued`). Not queued, the decision follows in a transaction (`decide`).
+
+Invariant: the result is committed before any decision that follows it; a worker that
+dies in between leaves the decision to the schedulers' passes (a dropped follow-up query
+wakes them), never a double queueing (every queueing is a compare-and-set).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+
+from sqlalchemy.exc import OperationalError
+
+from sluice.broker.worker.result.case import Case, Recorded
+from sluice.broker.worker.retrying import retrying
+from sluice.scheduler.core.db import (
+    Handle,
+    Pipeline,
+    Results,
+    committed_at_once,
+    transaction_opened_by,
+    utcnow,
+)
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.transitions import ti_move_returning
+from sluice.scheduler.scheduling.downstream import (
+    FollowUp,
+    drives,
+    fill_message,
+    locked_run,
+    read_run,
+    schedule_downstream,
+)
+from sluice.scheduler.scheduling.downstream_sql import (
+    chain_next_statements,
+    fan_in_write,
+    fill_statements,
+    join_next_statements,
+    run_lock,
+)
+from sluice.scheduler.scheduling.plans import Plan
+
+log = logging.getLogger("sluice.worker")
+
+
+def fan_in_at_once(case: Case) -> Recorded:
+    """A fan-in's upstream's success in one query, then what follows (module doc)."""
+    plan = case.fan_in_plan
+    assert plan is not None and case.dag is not None
+    found: list[tuple[Results, Handle, Handle]] = []
+
+    def write() -> bool:
+        pipeline = Pipeline()
+        lock = pipeline.add(run_lock(case.run_pk), "run lock")
+        result = pipeline.add(
+            fan_in_write(
+                plan,
+                run_pk=case.run_pk,
+                pool=case.pool,
+                ti_id=case.ti_id,
+                new=TI.SUCCESS,
+                attempt_id=case.attempt_id,
+                now=utcnow(),
+                values=case.values,
+            ),
+            "result",
+        )
+        sent = committed_at_once(case.factory, pipeline)
+        found[:] = [(sent, lock, result)]
+        return bool(sent[result])
+
+    if not retrying(write):
+        return Recorded(False, None, "fan_in_at_once")
+    sent, lock, result = found[0]
+    run, row = sent.first(lock), sent.first(result)
+    assert row is not None  # the compare-and-set won
+    then: tuple[str, Callable[[], FollowUp]]
+    if run is None or not drives(run, case.dag):
+        then = ("wake", lambda: FollowUp(wake=True))
+    elif row.unfinished and row.pool_total is None:
+        then = ("nothing", FollowUp)
+    elif row.unfinished and not case.tracing:
+        then = ("fill", lambda: _fill(case))
+    elif not row.unfinished and plan.join_next is not None and not case.tracing:
+        then = ("join", lambda: _queue_join(case, plan))
+    elif plan.wide:  # a slot to fill with spans to start: the schedulers decide
+        then = ("wake", lambda: FollowUp(wake=True))
+    else:
+        waiting = bool(row.unfinished)
+        then = ("decide", lambda: _decide_after(case, waiting))
+    return _recorded("fan_in_at_once", case, *then)
+
+
+def chain_at_once(case: Case) -> Recorded:
+    """A chain link's success and its next TI's queueing in one query (module doc)."""
+    plan = case.plan
+    assert plan is not None and plan.chain_next is not None and case.dag is not None
+    dag = case.dag
+    next_attempt = str(uuid.uuid4())
+    found: list[tuple[Results, Handle, Handle, Handle]] = []
+
+    def write() -> bool:
+        now = utcnow()
+        pipeline = Pipeline()
+        lock = pipeline.add(run_lock(case.run_pk), "run lock")
+        result = pipeline.add(
+            ti_move_returning(
+                case.ti_id,
+                TI.SUCCESS,
+                expect=[TI.RUNNING],
+                now=now,
+                returning=(),
+                attempt_id=case.attempt_id,
+                values=case.values,
+            ),
+            "result",
+        )
+        pool_lock, queue = chain_next_statements(
+            plan, dag, run_pk=case.run_pk, finished_id=case.ti_id, attempt_id=next_attempt, now=now
+        )
+        pipeline.add(pool_lock, "pool lock")
+        queued = pipeline.add(queue, "next queued")
+        sent = committed_at_once(case.factory, pipeline)
+        found[:] = [(sent, lock, result, queued)]
+        return bool(sent[result])
+
+    if not retrying(write):
+        return Recorded(False, None, "chain_at_once")
+    sent, lock, _, queued = found[0]
+    run = sent.first(lock)
+    if run is None or not drives(run, dag):
+        return _recorded("chain_at_once", case, "wake", lambda: FollowUp(wake=True))
+    rows = sent[queued]
+    if rows:
+        messages = [fill_message(row, next_attempt) for row in rows]
+        return Recorded(True, FollowUp(messages), "chain_at_once", "queued")
+    # not queued: no room, TIs waiting, the DAG at max_active_tasks, or not `none`
+    return _recorded("chain_at_once", case, "decide", lambda: _decide_after(case, False))
+
+
+def _recorded(path: str, case: Case, then: str, follow: Callable[[], FollowUp]) -> Recorded:
+    """What follows a committed result; the schedulers' if it fails (a dropped
+    connection: the result stays written, they decide on their next pass)."""
+    try:
+        return Recorded(True, follow(), path, then)
+    except OperationalError as exc:
+        log.warning(
+            "deciding after the result of ti %s failed, the schedulers will: %s", case.ti_id, exc
+        )
+        return Recorded(True, FollowUp(wake=True), path, f"{then} failed: wake")
+
+
+def _fill(case: Case) -> FollowUp:
+    """The slot the result freed to the first TI waiting in its pool, in one query."""
+    attempt_id = str(uuid.uuid4())
+    pipeline = Pipeline()
+    pool_lock, queue = fill_statements(case.pool, attempt_id, utcnow())
+    pipeline.add(pool_lock, "pool lock")
+    queued = pipeline.add(queue, "waiting TI queued")
+    sent = committed_at_once(case.factory, pipeline)
+    return FollowUp([fill_message(row, attempt_id) for row in sent[queued]])
+
+
+def _queue_join(case: Case, plan: Plan) -> FollowUp:
+    """After the last upstream's result: the fan-in queued in one query (the run's lock,
+    its pool's lock, the queueing if every upstream succeeded and it fits); not queued,
+    decided as `decided` decides (a wide fan-in's: by the schedulers)."""
+    assert case.dag is not None
+    attempt_id = str(uuid.uuid4())
+    pipeline = Pipeline()
+    pipeline.add(run_lock(case.run_pk), "run lock")
+    pool_lock, queue = join_next_statements(
+        plan,
+        case.dag,
+        run_pk=case.run_pk,
+        finished_id=case.ti_id,
+        attempt_id=attempt_id,
+        now=utcnow(),
+    )
+    pipeline.add(pool_lock, "pool lock")
+    queued = pipeline.add(queue, "fan-in queued")
+    sent = committed_at_once(case.factory, pipeline)
+    if sent[queued]:
+        return FollowUp([fill_message(row, attempt_id) for row in sent[queued]])
+    if plan.wide:  # a failed upstream, no room: the schedulers decide (they read the run)
+        return FollowUp(wake=True)
+    return _decide_after(case, False)
+
+
+def _decide_after(case: Case, waiting: bool) -> FollowUp:
+    """In a transaction of its own under the run's lock: the downstream of the result
+    decided and queued (a fan-in after its last upstream, a chain link's next that could
+    not be queued in its query; the stored result passes on: a branch's choice), or,
+    while other upstreams are `waiting`, the slot it freed filled."""
+    opener = Pipeline()
+    lock = opener.add(run_lock(case.run_pk), "run lock")
+    with transaction_opened_by(case.factory, opener) as (session, opened):
+        now = utcnow()
+        locked = locked_run(
+            case.plan,  # None for a wide fan-in: the schedulers decide it
+            opened.first(lock),
+            run_pk=case.run_pk,
+            task_id=case.task_id,
+            pool=case.pool,
+            dag=case.dag,
+        )
+        if locked is None:
+            return FollowUp(wake=True)
+        if waiting:
+            locked = replace(locked, waiting=True, backlog=True)
+        else:
+            locked = read_run(session, locked)
+        return schedule_downstream(
+            session,
+            locked,
+            finished=TI.SUCCESS,
+            result=case.values.get("result"),
+            now=now,
+            with_trace=case.tracing,
+        )

@@ -1,0 +1,91 @@
+"""The ways a finished try's result is recorded, in one ordered table: the first path
+whose condition holds records it (`record_result`).
+
+Each path states once its condition, its round trips to the database, the locks it
+takes (always in the order run, then TIs, then pools) and what happens when it cannot
+finish the job. The table is the contract; `docs/architecture.md` shows it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sluice.broker.worker.result.at_once import chain_at_once, fan_in_at_once
+from sluice.broker.worker.result.case import Case, Recorded
+from sluice.broker.worker.result.in_transaction import decided, written
+
+
+@dataclass(frozen=True)
+class ResultPath:
+    """One way of recording a result; `applies` is its condition, `record` does it."""
+
+    name: str
+    condition: str
+    round_trips: str
+    locks: str
+    fallback: str
+    applies: Callable[[Case], bool]
+    record: Callable[[Case], Recorded]
+
+
+PATHS: tuple[ResultPath, ...] = (
+    ResultPath(
+        name="fan_in_at_once",
+        condition="a success with no log to store into a fan-in that waits for all its "
+        "upstreams (any width), the worker deciding the downstream",
+        round_trips="1: BEGIN, the run's lock, the UPDATE that writes the result and counts "
+        "the other upstreams unfinished, COMMIT; then 0 or 1 more (module at_once)",
+        locks="the run's row while the query runs; the freed pool's row if TIs wait in it",
+        fallback="what follows runs in a query or a transaction of its own after the commit; "
+        "if it fails, the schedulers are woken (the result stays written)",
+        applies=lambda c: c.decides and c.quiet_success and c.fan_in_plan is not None,
+        record=fan_in_at_once,
+    ),
+    ResultPath(
+        name="chain_at_once",
+        condition="a success with no log to store of a chain's link (one downstream, whose "
+        "only upstream it is, in its pool, ready on a success), no spans to start",
+        round_trips="1: BEGIN, the run's lock, the result, the pool's lock, the next TI "
+        "queued if nobody waits in its pool and it fits, COMMIT",
+        locks="the run's row, then the pool's row, while the query runs",
+        fallback="next TI not queued: decided in a transaction of its own under the run's "
+        "lock; the run not the worker's to drive: the schedulers are woken",
+        applies=lambda c: (
+            c.decides
+            and c.quiet_success
+            and c.plan is not None
+            and c.plan.chain_next is not None
+            and not c.tracing
+        ),
+        record=chain_at_once,
+    ),
+    ResultPath(
+        name="decided",
+        condition="the worker decides the downstream and the run is small enough to read "
+        "(at most READ_LIMIT TIs to read)",
+        round_trips="2 to 4: BEGIN with the run's lock (and a fan-in's counting UPDATE), "
+        "the log, the result with its read, the queueing, COMMIT",
+        locks="the run's row first, then the TIs it writes, then the pools it queues into",
+        fallback="the run claimed by a job, of another DAG version or waiting for a "
+        "scheduler to continue its spans: the result written, the schedulers woken",
+        applies=lambda c: c.decides and c.plan is not None,
+        record=decided,
+    ),
+    ResultPath(
+        name="written",
+        condition="anything else: a failure or a retry, downstream decisions off, a run "
+        "too wide to read (but a quiet fan-in success), a task not run from the stored DAG",
+        round_trips="1 or 2: the result's compare-and-set (and the log) in one transaction",
+        locks="the TI's row",
+        fallback="none needed: the schedulers are woken and decide what follows",
+        applies=lambda c: True,
+        record=written,
+    ),
+)
+
+
+def record_result(case: Case) -> Recorded:
+    """Record `case` by the first path of `PATHS` whose condition holds."""
+    path = next(p for p in PATHS if p.applies(case))
+    return path.record(case)

@@ -1,0 +1,318 @@
+"""The statements a worker's result sends to decide and queue its downstream.
+
+Each is built once, at import (building a statement costs as much as running it), and
+sent with its parameters (`Sent`) in a `Pipeline` or a session. Which of them a result
+sends, and in what order, is its path's (`sluice.broker.worker.result`).
+
+Lock order, as everywhere: the run's row (`run_lock`), then its TIs, then pool rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exists, select
+
+from sluice.scheduler.core.db import Sent
+from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.core.queries.sql import expected_state, one_of
+from sluice.scheduler.core.queries.tis import (
+    FITS_ITS_POOL_FIRST,
+    NEXT_WAITING_FITS_ITS_POOL,
+    pool_lock,
+)
+from sluice.scheduler.core.states import (
+    TI,
+    TI_UNFINISHED,
+    DagRunState,
+    SpanStatus,
+    TaskInstanceState,
+)
+from sluice.scheduler.core.transitions import queue_picked_statement, ti_move_returning
+from sluice.scheduler.scheduling.plans import Counted, Plan
+
+_TI = TaskInstance.__table__.c
+_RUN = DagRun.__table__.c
+_POOL = Pool.__table__.c
+
+WAITING = exists().where(
+    _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
+)
+"""TIs wait in `scheduled` in the pools concerned (`backlog`)."""
+UNCLAIMED = _RUN.claimed_by_job_id.is_(None)
+"""The runs workers drive (no job claimed them): one constant, so statements cache."""
+LOCK_RUN = (
+    select(_RUN.run_id, _RUN.claimed_by_job_id, _RUN.dag_hash, _RUN.span_status)
+    .where(
+        _RUN.id == bindparam("run_pk"),
+        expected_state(_RUN.state, [DagRunState.RUNNING.value]),  # by its key
+    )
+    .with_for_update(key_share=True)
+)
+"""Its own statement: a statement that waits for a row lock keeps the snapshot it
+started with for its other rows, so TIs read in it could miss the holder's result."""
+
+
+def run_lock(run_pk: int) -> Sent:
+    """`LOCK_RUN` of `run_pk`: the first statement of every result that decides its run's
+    downstream (sent with its BEGIN)."""
+    return LOCK_RUN, {"run_pk": run_pk}
+
+
+_IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
+_READ_RUN = select(
+    _TI.id,
+    _TI.task_id,
+    _TI.state,
+    # an upstream's result matters only if it is a branch task's choice; a big
+    # fan-in reads its upstreams on every result, so other values are not sent
+    case((_TI.task_id.in_(bindparam("branches", expanding=True)), _TI.result)).label("result"),
+    _TI.try_number,
+    _TI.queue,
+    _TI.pool,
+    _TI.pool_slots,
+    _TI.priority_weight,
+    case((_IS_DOWNSTREAM, _TI.context_carrier)).label("context_carrier"),
+    WAITING.label("backlog"),
+).where(_TI.dag_run_id == bindparam("run_pk"))
+"""Every TI of the run: for a small DAG with a fan-in, cheaper than naming the TIs (a
+long IN list is re-planned on each execution and costs more than the extra rows)."""
+_READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
+"""Only the TIs the decision needs (a few, from a run of any size)."""
+
+
+def _locked_pool_total(*only_if: ColumnElement[bool]) -> Label[Any]:
+    """The slots of pool `lock_pool` as `pool_total`, its row locked FOR UPDATE (when
+    `only_if` holds; else NULL, nothing locked): a column for a statement already sent."""
+    return (
+        select(_POOL.slots)
+        .where(_POOL.name == bindparam("lock_pool"), *only_if)
+        .with_for_update(of=Pool.__table__)
+        .scalar_subquery()
+        .label("pool_total")
+    )
+
+
+_POOL_TOTAL = _locked_pool_total()
+_READ_RUN_LOCKING, _READ_LOCKING = (
+    _READ_RUN.add_columns(_POOL_TOTAL),
+    _READ.add_columns(_POOL_TOTAL),
+)
+"""The reads that also lock the one pool row the ready downstream will be queued into
+(its slots as `pool_total`), for a result whose success makes its downstream ready: one
+round trip fewer than locking the pool in a statement of its own. Waiting for that lock
+inside the read is safe: the TIs it reads are the locked run's, which no one else can
+change meanwhile; the statement that then counts the pool's room starts after the lock
+was granted (see `HAS_ROOM`)."""
+
+
+def read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any]]:
+    """The read of the TIs `plan`'s decision needs (and its pool's row locked when
+    `plan.locks_pool`), with its parameters."""
+    params: dict[str, Any] = {
+        "run_pk": run_pk,
+        "downstream": list(plan.downstream) or [""],
+        "branches": list(plan.branches) or [""],
+        "pools": list(plan.pools),
+    }
+    if plan.locks_pool:
+        params["lock_pool"] = plan.pools[0]
+    if plan.whole_run:
+        return (_READ_RUN_LOCKING if plan.locks_pool else _READ_RUN), params
+    params["task_ids"] = list(plan.read_ids)
+    return (_READ_LOCKING if plan.locks_pool else _READ), params
+
+
+_OTHER = TaskInstance.__table__.alias("other")
+_OF_RUN_UNFINISHED = (
+    _OTHER.c.dag_run_id == bindparam("run_pk"),
+    one_of(_OTHER.c.state, [state.value for state in TI_UNFINISHED]),
+)
+_POOL_TOTAL_IF_WAITING = _locked_pool_total(
+    exists().where(_TI.state == TI.SCHEDULED.value, _TI.pool == bindparam("lock_pool"))
+)
+"""The slots of the finished TI's pool, its row locked, if TIs wait in it (the slot this
+result frees goes to one of them); else NULL and nothing locked."""
+
+
+def _fan_in_columns(names: ColumnElement[bool]) -> tuple[ColumnElement[Any], ...]:
+    unfinished = exists().where(*_OF_RUN_UNFINISHED, names)  # the first found is enough
+    return unfinished.label("unfinished"), WAITING.label("backlog"), _POOL_TOTAL_IF_WAITING
+
+
+_FAN_IN_COLUMNS = {
+    Counted.OTHERS: _fan_in_columns(_OTHER.c.task_id.in_(bindparam("fan_in", expanding=True))),
+    Counted.ALL_BUT: _fan_in_columns(_OTHER.c.task_id.not_in(bindparam("fan_in", expanding=True))),
+}
+"""Returned by the result's own UPDATE: whether any of a fan-in's other upstreams is
+unfinished (named, or as all the run's TIs but the fewer others), whether TIs wait in
+the pools, and the freed pool's slots with its row locked if TIs wait in it. One round
+trip under the run's lock, whatever the fan-in's width (waiting there for the pool's
+lock is safe, as for `_READ_LOCKING`)."""
+
+
+def fan_in_write(
+    plan: Plan,
+    *,
+    run_pk: int,
+    pool: str,
+    ti_id: int,
+    new: TaskInstanceState,
+    attempt_id: str,
+    now: dt.datetime,
+    values: Mapping[str, Any],
+) -> Sent:
+    """The result's UPDATE running → `new` that also counts `plan`'s fan-in's other
+    upstreams still unfinished (`plan.fan_in`, which must be set); its rows (one if it
+    won) have `unfinished`, `backlog` and `pool_total`. To run under the run's lock."""
+    assert plan.fan_in is not None
+    check = {
+        "run_pk": run_pk,
+        "pools": list(plan.pools),
+        "fan_in": list(plan.fan_in.names),
+        "lock_pool": pool,
+    }
+    return ti_move_returning(
+        ti_id,
+        new,
+        expect=[TI.RUNNING],
+        now=now,
+        returning=_FAN_IN_COLUMNS[plan.fan_in.counted],
+        attempt_id=attempt_id,
+        values=values,
+        params=check,
+    )
+
+
+_ME = TaskInstance.__table__.alias("finished")
+_CHAIN_NEXT = and_(
+    _TI.dag_run_id == bindparam("run_pk"),
+    _TI.task_id == bindparam("next_task"),
+    exists().where(
+        _RUN.id == bindparam("run_pk"),
+        expected_state(_RUN.state, [DagRunState.RUNNING.value]),
+        UNCLAIMED,
+        _RUN.dag_hash == bindparam("dag_hash"),
+        _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
+    ),
+    exists().where(
+        _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
+    ),
+    FITS_ITS_POOL_FIRST,
+)
+"""A chain's next TI, to queue in the query that writes its only upstream's success: of a
+run a worker drives (as `downstream.drives` checks), that upstream succeeded (the write
+before it won, or an earlier one did), nobody waits in its pool, which has room
+(`FITS_ITS_POOL_FIRST`)."""
+
+_UP = TaskInstance.__table__.alias("up")
+_JOIN_NEXT = {
+    counted: and_(
+        _CHAIN_NEXT,
+        ~exists().where(
+            _UP.c.dag_run_id == bindparam("run_pk"),
+            _UP.c.task_id.in_(bindparam("fan_in", expanding=True))
+            if counted is Counted.OTHERS
+            else _UP.c.task_id.not_in(bindparam("fan_in", expanding=True)),
+            _UP.c.state != TI.SUCCESS.value,
+        ),
+    )
+    for counted in Counted
+}
+"""A fan-in to queue after its last upstream's result (`_CHAIN_NEXT`: the run a worker
+drives, that upstream succeeded, room in the pool, nobody waiting), when no other
+upstream (named, or all the run's TIs but the fewer others) is anything but a success.
+Only the upstream whose write, under the run's lock, saw no other unfinished sends it,
+again under the run's lock; the queueing is a compare-and-set."""
+
+PICKED = (
+    _TI.id,
+    _TI.dag_id,
+    _TI.run_id,
+    _TI.task_id,
+    (_TI.try_number - 1).label("try_number"),  # as before the queueing bumped it
+    _TI.queue,
+    _TI.context_carrier,
+)
+"""What a statement that picked and queued a TI returns: its message's fields."""
+
+
+def chain_next_statements(
+    plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, attempt_id: str, now: dt.datetime
+) -> tuple[Sent, Sent]:
+    """After the statement that writes a success of a task with `plan.chain_next`: its
+    pool's row locked, then that next TI queued as `attempt_id` if it may be
+    (`_CHAIN_NEXT`); the queueing's row (`PICKED`) makes the message."""
+    assert plan.chain_next is not None
+    found = (run_pk, finished_id, attempt_id, now)
+    return _next_statements(plan, dag, plan.chain_next, _CHAIN_NEXT, *found)
+
+
+def join_next_statements(
+    plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, attempt_id: str, now: dt.datetime
+) -> tuple[Sent, Sent]:
+    """After the run's lock, once the last upstream (a task with `plan.join_next`) wrote
+    its success: the fan-in's pool's row locked, then the fan-in queued as `attempt_id`
+    if every upstream succeeded and it may be (`_JOIN_NEXT`)."""
+    assert plan.join_next is not None and plan.fan_in is not None
+    condition = _JOIN_NEXT[plan.fan_in.counted]
+    found = (run_pk, finished_id, attempt_id, now)
+    return _next_statements(
+        plan, dag, plan.join_next, condition, *found, fan_in=list(plan.fan_in.names)
+    )
+
+
+def _next_statements(
+    plan: Plan,
+    dag: Dag,
+    next_task: str,
+    condition: ColumnElement[bool],
+    run_pk: int,
+    finished_id: int,
+    attempt_id: str,
+    now: dt.datetime,
+    **more: Any,
+) -> tuple[Sent, Sent]:
+    """The pool lock, then the queueing of `next_task` where `condition` holds."""
+    params = {
+        "run_pk": run_pk,
+        "next_task": next_task,
+        "dag_hash": dag.version_hash,
+        "finished_id": finished_id,
+        "r_max_active": dag.max_active_tasks,
+        **more,
+    }
+    queue = queue_picked_statement(
+        attempt_id, now=now, condition=condition, params=params, returning=PICKED, decided=True
+    )
+    return pool_lock(plan.pools[0]), queue
+
+
+def fill_statements(pool: str, attempt_id: str, now: dt.datetime) -> tuple[Sent, Sent]:
+    """The slot a result freed, as statements to send in one query: the pool's row
+    locked, then the first TI waiting in it (priority, then age) queued as `attempt_id`
+    if it fits (a statement of its own, so it counts the room after the lock was
+    granted). Its row (`PICKED`) makes the message."""
+    return (
+        pool_lock(pool),
+        queue_picked_statement(
+            attempt_id,
+            now=now,
+            condition=NEXT_WAITING_FITS_ITS_POOL,
+            params={"r_pool": pool},
+            returning=PICKED,
+        ),
+    )
+
+
+UNFINISHED = (
+    select(_TI.id)
+    .where(
+        _TI.dag_run_id == bindparam("run_pk"),
+        one_of(_TI.state, [state.value for state in TI_UNFINISHED]),
+    )
+    .limit(1)
+)
+"""Whether a run has a TI left to finish (one indexed row)."""
