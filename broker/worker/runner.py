@@ -50,6 +50,7 @@ from sluice.scheduler.core.db import (
     transaction,
     utcnow,
 )
+from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
@@ -180,15 +181,7 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
 
     def attempt() -> bool:
         found.clear()
-        move = ti_move_returning(
-            msg.ti_id,
-            TI.RUNNING,
-            expect=[TI.QUEUED],
-            attempt_id=msg.attempt_id,
-            now=utcnow(),
-            values={"hostname": ctx.hostname, "pid": ctx.pid},
-            returning=_CLAIMED,
-        )
+        move = claim_statement(msg.ti_id, msg.attempt_id, ctx.hostname, ctx.pid, utcnow())
         # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
         rows = executed_alone(ctx.session_factory, move)
         if not rows:
@@ -215,26 +208,53 @@ def _of_run(column: Any) -> Any:
     return select(column).where(_RUN.c.id == _TI.c.dag_run_id).scalar_subquery()
 
 
-_CLAIMED = (
-    _TI.c.dag_id,
-    _TI.c.run_id,
-    _TI.c.task_id,
-    _TI.c.try_number,
-    _TI.c.max_tries,
-    _TI.c.pool,
-    _TI.c.dag_run_id.label("run_pk"),
-    _of_run(_RUN.c.logical_date).label("logical_date"),
-    _of_run(_RUN.c.conf).label("conf"),
-    _of_run(_RUN.c.dag_hash).label("dag_hash"),
-    _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
-    select(_DAG.c.fileloc).where(_DAG.c.dag_id == _TI.c.dag_id).scalar_subquery().label("fileloc"),
+_CLAIMED = hot(
+    "claimed TI's context",
+    (
+        _TI.c.dag_id,
+        _TI.c.run_id,
+        _TI.c.task_id,
+        _TI.c.try_number,
+        _TI.c.max_tries,
+        _TI.c.pool,
+        _TI.c.dag_run_id.label("run_pk"),
+        _of_run(_RUN.c.logical_date).label("logical_date"),
+        _of_run(_RUN.c.conf).label("conf"),
+        _of_run(_RUN.c.dag_hash).label("dag_hash"),
+        _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
+        select(_DAG.c.fileloc)
+        .where(_DAG.c.dag_id == _TI.c.dag_id)
+        .scalar_subquery()
+        .label("fileloc"),
+    ),
+    "What the claim's UPDATE returns: the run's and the DAG's columns by scalar "
+    "subqueries on their keys, so the claim is one statement.",
 )
-_UPSTREAM_RESULTS = select(_TI.c.task_id, _TI.c.result).where(
-    _TI.c.dag_run_id == bindparam("run_pk"),
-    _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
+_UPSTREAM_RESULTS = hot(
+    "upstream results",
+    select(_TI.c.task_id, _TI.c.result).where(
+        _TI.c.dag_run_id == bindparam("run_pk"),
+        _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
+    ),
 )
 """What the claim's UPDATE returns, and the upstream results' query: built once
 (building a statement costs as much as running it)."""
+
+
+def claim_statement(
+    ti_id: int, attempt_id: str, hostname: str, pid: int, now: dt.datetime
+) -> tuple[Any, dict[str, Any]]:
+    """The claim: queued → running for `attempt_id`, by `hostname`/`pid`, returning the
+    run's context (`_CLAIMED`); one statement."""
+    return ti_move_returning(
+        ti_id,
+        TI.RUNNING,
+        expect=[TI.QUEUED],
+        attempt_id=attempt_id,
+        now=now,
+        values={"hostname": hostname, "pid": pid},
+        returning=_CLAIMED,
+    )
 
 
 DagRows = Callable[[str, str, "str | None"], "Dag | None"]

@@ -39,6 +39,8 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from sluice.scheduler.core.hot_sql import check_registered
+
 log = logging.getLogger("sluice.db")
 
 
@@ -594,6 +596,7 @@ def _prepared(sql: str) -> tuple[str, tuple[str, ...], str]:
 
 @functools.lru_cache(maxsize=64)
 def _compiled(stmt: Executable, dialect: Dialect) -> SQLCompiler:
-    """`stmt` compiled once for `dialect` (statements sent this way are module-level
-    constants or cached, so their identity is the key)."""
+    """`stmt` compiled once for `dialect`: its identity is the key, so it must be a
+    registered hot statement (`hot_sql`), built once."""
+    check_registered(stmt, "a pipeline's compiled statements")
     return cast(SQLCompiler, stmt.compile(dialect=dialect))  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.core.hot_sql import built, check_registered, name_of
 from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.queries.sql import expected_state
 from sluice.scheduler.core.states import (
@@ -160,10 +161,13 @@ def move_ti_reading(
 def _fused(move: Update, read: Select[Any]) -> Select[Any]:
     """`WITH moved AS (move) SELECT count(moved), read.* … LEFT JOIN read ON true`: one row
     at least, so a won move is told apart from an empty read."""
+    check_registered(move, "the fused move and read")
+    check_registered(read, "the fused move and read")
     moved = move.cte("moved")
     count = select(func.count().label("moved")).select_from(moved).subquery("m")
     rows = read.subquery("r")
-    return select(count.c.moved, *rows.c).select_from(count.outerjoin(rows, true()))
+    fused = select(count.c.moved, *rows.c).select_from(count.outerjoin(rows, true()))
+    return built(f"{name_of(move)}, then {name_of(read)}", fused)
 
 
 def _split_values(
@@ -224,7 +228,22 @@ def _build_move(
     return stmt
 
 
-_cached_move = functools.lru_cache(maxsize=256)(_build_move)
+@functools.lru_cache(maxsize=256)
+def _cached_move(
+    new: TaskInstanceState,
+    expected: tuple[TaskInstanceState, ...],
+    with_attempt: bool,
+    keys: tuple[str, ...],
+    returning: tuple[ColumnElement[Any], ...],
+    one: bool,
+) -> Update:
+    """`_build_move` built once per kind of move (registered: pipelines send it)."""
+    check_registered(returning, "a TI move's statement cache")
+    stmt = _build_move(new, expected, with_attempt, keys, returning, one)
+    states = "|".join(TI(state).value for state in expected)
+    what = f"{'one' if one else 'many'}{', attempt' if with_attempt else ''}"
+    returned = f" returning {name_of(returning)}" if returning else ""
+    return built(f"ti move {states} -> {TI(new).value} ({what}; {','.join(keys)}){returned}", stmt)
 
 
 def move_ti(
@@ -394,7 +413,9 @@ def queue_ti_if(
 
 @functools.lru_cache(maxsize=8)
 def _queue_if_statement(condition: ColumnElement[bool]) -> Update:
-    return _queue_statement(True).where(condition).returning(TaskInstance.__table__.c.id)
+    check_registered(condition, "the queue-if statement cache")
+    stmt = _queue_statement(True).where(condition).returning(TaskInstance.__table__.c.id)
+    return built(f"queue one decided TI if {name_of(condition)}", stmt)
 
 
 def queue_waiting_if(
@@ -440,7 +461,11 @@ def queue_picked_statement(
 def _queue_picked(
     condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...], decided: bool
 ) -> Update:
-    return _queue_statement(decided, by_id=False).where(condition).returning(*returning)
+    check_registered(condition, "the queue-picked statement cache")
+    check_registered(returning, "the queue-picked statement cache")
+    stmt = _queue_statement(decided, by_id=False).where(condition).returning(*returning)
+    which = "a decided TI" if decided else "the TI"
+    return built(f"queue {which} where {name_of(condition)} returning {name_of(returning)}", stmt)
 
 
 @functools.lru_cache(maxsize=4)

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.dag_cache import SerializedDagCache
 from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.hot_sql import built
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Job
 from sluice.scheduler.core.queries.runs import claim_runs_to_examine
@@ -212,7 +213,8 @@ class DagRunJob:
         """Which runs this job examines and queues for (`drivable`): one clause object
         per job id, as the statements built from it are cached by it."""
         if self._drivable is None or self._drivable[0] != self.job_id:
-            self._drivable = (self.job_id, self.drivable())
+            clause = built(f"runs job {self.job_id} drives", self.drivable())
+            self._drivable = (self.job_id, clause)
         return self._drivable[1]
 
     def drivable(self) -> ColumnElement[bool]:

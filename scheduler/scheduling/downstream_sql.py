@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exists, select
 
 from sluice.scheduler.core.db import Sent
+from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
 from sluice.scheduler.core.queries.sql import expected_state, one_of
 from sluice.scheduler.core.queries.tis import (
@@ -41,15 +42,24 @@ WAITING = exists().where(
     _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
 )
 """TIs wait in `scheduled` in the pools concerned (`backlog`)."""
-UNCLAIMED = _RUN.claimed_by_job_id.is_(None)
+UNCLAIMED = hot(
+    "runs no job claimed",
+    _RUN.claimed_by_job_id.is_(None),
+    "The runs workers drive; the condition of the workers' queueing by priority.",
+)
 """The runs workers drive (no job claimed them): one constant, so statements cache."""
-LOCK_RUN = (
+LOCK_RUN = hot(
+    "run lock",
     select(_RUN.run_id, _RUN.claimed_by_job_id, _RUN.dag_hash, _RUN.span_status)
     .where(
         _RUN.id == bindparam("run_pk"),
         expected_state(_RUN.state, [DagRunState.RUNNING.value]),  # by its key
     )
-    .with_for_update(key_share=True)
+    .with_for_update(key_share=True),
+    "The first statement of a result that decides its run. `state || ''`: no index covers "
+    "it, so the row is reached by its key whatever the statistics (a generic plan made on "
+    "a small table read the index on state). FOR NO KEY UPDATE: a TI's foreign-key check "
+    "(FOR KEY SHARE) never waits on it.",
 )
 """Its own statement: a statement that waits for a row lock keeps the snapshot it
 started with for its other rows, so TIs read in it could miss the holder's result."""
@@ -79,7 +89,17 @@ _READ_RUN = select(
 ).where(_TI.dag_run_id == bindparam("run_pk"))
 """Every TI of the run: for a small DAG with a fan-in, cheaper than naming the TIs (a
 long IN list is re-planned on each execution and costs more than the extra rows)."""
-_READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
+_READ_RUN = hot(
+    "read run",
+    _READ_RUN,
+    "Every TI of a small run: for a fan-in in a small DAG, cheaper than naming the TIs (a "
+    "long IN list is planned again at each execution). Results only of branch tasks.",
+)
+_READ = hot(
+    "read named TIs",
+    _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True))),
+    "The few TIs a decision needs, by (dag_run_id, task_id): the unique index.",
+)
 """Only the TIs the decision needs (a few, from a run of any size)."""
 
 
@@ -96,9 +116,15 @@ def _locked_pool_total(*only_if: ColumnElement[bool]) -> Label[Any]:
 
 
 _POOL_TOTAL = _locked_pool_total()
-_READ_RUN_LOCKING, _READ_LOCKING = (
-    _READ_RUN.add_columns(_POOL_TOTAL),
-    _READ.add_columns(_POOL_TOTAL),
+_LOCKING_NOTE = (
+    "With the one pool row the ready downstream goes into locked in a scalar subquery "
+    "(FOR UPDATE): one round trip fewer; safe, the TIs it reads are the locked run's."
+)
+_READ_RUN_LOCKING = hot(
+    "read run, locking the pool", _READ_RUN.add_columns(_POOL_TOTAL), _LOCKING_NOTE
+)
+_READ_LOCKING = hot(
+    "read named TIs, locking the pool", _READ.add_columns(_POOL_TOTAL), _LOCKING_NOTE
 )
 """The reads that also lock the one pool row the ready downstream will be queued into
 (its slots as `pool_total`), for a result whose success makes its downstream ready: one
@@ -142,9 +168,22 @@ def _fan_in_columns(names: ColumnElement[bool]) -> tuple[ColumnElement[Any], ...
     return unfinished.label("unfinished"), WAITING.label("backlog"), _POOL_TOTAL_IF_WAITING
 
 
-_FAN_IN_COLUMNS = {
-    Counted.OTHERS: _fan_in_columns(_OTHER.c.task_id.in_(bindparam("fan_in", expanding=True))),
-    Counted.ALL_BUT: _fan_in_columns(_OTHER.c.task_id.not_in(bindparam("fan_in", expanding=True))),
+_FAN_IN_NOTE = (
+    "Returned by a fan-in upstream's result UPDATE: EXISTS another unfinished upstream "
+    "(the first found is enough; one equality per state on (dag_run_id, state)), TIs "
+    "waiting in the pools, and the freed pool's slots, its row locked, if TIs wait in it."
+)
+FAN_IN_COUNTING = {
+    Counted.OTHERS: hot(
+        "fan-in counting: named others",
+        _fan_in_columns(_OTHER.c.task_id.in_(bindparam("fan_in", expanding=True))),
+        _FAN_IN_NOTE,
+    ),
+    Counted.ALL_BUT: hot(
+        "fan-in counting: all but the named",
+        _fan_in_columns(_OTHER.c.task_id.not_in(bindparam("fan_in", expanding=True))),
+        _FAN_IN_NOTE + " A wide fan-in names the few TIs that are not its upstreams.",
+    ),
 }
 """Returned by the result's own UPDATE: whether any of a fan-in's other upstreams is
 unfinished (named, or as all the run's TIs but the fewer others), whether TIs wait in
@@ -179,7 +218,7 @@ def fan_in_write(
         new,
         expect=[TI.RUNNING],
         now=now,
-        returning=_FAN_IN_COLUMNS[plan.fan_in.counted],
+        returning=FAN_IN_COUNTING[plan.fan_in.counted],
         attempt_id=attempt_id,
         values=values,
         params=check,
@@ -187,20 +226,25 @@ def fan_in_write(
 
 
 _ME = TaskInstance.__table__.alias("finished")
-_CHAIN_NEXT = and_(
-    _TI.dag_run_id == bindparam("run_pk"),
-    _TI.task_id == bindparam("next_task"),
-    exists().where(
-        _RUN.id == bindparam("run_pk"),
-        expected_state(_RUN.state, [DagRunState.RUNNING.value]),
-        UNCLAIMED,
-        _RUN.dag_hash == bindparam("dag_hash"),
-        _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
+_CHAIN_NEXT = hot(
+    "chain next may be queued",
+    and_(
+        _TI.dag_run_id == bindparam("run_pk"),
+        _TI.task_id == bindparam("next_task"),
+        exists().where(
+            _RUN.id == bindparam("run_pk"),
+            expected_state(_RUN.state, [DagRunState.RUNNING.value]),
+            UNCLAIMED,
+            _RUN.dag_hash == bindparam("dag_hash"),
+            _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
+        ),
+        exists().where(
+            _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
+        ),
+        FITS_ITS_POOL_FIRST,
     ),
-    exists().where(
-        _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
-    ),
-    FITS_ITS_POOL_FIRST,
+    "In the query that writes its upstream's success: the run is a worker's to drive, "
+    "the upstream succeeded (the write before it won), nobody waits in the pool, room.",
 )
 """A chain's next TI, to queue in the query that writes its only upstream's success: of a
 run a worker drives (as `downstream.drives` checks), that upstream succeeded (the write
@@ -208,9 +252,9 @@ before it won, or an earlier one did), nobody waits in its pool, which has room
 (`FITS_ITS_POOL_FIRST`)."""
 
 _UP = TaskInstance.__table__.alias("up")
-_JOIN_NEXT = {
-    counted: and_(
-        _CHAIN_NEXT,
+OTHERS_SUCCEEDED = {
+    counted: hot(
+        f"every other upstream succeeded: {counted.value}",
         ~exists().where(
             _UP.c.dag_run_id == bindparam("run_pk"),
             _UP.c.task_id.in_(bindparam("fan_in", expanding=True))
@@ -218,6 +262,17 @@ _JOIN_NEXT = {
             else _UP.c.task_id.not_in(bindparam("fan_in", expanding=True)),
             _UP.c.state != TI.SUCCESS.value,
         ),
+        "The all_success rule in SQL (a twin of tasks.trigger_rules.decide, checked by a "
+        "parity test): no other upstream anything but a success.",
+    )
+    for counted in Counted
+}
+_JOIN_NEXT = {
+    counted: hot(
+        f"join next may be queued: {counted.value}",
+        and_(_CHAIN_NEXT, OTHERS_SUCCEEDED[counted]),
+        "After its last upstream's result, under the run's lock: as for a chain's next, "
+        "and every other upstream succeeded.",
     )
     for counted in Counted
 }
@@ -227,14 +282,17 @@ upstream (named, or all the run's TIs but the fewer others) is anything but a su
 Only the upstream whose write, under the run's lock, saw no other unfinished sends it,
 again under the run's lock; the queueing is a compare-and-set."""
 
-PICKED = (
-    _TI.id,
-    _TI.dag_id,
-    _TI.run_id,
-    _TI.task_id,
-    (_TI.try_number - 1).label("try_number"),  # as before the queueing bumped it
-    _TI.queue,
-    _TI.context_carrier,
+PICKED = hot(
+    "picked TI's message",
+    (
+        _TI.id,
+        _TI.dag_id,
+        _TI.run_id,
+        _TI.task_id,
+        (_TI.try_number - 1).label("try_number"),  # as before the queueing bumped it
+        _TI.queue,
+        _TI.context_carrier,
+    ),
 )
 """What a statement that picked and queued a TI returns: its message's fields."""
 
@@ -307,12 +365,14 @@ def fill_statements(pool: str, attempt_id: str, now: dt.datetime) -> tuple[Sent,
     )
 
 
-UNFINISHED = (
+UNFINISHED = hot(
+    "run has an unfinished TI",
     select(_TI.id)
     .where(
         _TI.dag_run_id == bindparam("run_pk"),
         one_of(_TI.state, [state.value for state in TI_UNFINISHED]),
     )
-    .limit(1)
+    .limit(1),
+    "One row by (dag_run_id, state); the states as plain parameters (one_of), compiled once.",
 )
 """Whether a run has a TI left to finish (one indexed row)."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import or_, select, text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.db import transaction
-from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.runs import claim_runs_to_examine
-from sluice.scheduler.scheduling.downstream_sql import run_lock
+from sluice.scheduler.scheduling.downstream_sql import UNCLAIMED, run_lock
 from tests.integration import test_worker_downstream
 from tests.integration.test_worker_downstream import Harness
 
@@ -36,8 +36,7 @@ def worker_lock(session: Session, run_pk: int) -> None:
 
 
 def scheduler_claim(session: Session, run_pk: int) -> None:
-    drivable = or_(DagRun.claimed_by_job_id.is_(None))
-    assert [r.id for r in claim_runs_to_examine(session, drivable, 10)] == [run_pk]
+    assert [r.id for r in claim_runs_to_examine(session, UNCLAIMED, 10)] == [run_pk]
 
 
 @pytest.mark.parametrize("lock", [worker_lock, scheduler_claim], ids=["worker", "scheduler"])

@@ -23,10 +23,15 @@ from sluice.scheduler.core.db import (
     transaction,
     transaction_opened_by,
 )
+from sluice.scheduler.core.hot_sql import UnregisteredStatement, hot
 from sluice.scheduler.core.migrate import upgrade
 from sluice.scheduler.core.models import Pool
 
 LOCK = "SELECT name, slots FROM pool WHERE name = 'p' FOR UPDATE"
+LOCKED_P = hot(
+    "test: lock pool p",
+    select(Pool.name, Pool.slots).where(Pool.name == "p").with_for_update(),
+)
 TRY_LOCK = text("SELECT 1 FROM pool WHERE name = 'p' FOR UPDATE NOWAIT")
 
 
@@ -112,8 +117,7 @@ def test_sqlite_runs_the_same_pipeline_statement_by_statement(sqlite_url: str) -
     factory = make_session_factory(engine)
     with transaction(factory) as session:
         session.add(Pool(name="p", slots=1))
-    locked = select(Pool.name, Pool.slots).where(Pool.name == "p").with_for_update()
-    opener, (lock, set_slots) = pipeline((locked, {}), (SET_SLOTS, {"n": 5}))
+    opener, (lock, set_slots) = pipeline((LOCKED_P, {}), (SET_SLOTS, {"n": 5}))
     with transaction_opened_by(factory, opener) as (session, sent):
         assert [(r.name, r.slots) for r in sent[lock]] == [("p", 1)]
         assert sent[set_slots][0].slots == 5
@@ -125,8 +129,15 @@ def test_sqlite_runs_the_same_pipeline_statement_by_statement(sqlite_url: str) -
     engine.dispose()
 
 
-SET_SLOTS = update(Pool).where(Pool.name == "p").values(slots=bindparam("n")).returning(Pool.slots)
-SLOTS_AT_LEAST = select(Pool.name).where(Pool.slots >= bindparam("n2"), Pool.name.like("p%"))
+# statements sent in pipelines are compiled once, by identity: registered, as in the code
+SET_SLOTS = hot(
+    "test: set slots",
+    update(Pool).where(Pool.name == "p").values(slots=bindparam("n")).returning(Pool.slots),
+)
+SLOTS_AT_LEAST = hot(
+    "test: slots at least",
+    select(Pool.name).where(Pool.slots >= bindparam("n2"), Pool.name.like("p%")),
+)
 
 
 def test_several_statements_with_parameters_in_one_query(factory: sessionmaker[Session]) -> None:
@@ -168,11 +179,19 @@ def test_a_statement_is_prepared_once_per_connection(factory: sessionmaker[Sessi
     assert slots(factory) == 7
 
 
-NAMED = (
+NAMED = hot(
+    "test: named pools",
     select(Pool.name)
     .where(Pool.name.in_(bindparam("names", expanding=True)), Pool.slots >= bindparam("least"))
-    .order_by(Pool.name)
+    .order_by(Pool.name),
 )
+SLOTS_OF = [  # three texts of one shape, for the cap on prepared statements
+    hot(
+        f"test: slots of {len(extra) + 1} pools",
+        select(Pool.slots).where(Pool.name.in_(["p", *extra])),
+    )
+    for extra in ([], ["q"], ["q", "r"])
+]
 
 
 def test_values_are_bound_afresh_on_every_call(factory: sessionmaker[Session]) -> None:
@@ -222,12 +241,11 @@ def test_the_least_recently_used_statement_is_deallocated_past_the_cap(
     import sluice.scheduler.core.db
 
     monkeypatch.setattr(sluice.scheduler.core.db, "PREPARED_PER_CONNECTION", 2)
-    names = [Pool.name.in_(["p", *extra]) for extra in ([], ["q"], ["q", "r"])]
-    for where in names:  # three texts: the first is deallocated for the third
-        committed_at_once(factory, pipeline((select(Pool.slots).where(where), {}))[0])
+    for statement in SLOTS_OF:  # three texts: the first is deallocated for the third
+        committed_at_once(factory, pipeline((statement, {}))[0])
     with transaction_opened_by(factory, pipeline(LOCK)[0]) as (session, _):  # same connection
         assert session.scalar(PREPARED) == 2
-    first, (slots_of,) = pipeline((select(Pool.slots).where(names[0]), {}))
+    first, (slots_of,) = pipeline((SLOTS_OF[0], {}))
     assert committed_at_once(factory, first)[slots_of][0].slots == 1  # prepared again
 
 
@@ -269,3 +287,11 @@ def test_a_statement_prepared_already_under_its_name_is_used(
     conn.connection.info.pop("sluice_prepared", None)  # forget the names, keep the statements
     again, (set_slots,) = pipeline((SET_SLOTS, {"n": 7}))
     assert committed_at_once(factory, again)[set_slots][0].slots == 7
+
+
+def test_a_statement_built_afresh_is_refused(factory: sessionmaker[Session]) -> None:
+    """Compiled statements are cached by identity: one built at each call would miss the
+    cache every time, so an unregistered statement is refused with a clear error."""
+    fresh = select(Pool.slots).where(Pool.name == "p")
+    with pytest.raises(UnregisteredStatement, match="register this statement part"):
+        committed_at_once(factory, pipeline((fresh, {}))[0])

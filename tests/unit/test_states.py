@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import bindparam, select
 
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
+from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.migrate import upgrade
 from sluice.scheduler.core.models import Dag, TaskInstance
 from sluice.scheduler.core.states import (
@@ -107,8 +108,11 @@ def test_compare_and_set_stamps_and_guards_attempt(factory) -> None:
         assert ti.start_date.tzinfo is not None
 
 
-_READ_STATE = select(TaskInstance.__table__.c.id, TaskInstance.__table__.c.state).where(
-    TaskInstance.__table__.c.id == bindparam("x")
+_READ_STATE = hot(  # the fused statement is cached by it: registered, as in the code
+    "test: read a TI's state",
+    select(TaskInstance.__table__.c.id, TaskInstance.__table__.c.state).where(
+        TaskInstance.__table__.c.id == bindparam("x")
+    ),
 )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.core.hot_sql import built, check_registered, name_of
 from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import DagRunState, RunType
 
@@ -122,6 +123,7 @@ def claim_runs_to_examine(
 
 @functools.lru_cache(maxsize=16)
 def _claim_statement(drivable: ColumnElement[bool], among: bool) -> Select[DagRun]:
+    check_registered(drivable, "the run claims' statement cache")
     stmt = (
         select(DagRun)
         .where(DagRun.state == DagRunState.RUNNING, drivable)
@@ -131,4 +133,4 @@ def _claim_statement(drivable: ColumnElement[bool], among: bool) -> Select[DagRu
     )
     if among:
         stmt = stmt.where(DagRun.id.in_(bindparam("only", expanding=True)))
-    return stmt
+    return built(f"claim runs of {name_of(drivable)}{' among some' if among else ''}", stmt)

@@ -28,17 +28,25 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
 from sluice.scheduler.core.queries.sql import one_of
 from sluice.scheduler.core.states import TI, TI_ACTIVE, DagRunState
 
 _POOLS = Pool.__table__.c
 _TIS = TaskInstance.__table__.c
-_LOCK_POOLS = select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update()
-_LOCK_NAMED_POOLS = _LOCK_POOLS.where(_POOLS.name.in_(bindparam("names", expanding=True)))
-_LOCK_ONE_POOL = _LOCK_POOLS.where(_POOLS.name == bindparam("name"))
+_LOCK_POOLS = hot(
+    "lock every pool",
+    select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update(),
+    "Pools are locked plainly, in name order, by whoever queues: the last lock taken.",
+)
+_LOCK_NAMED_POOLS = hot(
+    "lock named pools", _LOCK_POOLS.where(_POOLS.name.in_(bindparam("names", expanding=True)))
+)
+_LOCK_ONE_POOL = hot("lock one pool", _LOCK_POOLS.where(_POOLS.name == bindparam("name")))
 _DAGS = Dag.__table__.c
-_ACTIVE_USAGE = (
+_ACTIVE_USAGE = hot(
+    "active usage by pool and DAG",
     select(
         _TIS.pool,
         _TIS.dag_id,
@@ -48,7 +56,9 @@ _ACTIVE_USAGE = (
     )
     .join_from(TaskInstance.__table__, Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
     .where(one_of(_TIS.state, [state.value for state in TI_ACTIVE]))
-    .group_by(_TIS.pool, _TIS.dag_id)
+    .group_by(_TIS.pool, _TIS.dag_id),
+    "Queued and running TIs per pool and DAG, with the DAGs' limits: the room that every "
+    "queueing transaction counts (the Python twin of HAS_ROOM, `queueing.Capacity`).",
 )
 """Run by every queueing transaction (scheduler pass or worker result): built once."""
 
@@ -89,12 +99,19 @@ def _active_of_dag(dag_id: ColumnElement[Any]) -> ColumnElement[Any]:
     return functools.reduce(operator.add, counts)
 
 
-HAS_ROOM = _room_for(
-    bindparam("r_pool"),
-    bindparam("r_slots"),
-    bindparam("r_pool_total"),
-    bindparam("r_dag"),
-    bindparam("r_max_active"),
+HAS_ROOM = hot(
+    "has room",
+    _room_for(
+        bindparam("r_pool"),
+        bindparam("r_slots"),
+        bindparam("r_pool_total"),
+        bindparam("r_dag"),
+        bindparam("r_max_active"),
+    ),
+    "The pool's used slots plus this TI's within its total, and its DAG under its max "
+    "active TIs. The DAG's active TIs are counted one state at a time (equalities on "
+    "ix_task_instance_dag_state): with state IN (...) a generic plan made on a small "
+    "table read every TI of the DAG. In the statement that queues, after the pool's lock.",
 )
 """One TI fits: its pool has `r_slots` free of `r_pool_total` and its DAG `r_dag` is under
 `r_max_active` active TIs. Evaluated in the statement that queues it, after the pool rows
@@ -159,27 +176,42 @@ _FIRST_WAITING = (
     .with_for_update(of=_WAITING, skip_locked=True)
     .scalar_subquery()
 )
-NEXT_WAITING_FITS = _next_waiting_fits(bindparam("r_pool_total"))
+_FIRST_WAITING_NOTE = (
+    "The first TI waiting in the pool (priority, then age; SKIP LOCKED) from the partial "
+    "index ix_task_instance_waiting: its state written inline ('scheduled'), the only "
+    "way a prepared statement's plan can use the index's condition."
+)
+NEXT_WAITING_FITS = hot(
+    "next waiting TI fits", _next_waiting_fits(bindparam("r_pool_total")), _FIRST_WAITING_NOTE
+)
 """The first TI waiting in pool `r_pool` (of a running run no job claimed; by priority,
 then age; SKIP LOCKED: read in that order from `ix_task_instance_waiting`, whose condition
 a prepared statement's plan can use only with the state written inline), if it fits: its
 pool (`r_pool_total` slots) and its DAG's max_active_tasks have room for it. For the
 statement that queues it, after the pool's row was locked by an earlier statement (see
 HAS_ROOM)."""
-NEXT_WAITING_FITS_ITS_POOL = _next_waiting_fits(
-    select(_POOLS.slots).where(_POOLS.name == bindparam("r_pool")).scalar_subquery()
+NEXT_WAITING_FITS_ITS_POOL = hot(
+    "next waiting TI fits its pool",
+    _next_waiting_fits(
+        select(_POOLS.slots).where(_POOLS.name == bindparam("r_pool")).scalar_subquery()
+    ),
+    _FIRST_WAITING_NOTE + " The pool's slots read in the statement (sent after its lock).",
 )
 """NEXT_WAITING_FITS with the pool's slots read in the statement (for a statement sent
 right after the one that locked the pool's row, `pool_lock`)."""
-FITS_ITS_POOL_FIRST = and_(
-    ~exists().where(_WAITING.c.state == TI.SCHEDULED.value, _WAITING.c.pool == _TIS.pool),
-    _room_for(
-        _TIS.pool,
-        _TIS.pool_slots,
-        select(_POOLS.slots).where(_POOLS.name == _TIS.pool).scalar_subquery(),
-        _TIS.dag_id,
-        bindparam("r_max_active"),
+FITS_ITS_POOL_FIRST = hot(
+    "fits its pool first",
+    and_(
+        ~exists().where(_WAITING.c.state == TI.SCHEDULED.value, _WAITING.c.pool == _TIS.pool),
+        _room_for(
+            _TIS.pool,
+            _TIS.pool_slots,
+            select(_POOLS.slots).where(_POOLS.name == _TIS.pool).scalar_subquery(),
+            _TIS.dag_id,
+            bindparam("r_max_active"),
+        ),
     ),
+    "Nobody waits in the TI's pool (they would come first) and it has room, as HAS_ROOM.",
 )
 """The TI being queued may go straight to `queued`: no TI waits in its pool (they would
 come first, by priority), its pool has room for its slots and its DAG is under
@@ -227,7 +259,9 @@ def lock_scheduled_tis(
 def _scheduled_statement(
     runs: ColumnElement[bool], skip_dags: bool, skip_pools: bool
 ) -> Select[Any]:
-    """Built once per `runs` clause (a module-level constant for the workers' fills)."""
+    """Built once per `runs` clause (registered: a module-level constant for the
+    workers' fills, one per job for a scheduler's passes)."""
+    check_registered(runs, "the scheduled TIs' statement cache")
     stmt = (
         select(
             _TIS.id,
@@ -252,7 +286,8 @@ def _scheduled_statement(
         stmt = stmt.where(_TIS.dag_id.not_in(bindparam("skip_dags", expanding=True)))
     if skip_pools:
         stmt = stmt.where(_TIS.pool.not_in(bindparam("skip_pools", expanding=True)))
-    return stmt
+    skips = "".join([", skip DAGs" if skip_dags else "", ", skip pools" if skip_pools else ""])
+    return built(f"lock scheduled TIs of {name_of(runs)}{skips}", stmt)
 
 
 def lock_expired_queued(
