@@ -1,4 +1,4 @@
-"""Typed SQLAlchemy 2.0 models: the tables of DESIGN.md.
+"""Typed SQLAlchemy 2.0 models: the tables of docs/architecture.md (Data model).
 
 Models hold data only: they never open sessions or commit. State columns are
 written only through `scheduler.core.transitions`.

@@ -1,6 +1,6 @@
 """Tracing: the one module that talks to the OpenTelemetry SDK.
 
-Model (DESIGN.md, Tracing): every DagRun and TaskInstance gets its trace and
+Model (docs/architecture.md, Tracing): every DagRun and TaskInstance gets its trace and
 span ids when it is created (`scheduler.core.tracing_ids`), stored as a W3C
 `traceparent` in `context_carrier`. A span is exported once, when it ends,
 with those stored ids and its stored start time, so any process can emit it

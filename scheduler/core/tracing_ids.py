@@ -1,7 +1,7 @@
 """Trace and span ids allocated when a DagRun or TaskInstance is created.
 
 They are stored as a W3C `traceparent` in `context_carrier`, so every process
-that later emits or re-creates the span uses the same ids (see DESIGN.md,
+that later emits or re-creates the span uses the same ids (see docs/architecture.md,
 Tracing). Ids come from `secrets`, as the OpenTelemetry SDK's generator does.
 """
 

@@ -1,4 +1,4 @@
-"""The span lifecycle of DagRuns and TaskInstances (DESIGN.md, Tracing).
+"""The span lifecycle of DagRuns and TaskInstances (docs/architecture.md, Tracing).
 
 Ownership: the job in `dag_run.started_by_job_id` owns the spans of that run
 and of its TaskInstances, and is the only one to end them. `span_status`:
