@@ -22,7 +22,7 @@ T = TypeVar("T")
 SLUICE = [sys.executable, "-m", "sluice.scheduler.cli.main"]
 
 
-def wait_until(check: Callable[[], T], timeout: float = 30.0, every: float = 0.1) -> T:
+def wait_until(check: Callable[[], T | None], timeout: float = 30.0, every: float = 0.1) -> T:
     """Poll `check` until it returns something truthy; fail the test at the deadline."""
     deadline = time.monotonic() + timeout
     last: Any = None

@@ -67,11 +67,10 @@ class UtcDateTime(TypeDecorator[dt.datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> dt.datetime | None:
         if value is None:
             return None
-        if isinstance(value, str):
-            value = dt.datetime.fromisoformat(value)
-        if value.tzinfo is None:
-            return value.replace(tzinfo=dt.UTC)
-        return value.astimezone(dt.UTC)
+        stamp: dt.datetime = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+        if stamp.tzinfo is None:
+            return stamp.replace(tzinfo=dt.UTC)
+        return stamp.astimezone(dt.UTC)
 
 
 def is_sqlite(url: str) -> bool:

@@ -46,15 +46,17 @@ _BY_NAME: dict[str, Hot] = {}
 def hot(name: str, element: T, note: str = "") -> T:
     """Register `element` (a statement, a condition or a tuple of columns, built once at
     module level) as `name`; returns it."""
-    return _register(Hot(name, element, note, built=False))
+    _register(Hot(name, element, note, built=False))
+    return element
 
 
 def built(name: str, element: T) -> T:
     """Register what a cached builder made (`name` says from what); returns it."""
-    return _register(Hot(name, element, "", built=True))
+    _register(Hot(name, element, "", built=True))
+    return element
 
 
-def _register(record: Hot) -> Any:
+def _register(record: Hot) -> None:
     known = _BY_NAME.get(record.name)
     if known is not None and known.element is not record.element:
         if not record.built:
@@ -62,7 +64,6 @@ def _register(record: Hot) -> Any:
         del _BY_ID[id(known.element)]  # rebuilt after its cache evicted it: the new one
     _BY_ID[id(record.element)] = record
     _BY_NAME[record.name] = record
-    return record.element
 
 
 def is_registered(element: Any) -> bool:

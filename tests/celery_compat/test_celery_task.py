@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -125,7 +126,7 @@ def test_dag_mixes_python_tasks_and_their_task_on_one_worker(
     )
     engine = make_engine(sluice.database_url)
     with engine.connect() as conn:
-        rows = dict(
+        rows: dict[str, Any] = dict(
             conn.execute(
                 text("SELECT task_id, result FROM task_instance WHERE run_id = :r"), {"r": run_id}
             ).all()
@@ -224,7 +225,7 @@ def test_a_local_backfill_waits_for_their_task_without_a_scheduler(sluice: Sluic
     assert done.returncode == 0, f"{done.stderr}\n{sluice.logs()}"
     engine = make_engine(sluice.database_url)
     with engine.connect() as conn:
-        rows = dict(
+        rows: dict[str, Any] = dict(
             conn.execute(
                 text(
                     "SELECT task_id, result FROM task_instance WHERE dag_id = 'mixed_backfill'"

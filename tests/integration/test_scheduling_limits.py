@@ -35,6 +35,7 @@ class Harness:
     def trigger(self, dag_id: str, n: int = 1) -> None:
         with transaction(self.factory) as session:
             dag = session.get(Dag, dag_id)
+            assert dag is not None
             for i in range(n):
                 now = utcnow() + dt.timedelta(microseconds=i)
                 create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=now, now=now)
@@ -244,6 +245,7 @@ def test_a_burst_of_runs_is_split_between_two_schedulers(pg_url, redis_url, tmp_
             job.waker.wait(0.01)  # subscribes
         with transaction(factory) as session:  # six runs, no wake-up: a timer finds them
             dag = session.get(Dag, "small")
+            assert dag is not None
             for i in range(6):
                 at = now + dt.timedelta(microseconds=i)
                 create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=at, now=at)

@@ -7,6 +7,7 @@ receiver running in the test; the checks are on what they exported.
 from __future__ import annotations
 
 import signal
+import subprocess
 import textwrap
 import time
 
@@ -116,7 +117,7 @@ def test_one_scheduler_one_worker(traced: Sluice, receiver: OtlpReceiver) -> Non
     assert run_span.attributes["run_id"] == run_id and run_span.attributes["state"] == "success"
 
 
-def start_owner(traced: Sluice, sleep: float) -> tuple[object, str]:
+def start_owner(traced: Sluice, sleep: float) -> tuple[subprocess.Popen[bytes], str]:
     """Scheduler A starts a run; returns (A, run_id) once a task of it is running."""
     write_dag(traced, sleep)
     a = traced.scheduler()
@@ -129,7 +130,7 @@ def start_owner(traced: Sluice, sleep: float) -> tuple[object, str]:
     return a, run_id
 
 
-def pause_between_transactions(sluice: Sluice, proc: object, app: str) -> None:
+def pause_between_transactions(sluice: Sluice, proc: subprocess.Popen[bytes], app: str) -> None:
     """SIGSTOP `proc` at a moment none of its connections (`application_name` `app`) is in
     a transaction: paused inside one, it would keep its row locks (the run's) until resumed."""
     engine = create_engine(sluice.database_url)
@@ -139,11 +140,11 @@ def pause_between_transactions(sluice: Sluice, proc: object, app: str) -> None:
     )
     try:
         for _ in range(200):
-            proc.send_signal(signal.SIGSTOP)  # type: ignore[attr-defined]
+            proc.send_signal(signal.SIGSTOP)
             with engine.connect() as conn:
                 if not conn.execute(busy, {"app": app}).scalar():
                     return
-            proc.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
+            proc.send_signal(signal.SIGCONT)
             time.sleep(0.005)
     finally:
         engine.dispose()
@@ -179,7 +180,7 @@ def test_paused_owner_ends_its_span_after_another_finishes(
         assert traced.wait_run("traced", run_id, timeout=60) == "success"
         wait_until(lambda: run_row(traced, run_id)["span_status"] == "should_end", timeout=20)
     finally:
-        a.send_signal(signal.SIGCONT)  # type: ignore[attr-defined]
+        a.send_signal(signal.SIGCONT)
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
     check_one_tree(traced, receiver, run_id)
 
@@ -222,8 +223,8 @@ def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceive
     traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "3"
     a, run_id = start_owner(traced, sleep=2.0)
     first_span_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[2]
-    a.send_signal(signal.SIGKILL)  # type: ignore[attr-defined]
-    a.wait()  # type: ignore[attr-defined]
+    a.send_signal(signal.SIGKILL)
+    a.wait()
     traced.scheduler()  # B
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=30)

@@ -118,9 +118,9 @@ def _check(
         if ti.get("hostname"):
             _check_tries(tree, task_id, int(ti["try_number"]), task_id not in no_user_spans)
     for run in (s for s in tree.spans if s.name == RUN_SPAN):
-        task_id = run.attributes.get("task_id")
+        run_task = run.attributes.get("task_id")
         parent = tree.parent(run)
-        assert base_name(parent) == f"task {task_id}", f"worker span: {tree.path(run)}"
+        assert base_name(parent) == f"task {run_task}", f"worker span: {tree.path(run)}"
 
 
 def _check_tries(tree: Tree, task_id: str, tries: int, user_spans: bool) -> None:

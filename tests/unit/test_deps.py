@@ -14,8 +14,8 @@ NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 def spec(
     edges: dict[str, list[str]],
     rules: dict[str, str] | None = None,
-    branches: set[str] = frozenset(),
-) -> dict:  # type: ignore[assignment]
+    branches: frozenset[str] | set[str] = frozenset(),
+) -> dict:
     downstream: dict[str, list[str]] = {t: [] for t in edges}
     for task, ups in edges.items():
         for up in ups:

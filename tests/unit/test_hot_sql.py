@@ -54,7 +54,7 @@ def _plan(counted: Counted) -> Plan:
 def hot_path_builds() -> dict[str, Any]:
     """What the builders make on every task's path, by the name they register it under."""
     dag: Any = SimpleNamespace(version_hash="v", max_active_tasks=16)
-    made = [claim_statement(1, "attempt", "host", 1, NOW)]
+    made: list[Any] = [claim_statement(1, "attempt", "host", 1, NOW)]
     for counted in Counted:
         plan = _plan(counted)
         made.append(
@@ -70,9 +70,7 @@ def hot_path_builds() -> dict[str, Any]:
             )
         )
         made.extend(
-            sql.join_next_statements(
-                plan, dag, run_pk=1, finished_id=1, attempt_id="a", now=NOW
-            )
+            sql.join_next_statements(plan, dag, run_pk=1, finished_id=1, attempt_id="a", now=NOW)
         )
     made.extend(
         sql.chain_next_statements(

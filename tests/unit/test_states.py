@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from sqlalchemy import bindparam, select
+from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
 from sluice.scheduler.core.hot_sql import hot
@@ -55,7 +57,7 @@ def factory(tmp_path):
 def _one_ti(factory) -> int:
     from sluice.scheduler.scheduling.dagrun import create_dagrun
 
-    spec = {
+    spec: dict[str, Any] = {
         "dag_id": "d",
         "schedule": None,
         "max_active_runs": 1,
@@ -78,6 +80,7 @@ def _one_ti(factory) -> int:
         session.add(Dag(dag_id="d", fileloc="/x.py", version_hash="h", serialized=spec))
         session.flush()
         dag = session.get(Dag, "d")
+        assert dag is not None
         run = create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=NOW, now=NOW)
         assert move_run(session, run.id, DagRunState.RUNNING, expect=[DagRunState.QUEUED], now=NOW)
         return session.scalars(select(TaskInstance.id)).one()
@@ -134,7 +137,7 @@ def test_a_move_and_a_read_share_one_statement(any_factory) -> None:
     with nothing to read an empty list."""
     ti_id = _one_ti(any_factory)
 
-    def move(session: object, new: TI, expect: TI, x: int) -> list | None:
+    def move(session: Session, new: TI, expect: TI, x: int) -> list | None:
         return move_ti_reading(
             session, ti_id, new, expect=[expect], now=NOW, read=_READ_STATE, params={"x": x}
         )
