@@ -1,4 +1,4 @@
-"""The results: targets of issue 5, the RESULTS.md table and results.json.
+"""The results: the targets, the RESULTS.md table and results.json.
 
 RESULTS.md is regenerated on every run; everything from the heading
 "## What dominates" on is hand-written analysis and is kept as it is.
@@ -69,8 +69,8 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
 
     if floor:
         rows += [
-            Row("floor", "drain, tasks/s", drain, target="(issue: ~1,600)"),
-            Row("floor", "round trip median, ms", rtt, target="(issue: 1–1.5 ms)"),
+            Row("floor", "drain, tasks/s", drain, target="(reference: ~1,600)"),
+            Row("floor", "round trip median, ms", rtt, target="(reference: 1–1.5 ms)"),
             Row("floor", "round trip p95, ms", rtt95),
         ]
     if "W1" in ran:
@@ -286,7 +286,7 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
         f"load average {m.get('load_start', '?')} at the start, "
         f"{m.get('load_end', '?')} at the end (other work shares this machine: numbers are noisy).",
         "",
-        "| workload | metric | Sluice | reference | ratio | target (issue 5) | result |",
+        "| workload | metric | Sluice | reference | ratio | target | result |",
         "|---|---|---:|---|---:|---|---|",
     ]
     for row in rows:

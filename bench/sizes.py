@@ -1,4 +1,4 @@
-"""How big each workload is: the issue's sizes, and tiny ones for `--quick`."""
+"""How big each workload is: the full sizes, and tiny ones for `--quick`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """DagRunJob: what every job that drives DagRuns shares.
 
-A job has a `job` row it heartbeats; it claims running DagRuns (SKIP LOCKED),
-decides them with `dagrun.update_state` in one transaction per batch, then
-queues scheduled TIs in a transaction of their own and publishes only after
-that commit. The scheduler and the backfill differ only in which runs they
+A job has a `job` row it heartbeats; each scheduling pass is one transaction that
+claims running DagRuns (SKIP LOCKED), decides them with `dagrun.update_state` and
+queues the scheduled TIs, and the pass publishes only after that commit
+(`scheduling_pass`). The scheduler and the backfill differ only in which runs they
 create and claim.
 """
 

@@ -1,11 +1,11 @@
 """SchedulerJob: the scheduling loop. Run as many as you like.
 
 `run()` is a short loop: stop flag, one `tick()`, wait for a wake-up or the
-loop interval. `tick()` does, each step in its own short transaction:
-heartbeat; refresh DAG files (when due); create due runs (DAG rows locked SKIP
-LOCKED); start queued runs within max_active_runs (DAG rows locked SKIP
-LOCKED); examine running runs (claimed SKIP LOCKED); queue scheduled TIs
-(pool rows locked) and publish after commit; sweeps (when due).
+loop interval. `tick()` does: heartbeat; refresh DAG files (when due); then ONE
+scheduling transaction that creates due runs (DAG rows locked SKIP LOCKED), starts
+queued runs within max_active_runs (DAG rows locked SKIP LOCKED), examines running
+runs (claimed SKIP LOCKED) and queues scheduled TIs (pool rows locked), and publishes
+after its commit; then the sweeps (when due), each in a short transaction of its own.
 """
 
 from __future__ import annotations
