@@ -152,6 +152,24 @@ class Sluice:
                 {"d": dag_id, "r": run_id},
             ).scalar()
 
+    def db_task_states(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """The run's TIs as `task_states` gives them (task_id, state, try_number,
+        hostname, error), read straight from the database: for tests that poll or read
+        many runs (`task_states` starts a `sluice` process each time)."""
+        from sqlalchemy import create_engine, text
+
+        if not hasattr(self, "_engine"):
+            self._engine = create_engine(self.database_url, poolclass=NullPool)
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT task_id, state, try_number, hostname, error FROM task_instance "
+                    "WHERE dag_id = :d AND run_id = :r ORDER BY id"
+                ),
+                {"d": dag_id, "r": run_id},
+            ).mappings()
+            return {row["task_id"]: dict(row) for row in rows}
+
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 60) -> str:
         try:
             wait_until(

@@ -125,7 +125,7 @@ EXPECTED = {
 
 def check_run(sluice: Sluice, receiver: OtlpReceiver, dag_id: str, run_id: str) -> None:
     wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=30)
-    tis = sluice.task_states(dag_id, run_id)
+    tis = sluice.db_task_states(dag_id, run_id)
     check_run_tree(receiver, trace_id_of(sluice, run_id), dag_id, tis)
 
 
@@ -145,16 +145,16 @@ def test_every_shape_nests_every_task_under_its_own_span(
     # When a run of each is triggered at once (and "gone" leaves its DAG while it runs)
     runs = {dag_id: sluice.trigger(dag_id) for dag_id in [*EXPECTED, "shrinking"]}
     wait_until(
-        lambda: sluice.task_states("shrinking", runs["shrinking"])["first"]["state"] == "running"
+        lambda: sluice.db_task_states("shrinking", runs["shrinking"])["first"]["state"] == "running"
     )
     shrinking.write_text(textwrap.dedent(SHRINKING.replace("GONE", "")))
     # Then each run ends as its shape says, and its trace has every task where it belongs
     for dag_id in runs:
         sluice.wait_run(dag_id, runs[dag_id], timeout=90)
-    tis = {dag_id: sluice.task_states(dag_id, run_id) for dag_id, run_id in runs.items()}
+    tis = {dag_id: sluice.db_task_states(dag_id, run_id) for dag_id, run_id in runs.items()}
     for dag_id, state in {**EXPECTED, "shrinking": "success"}.items():
         errors = {t: ti["error"] for t, ti in tis[dag_id].items() if ti["error"]}
-        assert sluice.run_state(dag_id, runs[dag_id]) == state, f"{dag_id}: {errors}"
+        assert sluice.db_run_state(dag_id, runs[dag_id]) == state, f"{dag_id}: {errors}"
     assert tis["retried"]["flaky"]["try_number"] == 2
     assert tis["branched"]["no"]["state"] == tis["branched"]["after_no"]["state"] == "skipped"
     assert tis["failing"]["never"]["state"] == "upstream_failed"
@@ -221,7 +221,7 @@ def test_their_celery_task_nests_under_its_task_span(
     assert sluice.wait_run("theirs", run_id) == "success"
     # Then their task's worker span is a child of the CeleryTask's own span
     wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=30)
-    tis = sluice.task_states("theirs", run_id)
+    tis = sluice.db_task_states("theirs", run_id)
     trace_id = trace_id_of(sluice, run_id)
     tree = check_run_tree(receiver, trace_id, "theirs", tis, no_user_spans={"add"})
     (theirs,) = wait_until(lambda: Tree(receiver.trace(trace_id)).named("run/their_module.add"))
@@ -304,7 +304,7 @@ def test_a_republished_task_nests_under_its_span(sluice: Sluice, receiver: OtlpR
     (sluice.dags_folder / "shapes.py").write_text(textwrap.dedent(SHAPES))
     sluice.scheduler()
     run_id = sluice.trigger("chain5")
-    wait_until(lambda: sluice.task_states("chain5", run_id)["t0"]["state"] == "queued")
+    wait_until(lambda: sluice.db_task_states("chain5", run_id)["t0"]["state"] == "queued")
     client = redis.Redis.from_url(sluice.broker_url)
     assert client.dbsize() > 0
     client.flushdb()  # the message of t0 is gone
