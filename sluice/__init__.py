@@ -15,39 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sluice.tasks import (
-    DAG,
-    CeleryTask,
-    DagDefinitionError,
-    ResultError,
-    ShellCommandError,
-    ShellTask,
-    Skip,
-    Task,
-    TaskTimeout,
-    TriggerRule,
-    Upstream,
-    task,
-)
+from sluice.tasks import *  # noqa: F403 - the authoring API: `sluice.tasks.__all__`
+from sluice.tasks import __all__ as _authoring
 
 if TYPE_CHECKING:
     from sluice.broker import attach
 
-__all__ = [
-    "CeleryTask",
-    "DAG",
-    "DagDefinitionError",
-    "ResultError",
-    "ShellCommandError",
-    "ShellTask",
-    "Skip",
-    "Task",
-    "TaskTimeout",
-    "TriggerRule",
-    "Upstream",
-    "attach",
-    "task",
-]
+__all__ = [*_authoring, "attach"]
 
 
 def __getattr__(name: str) -> Any:
