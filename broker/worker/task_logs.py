@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.core.text import storable
 
 if TYPE_CHECKING:
     from sluice.broker.worker.runner import WorkerContext
@@ -62,9 +63,8 @@ _ATTR = "_sluice_task_log"
 """Attribute of a `threading.Thread` holding the capture it writes to (None: none)."""
 
 
-def _clean(line: str) -> str:
-    """`line` as storable text: valid UTF-8, NULs shown as U+FFFD."""
-    return line.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+_clean = storable
+"""A line as storable text (`sluice.scheduler.core.text`)."""
 
 
 def _stamp(when: float) -> str:

@@ -44,6 +44,7 @@ from sluice.scheduler.core.states import (
     check_span_move,
     check_ti_move,
 )
+from sluice.scheduler.core.text import storable
 from sluice.tasks.serialize import retry_delay_for
 
 _CHUNK = 5000
@@ -534,7 +535,8 @@ ERROR_MAX_CHARS = 2000
 
 
 def short_error(error: str) -> str:
-    """`error` cut to ERROR_MAX_CHARS."""
+    """`error` as storable text (`text.storable`), cut to ERROR_MAX_CHARS."""
+    error = storable(error)
     return error if len(error) <= ERROR_MAX_CHARS else error[: ERROR_MAX_CHARS - 3] + "..."
 
 

@@ -88,6 +88,10 @@ class Harness:
         assert sent, f"{task_id} was never queued"
         return run_task_instance(self.worker, sent[-1])
 
+    def run_message(self, msg: RunMessage) -> Outcome:
+        """Run `msg` as it is on the worker."""
+        return run_task_instance(self.worker, msg)
+
     def path(self) -> str:
         """The path (and the step after it) that recorded the last result."""
         last = self.recorded[-1]
