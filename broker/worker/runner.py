@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -33,7 +34,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from celery import current_task
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Update, and_, bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.app import create_app
@@ -45,12 +46,13 @@ from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_logs import capture_task_log
 from sluice.scheduler.core.dag_cache import SerializedDagCache
 from sluice.scheduler.core.db import (
+    Sent,
     executed_alone,
     single_statement_factory,
     transaction,
     utcnow,
 )
-from sluice.scheduler.core.hot_sql import hot
+from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
@@ -181,7 +183,7 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
 
     def attempt() -> bool:
         found.clear()
-        move = claim_statement(msg.ti_id, msg.attempt_id, ctx.hostname, ctx.pid, utcnow())
+        move = claim_statement(msg, ctx.hostname, ctx.pid, utcnow())
         # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
         rows = executed_alone(ctx.session_factory, move)
         if not rows:
@@ -241,20 +243,39 @@ _UPSTREAM_RESULTS = hot(
 (building a statement costs as much as running it)."""
 
 
-def claim_statement(
-    ti_id: int, attempt_id: str, hostname: str, pid: int, now: dt.datetime
-) -> tuple[Any, dict[str, Any]]:
-    """The claim: queued → running for `attempt_id`, by `hostname`/`pid`, returning the
-    run's context (`_CLAIMED`); one statement."""
-    return ti_move_returning(
-        ti_id,
+_AS_SENT = hot(
+    "claimed TI is the message's",
+    and_(
+        _TI.c.dag_id == bindparam("m_dag"),
+        _TI.c.run_id == bindparam("m_run"),
+        _TI.c.task_id == bindparam("m_task"),
+    ),
+    "The code a try runs is the claimed row's: a message whose ids disagree with its "
+    "TI's claims nothing (stale), whatever its ti_id and attempt_id.",
+)
+
+
+def claim_statement(msg: RunMessage, hostname: str, pid: int, now: dt.datetime) -> Sent:
+    """The claim of `msg`: queued → running for its `attempt_id`, by `hostname`/`pid`,
+    only if the TI is the one the message names (dag, run, task), returning the run's
+    context (`_CLAIMED`); one statement."""
+    move, params = ti_move_returning(
+        msg.ti_id,
         TI.RUNNING,
         expect=[TI.QUEUED],
-        attempt_id=attempt_id,
+        attempt_id=msg.attempt_id,
         now=now,
         values={"hostname": hostname, "pid": pid},
         returning=_CLAIMED,
     )
+    names = {"m_dag": msg.dag_id, "m_run": msg.run_id, "m_task": msg.task_id}
+    return _as_sent(move), {**params, **names}
+
+
+@functools.lru_cache(maxsize=4)
+def _as_sent(move: Update) -> Update:
+    check_registered(move, "the claim's statement cache")
+    return built(f"{name_of(move)}, as sent", move.where(_AS_SENT))
 
 
 DagRows = Callable[[str, str, "str | None"], "Dag | None"]

@@ -25,6 +25,7 @@ import sluice.scheduler.core.queries.tis
 import sluice.scheduler.scheduling.downstream_sql as sql
 from sluice.broker.worker.runner import claim_statement
 from sluice.scheduler.core.hot_sql import Hot, registered
+from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import ti_move_returning
 from sluice.scheduler.scheduling.plans import Counted, FanIn, Plan
@@ -54,7 +55,8 @@ def _plan(counted: Counted) -> Plan:
 def hot_path_builds() -> dict[str, Any]:
     """What the builders make on every task's path, by the name they register it under."""
     dag: Any = SimpleNamespace(version_hash="v", max_active_tasks=16)
-    made: list[Any] = [claim_statement(1, "attempt", "host", 1, NOW)]
+    message = RunMessage(1, "attempt", "dag", "run", "task", 0, "default")
+    made: list[Any] = [claim_statement(message, "host", 1, NOW)]
     for counted in Counted:
         plan = _plan(counted)
         made.append(
