@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import transaction, utcnow
-from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.core.queries.task_logs import LogSnapshot, append_task_log, save_task_log
 from sluice.scheduler.core.text import storable
 
 if TYPE_CHECKING:
@@ -53,6 +53,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluice.task_logs")
 
 MAX_BYTES_PER_TRY = 1024 * 1024
+
+MIRROR_BYTES_PER_TRY = 64 * 1024
+"""Most bytes of a try's output also written to the worker's own stdout/stderr (the rest
+is in the task log only): a chatty task must not fill the worker's log."""
+
+REWRITE_INTERVAL = 30.0
+"""Seconds between two rewrites of a running try's whole log row, once it reached the
+cap (below it, each flush appends what is new)."""
 """Most bytes of log text kept per try (the newest lines win)."""
 
 SHELL_LOGGER = "sluice.task"
@@ -76,7 +84,9 @@ class LogBuffer:
     """The newest lines of one try, at most `max_bytes` (UTF-8, newlines included).
 
     Thread-safe. Stream text is split into lines; a partial line waits for its
-    newline (or `close`) unless it alone reaches the cap.
+    newline (or `close`) unless it alone reaches the cap. A partial line is kept as
+    its pieces, joined once when it ends: a task writing one character at a time
+    (progress dots) costs time in proportion to what it writes.
     """
 
     def __init__(self, max_bytes: int = MAX_BYTES_PER_TRY) -> None:
@@ -86,10 +96,14 @@ class LogBuffer:
         self._lines: deque[tuple[str, int]] = deque()
         self._size = 0
         self._dropped = 0
-        self._partial: dict[str, str] = {}
+        self._partial: dict[str, list[str]] = {}
+        self._partial_bytes: dict[str, int] = {}
         self._lock = threading.Lock()
         self.version = 0
         """Bumped by every change: a writer stores only when it moved."""
+        self._new: list[str] = []
+        """Lines added since `take_new`, unless lines were dropped meanwhile."""
+        self._dropped_since = False
 
     def write(self, source: str, text: str, when: float | None = None) -> None:
         """Text written to stream `source` (`stdout`/`stderr`)."""
@@ -97,14 +111,29 @@ class LogBuffer:
             return
         when = time.time() if when is None else when
         with self._lock:
-            pending = self._partial.pop(source, "") + text
-            *complete, rest = pending.split("\n")
+            pieces = self._partial.setdefault(source, [])
+            if "\n" not in text:
+                pieces.append(text)
+                size = self._partial_bytes.get(source, 0) + len(text.encode("utf-8", "replace"))
+                self._partial_bytes[source] = size
+                if size >= self.max_bytes:
+                    self._end_partial(source, when)
+                return
+            head, *complete, rest = text.split("\n")
+            pieces.append(head)
+            self._end_partial(source, when)
             for line in complete:
                 self._add(f"{_stamp(when)} [{source}] {line}")
-            if len(rest.encode("utf-8", "replace")) >= self.max_bytes:
-                self._add(f"{_stamp(when)} [{source}] {rest}")
-            elif rest:
-                self._partial[source] = rest
+            if rest:
+                self._partial[source] = [rest]
+                self._partial_bytes[source] = len(rest.encode("utf-8", "replace"))
+                if self._partial_bytes[source] >= self.max_bytes:
+                    self._end_partial(source, when)
+
+    def _end_partial(self, source: str, when: float) -> None:
+        pieces = self._partial.pop(source, [])
+        self._partial_bytes.pop(source, None)
+        self._add(f"{_stamp(when)} [{source}] {''.join(pieces)}")
 
     def add_record(self, text: str, when: float) -> None:
         """A formatted logging record; its continuation lines (a traceback) follow it."""
@@ -118,14 +147,32 @@ class LogBuffer:
         """End the partial lines: they are kept as lines of their own."""
         when = time.time()
         with self._lock:
-            for source, rest in sorted(self._partial.items()):
-                self._add(f"{_stamp(when)} [{source}] {rest}")
+            for source in sorted(self._partial):
+                if any(self._partial[source]):
+                    self._end_partial(source, when)
             self._partial.clear()
+            self._partial_bytes.clear()
 
     def snapshot(self) -> tuple[str, int, int]:
         """(text, lines dropped so far, version)."""
         with self._lock:
             return "\n".join(line for line, _ in self._lines), self._dropped, self.version
+
+    def overflowed(self) -> bool:
+        """Lines were dropped since the last `take`."""
+        with self._lock:
+            return self._dropped_since
+
+    def take(self, whole: bool) -> tuple[str, bool, int, int]:
+        """What a writer stores, taken at one moment: the lines added since the last
+        call (to append to what was stored then) or, with `whole` or when lines were
+        dropped meanwhile, the whole text; as (text, whole?, lines dropped, version)."""
+        with self._lock:
+            whole = whole or self._dropped_since
+            lines = (line for line, _ in self._lines) if whole else self._new
+            text = "\n".join(lines)
+            self._new, self._dropped_since = [], False
+            return text, whole, self._dropped, self.version
 
     def _add(self, line: str) -> None:
         line = _clean(line)
@@ -134,11 +181,13 @@ class LogBuffer:
             line = line.encode("utf-8")[: self.max_bytes - 1].decode("utf-8", "ignore")
             size = len(line.encode("utf-8")) + 1
         self._lines.append((line, size))
+        self._new.append(line)
         self._size += size
         while self._size > self.max_bytes:
             _, old = self._lines.popleft()
             self._size -= old
             self._dropped += 1
+            self._dropped_since = True
         self.version += 1
 
 
@@ -169,6 +218,12 @@ class TaskLogCapture:
         self.closed = False
         self.started_at = utcnow()
         self._stored_version = -1
+        self._stored_lines = False
+        """The stored row holds at least one line (an append then starts with a newline)."""
+        self._rewrite = True
+        """What is stored must be replaced whole (no row yet, lines dropped, a failed append)."""
+        self._last_rewrite = 0.0
+        self._mirror_left = MIRROR_BYTES_PER_TRY
         self._finished = False
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
@@ -179,6 +234,21 @@ class TaskLogCapture:
     def write(self, source: str, text: str) -> None:
         self.buffer.write(source, text)
         self._start_flusher()
+
+    def mirrored(self, text: str) -> str:
+        """The part of `text` to copy to the worker's own stream: the try's first
+        MIRROR_BYTES_PER_TRY bytes, then one line saying where the rest is."""
+        if self._mirror_left <= 0:
+            return ""
+        size = len(text.encode("utf-8", "replace"))
+        self._mirror_left -= size
+        if self._mirror_left >= 0:
+            return text
+        return text[: max(0, len(text) + self._mirror_left)] + (
+            f"\n[sluice] ti {self.ti_id} try {self.try_number} printed more than "
+            f"{MIRROR_BYTES_PER_TRY // 1024} KiB: the rest is in its task log only "
+            "(sluice tasks logs)\n"
+        )
 
     def add_record(self, text: str, when: float) -> None:
         self.buffer.add_record(text, when)
@@ -230,28 +300,71 @@ class TaskLogCapture:
             self.store(finished=False)
 
     def store(self, *, finished: bool) -> bool:
-        """Write the log row if it changed (always when `finished`); False if that failed."""
+        """Write the log row if it changed (always when `finished`); False if that failed.
+
+        While the try runs, new lines are appended to the stored row; the row is
+        replaced whole when it has none yet, when lines were dropped (the cap reached;
+        then at most every REWRITE_INTERVAL seconds) and when `finished`."""
         with self._write_lock:
             if self._finished:
                 return True
-            content, dropped, version = self.buffer.snapshot()
-            if not finished and version == self._stored_version:
+            if not finished and self.buffer.version == self._stored_version:
                 return True
-            snapshot = self._snapshot(content, dropped, finished=finished)
-            for attempt in (1, 2):
-                try:
-                    with transaction(self.factory) as session:
-                        save_task_log(session, snapshot, now=utcnow())
-                except Exception as exc:
-                    if attempt == 2 or not finished:
-                        log.warning("log of ti %s try %s not stored: %s", *self._key(), exc)
-                        return False
-                    time.sleep(0.2)
-                    continue
-                break
+            now = time.monotonic()
+            replace = self._rewrite or self.buffer.overflowed()
+            recent = now - self._last_rewrite < REWRITE_INTERVAL
+            if not finished and replace and self._stored_version >= 0 and recent:
+                return True  # over the cap: replaced whole, but not at every flush
+            text, whole, dropped, version = self.buffer.take(self._rewrite or finished)
+            if whole:
+                stored = self._replace(text, dropped, finished)
+            else:
+                stored = self._append(text, dropped)
+            if not stored:
+                self._rewrite = True  # what was taken is not stored: replace it next time
+                return False
+            if whole:
+                self._last_rewrite = now
+            self._rewrite = False
             self._stored_version = version
             self._finished = finished
             return True
+
+    def _append(self, new: str, dropped: int) -> bool:
+        if not new:
+            return True
+        text = f"\n{new}" if self._stored_lines else new
+        try:
+            with transaction(self.factory) as session:
+                appended = append_task_log(
+                    session,
+                    ti_id=self.ti_id,
+                    try_number=self.try_number,
+                    text=text,
+                    dropped_lines=dropped,
+                    now=utcnow(),
+                )
+        except Exception as exc:
+            log.warning("log of ti %s try %s not stored: %s", *self._key(), exc)
+            return False
+        self._stored_lines = self._stored_lines or appended
+        return appended
+
+    def _replace(self, content: str, dropped: int, finished: bool) -> bool:
+        snapshot = self._snapshot(content, dropped, finished=finished)
+        for attempt in (1, 2):
+            try:
+                with transaction(self.factory) as session:
+                    save_task_log(session, snapshot, now=utcnow())
+            except Exception as exc:
+                if attempt == 2 or not finished:
+                    log.warning("log of ti %s try %s not stored: %s", *self._key(), exc)
+                    return False
+                time.sleep(0.2)
+                continue
+            break
+        self._stored_lines = bool(content)
+        return True
 
     def _snapshot(self, content: str, dropped: int, *, finished: bool) -> LogSnapshot:
         return LogSnapshot(
@@ -304,6 +417,10 @@ class ThreadAwareStream:
         capture = current_capture()
         if capture is not None and isinstance(text, str):
             capture.write(self._source, text)
+            mirrored = capture.mirrored(text)
+            if mirrored:
+                self._target.write(mirrored)
+            return len(text)
         return self._target.write(text)
 
     def writelines(self, lines: Iterable[str]) -> None:

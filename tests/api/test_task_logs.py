@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.wakeup import LocalWaker
@@ -353,3 +353,68 @@ def test_standalone_threads_pool_captures_each_task(tmp_path: Path) -> None:
         assert logs[me].content.count(f"[stdout] {me} out ") == 20
         assert not any(o in logs[me].content for o in {"py_a", "py_b", "py_c"} - {me})
     assert "shell says sh" in logs["sh"].content
+
+
+# -- hostile output: a character at a time, a lot of it -----------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_output_written_one_character_at_a_time_costs_what_it_writes() -> None:
+    """A million single-character writes (progress dots, tqdm's '\\r' frames) end as one
+    line: a partial line is kept as its pieces (joined again at every write, this took
+    minutes)."""
+    buffer = LogBuffer()
+    for _ in range(1_000_000):
+        buffer.write("stdout", ".")
+    buffer.write("stdout", "\r100%\n")
+    text, dropped, _ = buffer.snapshot()
+    assert dropped == 0 and text.endswith("[stdout] " + "." * 1_000_000 + "\r100%")
+    buffer.write("stdout", "x" * (buffer.max_bytes + 10))  # alone past the cap: cut, kept
+    assert buffer.snapshot()[0].count("\n") == 0 and buffer.snapshot()[1] == 1
+
+
+def test_a_running_try_s_log_grows_by_appends_and_its_mirror_is_capped(threads_dag) -> None:
+    """While a try runs, each flush appends what is new (its statement carries the new
+    lines, not the whole log), and the worker's own stdout gets the first 64 KiB of it
+    and one line saying where the rest is; the stored log has everything."""
+    import io
+
+    from sluice.broker.worker.task_logs import MIRROR_BYTES_PER_TRY, ThreadAwareStream
+
+    factory, run_pk = threads_dag
+    with factory() as session:
+        ti_id = session.scalars(
+            select(TaskInstance.id).where(
+                TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == "py_a"
+            )
+        ).one()
+    sizes: list[int] = []
+
+    def sent(_conn: object, _cursor: object, statement: str, params: object, *_: object) -> None:
+        if "task_log" in statement and ("INSERT" in statement or "UPDATE" in statement):
+            sizes.append(len(repr(params)))
+
+    engine = factory.kw["bind"]
+    event.listen(engine, "before_cursor_execute", sent)
+    worker_stdout = io.StringIO()
+    stream = ThreadAwareStream(worker_stdout, "stdout")  # type: ignore[arg-type]
+    capture = TaskLogCapture(
+        factory, ti_id=ti_id, try_number=1, attempt_id="x", hostname="h", flush_interval=3600
+    )
+    try:
+        with capture:
+            stream.write("first line\n" * 10_000)  # 110 KB
+            assert capture.store(finished=False)  # the row's first write: all of it
+            stream.write("second line\n")
+            assert capture.store(finished=False)  # an append of one line
+    finally:
+        event.remove(engine, "before_cursor_execute", sent)
+    with factory() as session:
+        stored = session.get(TaskLog, (ti_id, 1))
+        assert stored is not None
+        assert stored.content == capture.buffer.snapshot()[0]
+        assert stored.content.count("first line") == 10_000 and "second line" in stored.content
+    assert len(sizes) == 2 and sizes[1] < 1_000 < sizes[0]
+    mirrored = worker_stdout.getvalue()
+    assert len(mirrored) < MIRROR_BYTES_PER_TRY + 200
+    assert "the rest is in its task log only" in mirrored and "second line" not in mirrored

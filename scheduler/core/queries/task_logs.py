@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import TaskLog
@@ -64,6 +64,26 @@ def save_task_log(session: Session, snapshot: LogSnapshot, *, now: dt.datetime) 
         keys=["ti_id", "try_number"],
         update=["attempt_id", "hostname", "content", "dropped_lines", "updated_at", "finished_at"],
     )
+
+
+def append_task_log(
+    session: Session,
+    *,
+    ti_id: int,
+    try_number: int,
+    text: str,
+    dropped_lines: int,
+    now: dt.datetime,
+) -> bool:
+    """Append `text` to the stored log of (`ti_id`, `try_number`); False if it has no row
+    yet. A running try's flush costs what it adds, not the whole log."""
+    done = session.execute(
+        update(TaskLog)
+        .where(TaskLog.ti_id == ti_id, TaskLog.try_number == try_number)
+        .values(content=TaskLog.content + text, dropped_lines=dropped_lines, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(done.rowcount)  # type: ignore[attr-defined]
 
 
 def task_log_of(session: Session, ti_id: int, try_number: int) -> TaskLog | None:
