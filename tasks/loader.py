@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.tasks.dag import DAG, collect_dags
-from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.errors import DagDefinitionError, TaskTimeout
+from sluice.tasks.runtime import call_with_timeout
 
 
 def module_name_for(path: str | os.PathLike[str]) -> str:
@@ -96,29 +97,36 @@ class _Entry:
 class DagCache:
     """DAGs loaded in-process, keyed by file; a file is re-imported when it changes.
 
-    Thread-safe: one lock around loading (imports are not safe to run concurrently anyway).
+    Thread-safe: one lock per file around its import, so a file that is slow to import
+    holds up only the tasks of that file. With `timeout`, an import that runs longer
+    raises ``TaskTimeout`` inside it (see ``runtime.call_with_timeout``), and a task that
+    waits for another thread's import of its file waits no longer than that either.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout
         self._entries: dict[str, _Entry] = {}
         self._resolved: dict[str, str] = {}
         """fileloc → its resolved path: resolving walks every component (a syscall each),
         and a worker asks for the same few files on every task."""
-        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    def _lock_of(self, path: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(path, threading.Lock())
 
     def get_dag(self, fileloc: str | os.PathLike[str], dag_id: str) -> DAG:
-        """The DAG ``dag_id`` defined in ``fileloc``; ``KeyError`` if the file lacks it."""
+        """The DAG ``dag_id`` defined in ``fileloc``; ``KeyError`` if the file lacks it,
+        ``TaskTimeout`` if importing it took longer than `timeout`."""
         key = os.fspath(fileloc)
         path = self._resolved.get(key)
         if path is None:
             path = self._resolved[key] = str(Path(key).resolve())
         stat = os.stat(path)
-        with self._lock:
-            entry = self._entries.get(path)
-            if entry is None or (entry.mtime_ns, entry.size) != (stat.st_mtime_ns, stat.st_size):
-                dags = {dag.dag_id: dag for dag in load_file(path)}
-                entry = _Entry(stat.st_mtime_ns, stat.st_size, dags)
-                self._entries[path] = entry
+        entry = self._entries.get(path)
+        if entry is None or (entry.mtime_ns, entry.size) != (stat.st_mtime_ns, stat.st_size):
+            entry = self._load(path, stat)
         try:
             return entry.dags[dag_id]
         except KeyError:
@@ -127,8 +135,31 @@ class DagCache:
                 f"DAG '{dag_id}' is not defined in {path} (DAGs found there: {found})"
             ) from None
 
+    def _load(self, path: str, stat: os.stat_result) -> _Entry:
+        lock = self._lock_of(path)
+        what = f"importing the DAG file {path} took longer than {self.timeout:g}s"
+        if not lock.acquire(timeout=-1 if self.timeout is None else self.timeout):
+            raise TaskTimeout(what)
+        try:
+            entry = self._entries.get(path)  # another thread may have imported it meanwhile
+            if entry is not None and (entry.mtime_ns, entry.size) == (
+                stat.st_mtime_ns,
+                stat.st_size,
+            ):
+                return entry
+
+            def load() -> dict[str, DAG]:
+                return {dag.dag_id: dag for dag in load_file(path)}
+
+            timeout = self.timeout
+            dags = load() if timeout is None else call_with_timeout(load, timeout, what)
+            entry = self._entries[path] = _Entry(stat.st_mtime_ns, stat.st_size, dags)
+            return entry
+        finally:
+            lock.release()
+
     def clear(self) -> None:
         """Forget every loaded file."""
-        with self._lock:
+        with self._locks_lock:
             self._entries.clear()
             self._resolved.clear()

@@ -29,11 +29,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from sluice.tasks.errors import ResultError, TaskTimeout
 from sluice.tasks.shell import run_shell, sluice_env
 from sluice.tasks.task import ShellTask, Task
+
+T = TypeVar("T")
 
 #: Largest JSON-encoded task result stored, in bytes.
 MAX_RESULT_BYTES = 65536
@@ -58,7 +60,13 @@ def run_task(task: Task, context: dict[str, Any]) -> Any:
     call: Callable[[], Any] = (lambda: fn(context=context)) if _wants_context(fn) else fn
     if timeout is None:
         return call()
-    what = f"task '{task.task_id}' timed out after {timeout:g}s"
+    return call_with_timeout(call, timeout, f"task '{task.task_id}' timed out after {timeout:g}s")
+
+
+def call_with_timeout(call: Callable[[], T], timeout: float, what: str) -> T:
+    """``call()``, raising ``TaskTimeout(what)`` inside it after ``timeout`` seconds: by
+    SIGALRM in the main thread (a prefork or solo worker), by a watchdog in any other (a
+    threads pool: it interrupts Python code, not a C call that blocks)."""
     if threading.current_thread() is threading.main_thread():
         return _call_with_alarm(call, timeout, what)
     return _call_with_watchdog(call, timeout, what)
@@ -94,7 +102,7 @@ def _reads_signature(fn: Callable[..., Any]) -> bool:
 _wants_context_cached = functools.lru_cache(maxsize=4096)(_reads_signature)
 
 
-def _call_with_alarm(call: Callable[[], Any], timeout: float, what: str) -> Any:
+def _call_with_alarm(call: Callable[[], T], timeout: float, what: str) -> T:
     """Main thread: SIGALRM after ``timeout`` raises ``TaskTimeout`` inside ``call``."""
     armed = True
 
@@ -125,7 +133,7 @@ def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> int:
     return int(set_exc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None))
 
 
-def _call_with_watchdog(call: Callable[[], Any], timeout: float, what: str) -> Any:
+def _call_with_watchdog(call: Callable[[], T], timeout: float, what: str) -> T:
     """Any thread: a watchdog raises ``TaskTimeout`` asynchronously in the calling thread.
 
     The lock makes "the call finished" and "the watchdog fired" mutually exclusive, and a

@@ -72,7 +72,7 @@ class EmbeddedBroker:
             session_factory = make_session_factory(make_engine(settings.database_url))
         self._context = WorkerContext(
             session_factory=session_factory,
-            dags=DagCache(),
+            dags=DagCache(timeout=settings.parse_timeout),
             waker=self.waker,
             settings=settings,
             hostname=socket.gethostname(),

@@ -82,7 +82,7 @@ def _build_context(app: Celery, pid: int) -> WorkerContext:
     log.info("worker process %s ready (database %s)", pid, engine.url.render_as_string())
     return WorkerContext(
         session_factory=make_session_factory(engine),
-        dags=DagCache(),
+        dags=DagCache(timeout=settings.parse_timeout),
         waker=waker_for(settings),
         settings=settings,
         hostname=socket.gethostname(),
