@@ -23,10 +23,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import traceback
+from collections import deque
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict
 
 from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.loader import load_file
@@ -70,6 +72,11 @@ def parse_files(paths: list[str], timeout: float) -> dict[str, FileResult]:
     return results
 
 
+STDERR_TAIL_BYTES = 64 * 1024
+"""Most bytes of a parser's stderr kept (the newest): what DAG files print at import goes
+there, and a file printing hundreds of megabytes must not fill the scheduler's memory."""
+
+
 def _run_batch(
     paths: list[str], timeout: float, seen: dict[str, str]
 ) -> tuple[dict[str, FileResult], str | None]:
@@ -86,14 +93,30 @@ def _run_batch(
         env=env,
         start_new_session=True,
     )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out: list[bytes] = []
+    err: deque[bytes] = deque()
+    readers = [
+        threading.Thread(target=_read_all, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_read_tail, args=(proc.stderr, err), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
     failure: str | None = None
     try:
-        out, err = proc.communicate(request, timeout=deadline)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(request)
+            proc.stdin.close()
+        proc.wait(timeout=deadline)
     except subprocess.TimeoutExpired:
         failure = f"DAG parser process hung past {deadline:g}s on this file and was killed"
-        out, err = _kill(proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for reader in readers:
+        reader.join(timeout=5)  # a grandchild outside the group may hold the pipes
     reported: dict[str, FileResult] = {}
-    for line in out.decode("utf-8", errors="replace").splitlines():
+    for line in b"".join(out).decode("utf-8", errors="replace").splitlines():
         try:
             item = json.loads(line)
             reported[item["path"]] = {"dags": item["dags"], "error": item["error"]}
@@ -102,18 +125,25 @@ def _run_batch(
     if failure is None and len(reported) < len(paths):
         failure = f"DAG parser process exited with code {proc.returncode} on this file"
     level = logging.WARNING if failure else logging.DEBUG
-    for line in err.decode("utf-8", errors="replace").splitlines():
+    for line in b"".join(err).decode("utf-8", errors="replace").splitlines():
         log.log(level, "DAG parser stderr: %s", line)
     return reported, failure
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        return proc.communicate(timeout=5)
-    except subprocess.TimeoutExpired:  # a grandchild outside the group holds the pipes
-        return b"", b""
+def _read_all(stream: IO[bytes], into: list[bytes]) -> None:
+    """The parser's protocol (stdout): every line, as it comes."""
+    for chunk in iter(lambda: stream.read(65536), b""):
+        into.append(chunk)
+
+
+def _read_tail(stream: IO[bytes], tail: deque[bytes]) -> None:
+    """The parser's stderr, of which only the last STDERR_TAIL_BYTES are kept."""
+    size = 0
+    for chunk in iter(lambda: stream.read(65536), b""):
+        tail.append(chunk)
+        size += len(chunk)
+        while size - len(tail[0]) >= STDERR_TAIL_BYTES:
+            size -= len(tail.popleft())
 
 
 def _one_line(message: str) -> str:

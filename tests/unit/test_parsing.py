@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -134,3 +137,29 @@ def test_a_celery_projects_tasks_py_beside_the_dag_is_never_imported(
 
 def test_empty_batch() -> None:
     assert parse_files([], timeout=1) == {}
+
+
+def test_a_file_printing_a_flood_costs_the_parser_s_caller_no_memory(tmp_path: Path) -> None:
+    """A DAG file printing 200 MB at import: parsing it keeps only a bounded tail of the
+    output (it was buffered whole: 1.5 GB of RSS for 300 MB), and the DAG is parsed."""
+    flood = write(
+        tmp_path,
+        "flood.py",
+        "import sys\nfrom sluice import DAG\n"
+        "for _ in range(200):\n    sys.stdout.write('x' * 1_000_000)\nDAG('flooded')\n",
+    )
+    probe = (
+        "import json, resource, sys\n"
+        "from sluice.tasks.parsing import parse_files\n"
+        "result = parse_files([sys.argv[1]], timeout=30)[sys.argv[1]]\n"
+        "peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024\n"
+        "print(json.dumps({'result': result, 'peak_mb': peak_mb}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(flood)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["result"]["error"] is None
+    assert [d["dag_id"] for d in report["result"]["dags"]] == ["flooded"]
+    assert report["peak_mb"] < 150  # the caller's own peak, whatever the file printed
