@@ -64,6 +64,10 @@ class TickResult:
         return bool(self.runs_created or self.runs_finished or self.more_runs)
 
 
+class JobLost(RuntimeError):
+    """This job's row was marked dead by another job while it was still running."""
+
+
 class DagRunJob:
     job_type = "dagrun"
 
@@ -194,18 +198,37 @@ class DagRunJob:
         return job.id
 
     def heartbeat(self, now: dt.datetime, *, force: bool = False) -> None:
+        """Refresh the job row's heartbeat; if the row is no longer `running` (another job
+        found this one's heartbeat too old and released its runs), `lost_job_row`."""
         if not (force or self._heartbeats.due(now)):
             return
         with transaction(self.factory) as session:
-            session.execute(update(Job).where(Job.id == self.job_id).values(latest_heartbeat=now))
+            alive = session.execute(
+                update(Job)
+                .where(Job.id == self.job_id, Job.state == JobState.RUNNING)
+                .values(latest_heartbeat=now)
+                .returning(Job.id)
+            ).first()
         self._heartbeats.mark(now)  # only once written: a failed beat is tried next tick
+        if alive is None:
+            self.lost_job_row()
+
+    def lost_job_row(self) -> None:
+        """Another job marked this one dead (its heartbeat was late) and released its runs:
+        a job that drives runs of its own cannot go on; it stops, with one error line."""
+        raise JobLost(
+            f"{self.job_type} job {self.job_id} was marked dead by another job (its "
+            "heartbeat was late): its runs went on under the schedulers"
+        )
 
     def finish(self, state: JobState = JobState.SUCCESS) -> None:
         if self.job_id is None:
             return
-        with transaction(self.factory) as session:
+        with transaction(self.factory) as session:  # a row marked dead stays so
             session.execute(
-                update(Job).where(Job.id == self.job_id).values(state=state, end_date=self.clock())
+                update(Job)
+                .where(Job.id == self.job_id, Job.state == JobState.RUNNING)
+                .values(state=state, end_date=self.clock())
             )
 
     # -- driving runs ------------------------------------------------------------------------

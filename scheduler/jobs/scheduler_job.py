@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.scheduler.core.db import transaction
+from sluice.broker.wakeup import Waker
+from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.jobs import release_dead_jobs
 from sluice.scheduler.core.queries.runs import (
@@ -26,6 +29,7 @@ from sluice.scheduler.core.queries.runs import (
     lock_due_dags,
     queued_runs_of,
 )
+from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import RunType
 from sluice.scheduler.jobs.base import DagRunJob, TickResult
 from sluice.scheduler.jobs.periodic import Every
@@ -36,11 +40,50 @@ from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
 log = logging.getLogger("sluice.scheduler")
 
 
+class DagFolderParser:
+    """Parses what changed in the DAG folder every `dag_refresh_interval`, in a daemon
+    thread of the scheduler's process, and wakes the scheduler when something changed.
+
+    Each file has its deadline (`parse_timeout`, in the parser subprocess); the loop and
+    its heartbeats go on meanwhile. A database error is logged and tried again at the
+    next interval."""
+
+    def __init__(self, settings: Settings, factory: sessionmaker[Session], waker: Waker) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.waker = waker
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sluice-dag-parser", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.settings.parse_timeout + 5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                synced = sync_dag_folder(
+                    self.factory,
+                    self.settings.dags_folder,
+                    parse_timeout=self.settings.parse_timeout,
+                    now=utcnow(),
+                )
+                if synced.changed:
+                    self.waker.wake()
+            except DBAPIError as exc:
+                log.warning("parsing the DAG folder failed, trying again: %s", exc)
+            self._stop.wait(self.settings.dag_refresh_interval)
+
+
 class SchedulerJob(DagRunJob):
     job_type = "scheduler"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._parser: DagFolderParser | None = None
         self._dag_syncs = Every(self.settings.dag_refresh_interval)
         self._start_checks = Every(1.0)
         self._create_checks = Every(1.0)
@@ -63,8 +106,21 @@ class SchedulerJob(DagRunJob):
         or another, examines them, so a burst of runs is split between schedulers."""
         self.waker.share(runs)
 
+    def run(self, num_loops: int | None = None) -> None:
+        """The loop of `DagRunJob.run`, with the DAG folder parsed beside it (a thread of
+        its own: a slow file never stops scheduling nor heartbeats)."""
+        self._parser = DagFolderParser(self.settings, self.factory, self.waker)
+        self._parser.start()
+        try:
+            super().run(num_loops)
+        finally:
+            self._parser.stop()
+            self._parser = None
+
     def refresh_dags(self, now: dt.datetime, *, force: bool = False) -> None:
-        if not self._dag_syncs.take(now, force=force):
+        """Parse what changed in the DAG folder, here, unless `run` parses it beside the
+        loop (a test or a bench calling `tick` directly gets it done inline)."""
+        if self._parser is not None or not self._dag_syncs.take(now, force=force):
             return
         sync_dag_folder(
             self.factory,
@@ -72,6 +128,16 @@ class SchedulerJob(DagRunJob):
             parse_timeout=self.settings.parse_timeout,
             now=now,
         )
+
+    def lost_job_row(self) -> None:
+        """A scheduler marked dead while alive (its heartbeat was late) registers again:
+        its runs and spans were taken over; it goes on as a new job."""
+        log.warning(
+            "scheduler job %s was marked dead by another job (its heartbeat was late): "
+            "going on as a new job",
+            self.job_id,
+        )
+        self.register()
 
     def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
         result.runs_created = self.create_due_runs(session, now)

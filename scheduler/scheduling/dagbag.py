@@ -35,6 +35,11 @@ class SyncResult:
     errors: dict[str, str] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
 
+    @property
+    def changed(self) -> bool:
+        """Some file was parsed or went away."""
+        return bool(self.parsed or self.errors or self.removed)
+
 
 def _fingerprints(folder: Path) -> dict[str, tuple[int, int]]:
     found: dict[str, tuple[int, int]] = {}

@@ -5,6 +5,9 @@ from __future__ import annotations
 import signal
 import textwrap
 import time
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
 
 from tests.procs import Sluice, wait_until
 
@@ -54,3 +57,84 @@ def test_a_dag_file_that_hangs_in_a_worker_fails_its_tries_not_the_worker(
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=20)
     assert time.monotonic() - started < 20
+
+
+SLOW_TO_PARSE = """
+import os
+import time
+from sluice import DAG, task
+
+if os.environ.get("SLOW_PARSE"):  # set in the schedulers' environment only
+    time.sleep(3)
+
+with DAG("slow_{n}", schedule=None) as dag:
+    task(task_id="s")(lambda: 1)
+"""
+
+
+def parsers() -> list[int]:
+    """The pids of the DAG parser subprocesses running on this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"sluice.tasks.parsing" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_slow_files_neither_stop_scheduling_nor_kill_a_live_scheduler(sluice: Sluice) -> None:
+    """Two schedulers parse three files that take 3 s each to import (9 s, past the 5 s
+    heartbeat timeout): meanwhile another DAG's run goes through, and neither scheduler
+    is marked dead; then the new DAGs are known."""
+    (sluice.dags_folder / "fine.py").write_text(textwrap.dedent(FINE))
+    sluice.ok("dags", "list")  # known before the schedulers start
+    sluice.extra_env["SLOW_PARSE"] = "1"
+    sluice.scheduler()
+    sluice.scheduler()
+    del sluice.extra_env["SLOW_PARSE"]
+    sluice.worker()
+    for n in range(3):
+        (sluice.dags_folder / f"slow_{n}.py").write_text(textwrap.dedent(SLOW_TO_PARSE.format(n=n)))
+    wait_until(lambda: len(parsers()) >= 2)  # both schedulers are parsing the slow files
+    run_id = sluice.trigger("fine")
+    assert sluice.wait_run("fine", run_id, timeout=6) == "success"  # well before 9 s
+    wait_until(lambda: "slow_2" in sluice.ok("dags", "list"), timeout=40)
+    engine = create_engine(sluice.database_url)
+    try:
+        with engine.connect() as conn:
+            states = (
+                conn.execute(text("SELECT state FROM job WHERE job_type = 'scheduler'"))
+                .scalars()
+                .all()
+            )
+    finally:
+        engine.dispose()
+    assert states == ["running", "running"]
+
+
+def test_a_scheduler_marked_dead_while_alive_goes_on_as_a_new_job(pg_url: str) -> None:
+    """Its heartbeat finds its job row no longer `running` (another scheduler gave up on
+    it): it registers again instead of scheduling on under a dead job's id."""
+    from sqlalchemy import update
+
+    from sluice.broker.wakeup import LocalWaker
+    from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+    from sluice.scheduler.core.models import Job
+    from sluice.scheduler.core.settings import Settings
+    from sluice.scheduler.jobs.scheduler_job import SchedulerJob
+
+    engine = make_engine(pg_url)
+    factory = make_session_factory(engine)
+    try:
+        job = SchedulerJob(Settings(database_url=pg_url), factory, lambda _: None, LocalWaker())
+        first = job.register()
+        with transaction(factory) as session:
+            session.execute(update(Job).where(Job.id == first).values(state="failed"))
+        job.heartbeat(utcnow(), force=True)
+        with factory() as session:
+            states: dict[int, str] = dict(session.execute(text("SELECT id, state FROM job")).all())
+        assert job.job_id != first and states == {first: "failed", job.job_id: "running"}
+    finally:
+        engine.dispose()
