@@ -110,6 +110,7 @@ class DagRun(Base):
         UniqueConstraint("dag_id", "run_id", name="uq_dag_run_dag_id_run_id"),
         UniqueConstraint("dag_id", "logical_date", name="uq_dag_run_dag_id_logical_date"),
         Index("ix_dag_run_state_decision", "state", "last_scheduling_decision"),
+        Index("ix_dag_run_dag_state", "dag_id", "state"),
     )
 
 

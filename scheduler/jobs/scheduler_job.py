@@ -23,6 +23,7 @@ from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.jobs import release_dead_jobs
 from sluice.scheduler.core.queries.runs import (
+    count_active_runs,
     count_running_runs,
     dags_with_queued_runs,
     lock_dags,
@@ -165,7 +166,11 @@ class SchedulerJob(DagRunJob):
         return created
 
     def _create_runs_of(self, session: Session, dag: Dag, now: dt.datetime, most: int = 64) -> int:
-        """Create every due run of one locked DAG (catch-up included), at most `most`."""
+        """Create the due runs of one locked DAG (catch-up included), at most `most`, and
+        only while its queued and running runs are fewer than its max_active_runs (as
+        Airflow does): a DAG catching up on years of one-second intervals creates its runs
+        as they finish, not millions at once."""
+        most = min(most, dag.max_active_runs - count_active_runs(session, dag.dag_id))
         created = 0
         while created < most and dag.next_dagrun_create_after is not None:
             if dag.next_dagrun_create_after > now:

@@ -138,3 +138,43 @@ def test_a_scheduler_marked_dead_while_alive_goes_on_as_a_new_job(pg_url: str) -
         assert job.job_id != first and states == {first: "failed", job.job_id: "running"}
     finally:
         engine.dispose()
+
+
+CATCHING_UP = """
+from datetime import datetime, timedelta, timezone
+from sluice import DAG, task
+
+with DAG("every_second", schedule=timedelta(seconds=1), catchup=True, max_active_runs=1,
+         start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+    task(task_id="t")(lambda: 1)
+"""
+
+
+def count_runs(sluice: Sluice) -> tuple[int, int]:
+    """(runs of every_second, of them queued or running)."""
+    engine = create_engine(sluice.database_url)
+    try:
+        with engine.connect() as conn:
+            total, active = conn.execute(
+                text(
+                    "SELECT count(*), count(*) FILTER (WHERE state IN ('queued', 'running')) "
+                    "FROM dag_run WHERE dag_id = 'every_second'"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    return int(total), int(active)
+
+
+def test_catch_up_creates_runs_as_they_finish_not_all_at_once(sluice: Sluice) -> None:
+    """A one-second schedule with catch-up from January and max_active_runs=1 (a million
+    intervals): the scheduler creates one run while it is unfinished, the next when it
+    finished (it created 1,152 runs in 20 s)."""
+    (sluice.dags_folder / "every_second.py").write_text(textwrap.dedent(CATCHING_UP))
+    done = sluice.cli("scheduler", "--num-loops", "10", timeout=60)  # no worker: none ends
+    assert done.returncode == 0, done.stderr
+    assert count_runs(sluice) == (1, 1)
+    sluice.scheduler()
+    sluice.worker()
+    wait_until(lambda: count_runs(sluice)[0] >= 3, timeout=30)
+    assert count_runs(sluice)[1] <= 1

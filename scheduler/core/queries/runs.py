@@ -21,13 +21,23 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.core.hot_sql import built, check_registered, name_of
+from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import DagRunState, RunType
 
 
 def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Dag]:
-    """Active, unpaused DAGs whose next run is due, locked SKIP LOCKED."""
+    """Active, unpaused DAGs whose next run is due and that have room for it (fewer
+    queued and running runs than max_active_runs), locked SKIP LOCKED."""
+    active = (
+        select(func.count())
+        .where(
+            DagRun.dag_id == Dag.dag_id,
+            DagRun.state.in_([DagRunState.QUEUED.value, DagRunState.RUNNING.value]),
+            DagRun.run_type != RunType.BACKFILL.value,
+        )
+        .scalar_subquery()
+    )
     stmt = (
         select(Dag)
         .where(
@@ -35,6 +45,7 @@ def lock_due_dags(session: Session, now: dt.datetime, limit: int) -> Sequence[Da
             Dag.is_paused.is_(False),
             Dag.next_dagrun_create_after.is_not(None),
             Dag.next_dagrun_create_after <= now,
+            active < Dag.max_active_runs,
         )
         .order_by(Dag.next_dagrun_create_after, Dag.dag_id)
         .limit(limit)
@@ -80,6 +91,23 @@ def count_running_runs(
     """Running runs per DAG (leaving out runs of `not_type`)."""
     params = {"dag_ids": list(dag_ids), "not_type": not_type or ""}
     return {dag_id: n for dag_id, n in session.execute(_RUNNING_RUNS, params).all()}
+
+
+_ACTIVE_RUNS = hot(
+    "active runs of a DAG",
+    select(func.count()).where(
+        DagRun.dag_id == bindparam("dag_id"),
+        DagRun.state.in_([DagRunState.QUEUED.value, DagRunState.RUNNING.value]),
+        DagRun.run_type != RunType.BACKFILL.value,
+    ),
+    "Queued and running runs of one DAG (backfills aside): a scheduled run is created only "
+    "while they are fewer than max_active_runs, as Airflow does.",
+)
+
+
+def count_active_runs(session: Session, dag_id: str) -> int:
+    """Queued and running runs of `dag_id`, its backfill runs left out."""
+    return int(session.scalar(_ACTIVE_RUNS, {"dag_id": dag_id}) or 0)
 
 
 def queued_runs_of(
