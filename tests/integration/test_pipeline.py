@@ -6,8 +6,11 @@ PostgreSQL database and Redis db.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
+
+from sqlalchemy import create_engine, text
 
 from tests.procs import Sluice, wait_until
 
@@ -239,6 +242,20 @@ def test_execution_timeout_fails_the_task(sluice: Sluice, tmp_path: Path) -> Non
     assert "timed out" in ti["error"].lower() or "timeout" in ti["error"].lower()
 
 
+def stored_tasks(sluice: Sluice, dag_id: str) -> set[str]:
+    """The task ids of the DAG as the database has it (what the schedulers parsed)."""
+    engine = create_engine(sluice.database_url)
+    try:
+        with engine.connect() as conn:
+            serialized = conn.execute(
+                text("SELECT serialized FROM dag WHERE dag_id = :d"), {"d": dag_id}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    spec = serialized if isinstance(serialized, dict) else json.loads(serialized)
+    return set(spec["tasks"])
+
+
 def test_verify_integrity_adds_and_removes_tasks(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
     body = """
@@ -260,6 +277,7 @@ def test_verify_integrity_adds_and_removes_tasks(sluice: Sluice, tmp_path: Path)
     assert path.exists()
 
     sluice.scheduler()
+    wait_until(lambda: "new" in stored_tasks(sluice, "evolving"))  # parsed beside its loop
     sluice.worker()
     assert sluice.wait_run("evolving", run_id) == "success"
     got = {t: s["state"] for t, s in sluice.task_states("evolving", run_id).items()}
