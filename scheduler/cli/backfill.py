@@ -2,7 +2,10 @@
 
 Synchronous: shows progress, exits 0 only if every run it drove succeeded.
 With `--local` the tasks run in this process, from the DAG files as they are
-in the local folder, with no hand-off to workers.
+in the local folder, with no hand-off to workers. More than `--confirm-above` runs
+(1,000) are created only after a yes at the prompt, or with `--yes`.
+`sluice backfill cancel DAG_ID` ends the DAG's unfinished backfill runs `failed`
+and stops their running tries.
 """
 
 from __future__ import annotations
@@ -26,11 +29,20 @@ from sluice.scheduler.scheduling.timetables import logical_dates_between
 log = logging.getLogger("sluice.backfill")
 
 
+CONFIRM_ABOVE = 1000
+"""Most runs a backfill creates without asking (`--yes` skips the question)."""
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("backfill", help="run a DAG for a range of past dates")
-    p.add_argument("dag_id")
-    p.add_argument("--start", required=True, help="first logical date (ISO 8601)")
-    p.add_argument("--end", required=True, help="last logical date (ISO 8601), included")
+    p = sub.add_parser(
+        "backfill",
+        help="run a DAG for a range of past dates (`backfill cancel DAG_ID` to stop one)",
+    )
+    p.add_argument("dag_id", help="the DAG, or `cancel` followed by the DAG")
+    p.add_argument("cancelled", nargs="?", help=argparse.SUPPRESS)
+    p.add_argument("--start", help="first logical date (ISO 8601)")
+    p.add_argument("--end", help="last logical date (ISO 8601), included")
+    p.add_argument("--yes", action="store_true", help=f"create over {CONFIRM_ABOVE} runs unasked")
     p.add_argument("--rerun-failed", action="store_true", help="rerun dates whose run failed")
     p.add_argument("--max-active-runs", type=int, default=None)
     p.add_argument("--local", action="store_true", help="run tasks in this process")
@@ -76,6 +88,12 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.broker.wakeup import LocalWaker, waker_for
     from sluice.scheduler.jobs.backfill_job import BackfillJob
 
+    if args.dag_id == "cancel" and args.cancelled:
+        return cancel(cli, args.cancelled)
+    if args.cancelled:
+        raise CliError(f"unexpected argument {args.cancelled!r} (backfill cancel DAG_ID?)")
+    if args.start is None or args.end is None:
+        raise CliError("backfill needs --start and --end")
     start = parse_date(args.start, "--start")
     end = parse_date(args.end, "--end")
     if end < start:
@@ -100,6 +118,10 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         raise CliError(f"cannot backfill {args.dag_id!r}: {exc}") from None
     if not dates:
         raise CliError(f"no logical date of {args.dag_id!r}'s schedule between {start} and {end}")
+    if len(dates) > CONFIRM_ABOVE and not args.yes and not confirmed(len(dates), args.dag_id):
+        raise CliError(
+            f"a backfill of {len(dates):,} runs of {args.dag_id!r}: pass --yes to create them"
+        )
 
     from sluice.scheduler.core.tracing import Tracing
 
@@ -158,6 +180,8 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
             waker.close()
+    if job.lost:
+        raise CliError(str(job.lost))
     outcome = job.outcome()
     for date in job.skipped_dates:
         print(f"skipped {date.isoformat()}: a run already exists")
@@ -167,6 +191,45 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         print("interrupted: unfinished runs were released to the schedulers", file=sys.stderr)
         return 130
     return 0 if all(s == "success" for s in outcome.values()) else 1
+
+
+def confirmed(runs: int, dag_id: str) -> bool:
+    """Asked at a terminal: whether the user wants `runs` runs (never without one)."""
+    if not sys.stdin.isatty():
+        return False
+    answer = input(f"create {runs:,} backfill runs of {dag_id!r}? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def cancel(cli: Cli, dag_id: str) -> int:
+    """End the unfinished backfill runs of `dag_id` failed and stop their tries."""
+    from sqlalchemy import select
+
+    from sluice.broker.app import create_app
+    from sluice.scheduler.control.operations import revoke_external_tasks
+    from sluice.scheduler.core.db import transaction, utcnow
+    from sluice.scheduler.core.models import DagRun
+    from sluice.scheduler.core.states import RUN_UNFINISHED, RunType
+    from sluice.scheduler.scheduling.cancelling import cancel_runs
+
+    with transaction(cli.factory) as session:
+        cli.get_dag(session, dag_id)
+        run_pks = session.scalars(
+            select(DagRun.id).where(
+                DagRun.dag_id == dag_id,
+                DagRun.run_type == RunType.BACKFILL,
+                DagRun.state.in_(list(RUN_UNFINISHED)),
+            )
+        ).all()
+        done = cancel_runs(session, run_pks, utcnow())
+    if done.attempts:  # after the commit: a late result of these tries changes nothing
+        try:
+            create_app(cli.settings).control.revoke(done.attempts, terminate=True)
+        except Exception as exc:
+            log.warning("stopping %d tries failed: %s", len(done.attempts), exc)
+    revoke_external_tasks(cli.settings, done.external_ids)
+    print(f"cancelled {done.runs} backfill run(s) of {dag_id}; {len(done.attempts)} tries stopped")
+    return 0
 
 
 def local_publisher(

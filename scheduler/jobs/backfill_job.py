@@ -31,11 +31,14 @@ from sluice.scheduler.core.states import (
     RunType,
 )
 from sluice.scheduler.core.tracing import Tracing
-from sluice.scheduler.jobs.base import DagRunJob, Publish, TickResult
+from sluice.scheduler.jobs.base import DagRunJob, JobLost, Publish, TickResult
 from sluice.scheduler.scheduling.clearing import clear_task_instances
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 log = logging.getLogger("sluice.backfill")
+
+RUNS_PER_BATCH = 500
+"""Runs a backfill creates per transaction (with a heartbeat between two)."""
 
 
 @dataclass
@@ -79,6 +82,8 @@ class BackfillJob(DagRunJob):
         self.run_pks: list[int] = []
         self.skipped_dates: list[dt.datetime] = []
         self._finished = False
+        self.lost: JobLost | None = None
+        """Set when a scheduler marked this job dead while it ran (its runs went on)."""
 
     # -- what this job drives ----------------------------------------------------------------
     def drivable(self) -> ColumnElement[bool]:
@@ -88,10 +93,28 @@ class BackfillJob(DagRunJob):
         return self.local_dag or dags.get(run.dag_id)
 
     def prepare(self) -> None:
-        """Create (or, with rerun_failed, reset) one claimed backfill run per date."""
+        """Create (or, with rerun_failed, reset) one claimed backfill run per date, in
+        transactions of RUNS_PER_BATCH runs with a heartbeat between them: a backfill of
+        decades neither holds one huge transaction nor looks dead to the schedulers."""
         if self.job_id is None:
             self.retrying(self.register)
+        for start in range(0, len(self.dates), RUNS_PER_BATCH):
+            batch = self.dates[start : start + RUNS_PER_BATCH]
+            self.retrying(lambda batch=batch: self._prepare_batch(batch))  # type: ignore[misc]
+            self.heartbeat(self.clock(), force=True)
+            if self.stopping or self.lost is not None:
+                break
+        log.info(
+            "backfill of %s: %d run(s), %d date(s) skipped (already have a run)",
+            self.dag_id,
+            len(self.run_pks),
+            len(self.skipped_dates),
+        )
+
+    def _prepare_batch(self, dates: Sequence[dt.datetime]) -> None:
         now = self.clock()
+        made: list[int] = []
+        skipped: list[dt.datetime] = []
         with transaction(self.factory) as session:
             dag = session.get(Dag, self.dag_id)
             assert dag is not None
@@ -101,11 +124,11 @@ class BackfillJob(DagRunJob):
                 run.logical_date: run
                 for run in session.scalars(
                     select(DagRun).where(
-                        DagRun.dag_id == self.dag_id, DagRun.logical_date.in_(self.dates)
+                        DagRun.dag_id == self.dag_id, DagRun.logical_date.in_(dates)
                     )
                 )
             }
-            for date in self.dates:
+            for date in dates:
                 run = existing.get(date)
                 if run is None:
                     new = create_dagrun(
@@ -116,18 +139,14 @@ class BackfillJob(DagRunJob):
                         now=now,
                         claimed_by_job_id=self.job_id,
                     )
-                    self.run_pks.append(new.id)
+                    made.append(new.id)
                 elif self.rerun_failed and run.state == DagRunState.FAILED:
                     self._reset_failed(session, run, dag, now)
-                    self.run_pks.append(run.id)
+                    made.append(run.id)
                 else:
-                    self.skipped_dates.append(date)
-        log.info(
-            "backfill of %s: %d run(s), %d date(s) skipped (already have a run)",
-            self.dag_id,
-            len(self.run_pks),
-            len(self.skipped_dates),
-        )
+                    skipped.append(date)
+        self.run_pks.extend(made)  # only once committed: a retried batch is not counted twice
+        self.skipped_dates.extend(skipped)
 
     def _reset_failed(self, session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> None:
         """Clear the failed and upstream_failed TIs as `sluice tasks clear` does; claim the run."""
@@ -157,7 +176,15 @@ class BackfillJob(DagRunJob):
         return result
 
     def done(self) -> bool:
-        return self._finished
+        return self._finished or self.lost is not None
+
+    def lost_job_row(self) -> None:
+        """Marked dead by a scheduler while running: its runs went on under the
+        schedulers; this backfill stops (the CLI says so in one line)."""
+        self.lost = JobLost(
+            f"backfill job {self.job_id} was marked dead by a scheduler (its heartbeat was "
+            "late): its runs go on under the schedulers"
+        )
 
     def start_or_create(self, session: Session, now: dt.datetime, result: TickResult) -> None:
         result.runs_started = self.start_own_runs(session, now)

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag
-from sluice.scheduler.core.queries.jobs import release_dead_jobs
+from sluice.scheduler.core.queries.jobs import release_dead_jobs, release_orphaned_runs
 from sluice.scheduler.core.queries.runs import (
     count_active_runs,
     count_running_runs,
@@ -228,3 +228,6 @@ class SchedulerJob(DagRunJob):
                 log.warning("job %s stopped heartbeating: released its %d run(s)", job_id, runs)
             if released:
                 spans.adopt_spans_of_dead(session, list(released), self.job_id)
+            orphans = release_orphaned_runs(session)
+            if orphans:
+                log.warning("released %d run(s) claimed by jobs that are not running", orphans)

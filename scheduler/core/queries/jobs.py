@@ -39,3 +39,18 @@ def release_dead_jobs(session: Session, cutoff: dt.datetime, now: dt.datetime) -
         )
         released[job.id] = int(getattr(result, "rowcount", 0) or 0)
     return released
+
+
+def release_orphaned_runs(session: Session) -> int:
+    """Unclaim the unfinished runs still claimed by a job that is not `running` (a
+    backfill whose transaction committed runs after it was marked dead); their count."""
+    result = session.execute(
+        update(DagRun)
+        .where(
+            DagRun.claimed_by_job_id.in_(select(Job.id).where(Job.state != JobState.RUNNING)),
+            DagRun.state.in_(list(RUN_UNFINISHED)),
+        )
+        .values(claimed_by_job_id=None)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
