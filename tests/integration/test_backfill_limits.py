@@ -125,9 +125,7 @@ def test_runs_left_claimed_by_a_job_that_is_not_running_are_released(
     ) == [(0,)]
 
 
-def test_cancel_ends_a_backfill_and_stops_its_running_tries(
-    sluice: Sluice, tmp_path: Path
-) -> None:
+def test_cancel_ends_a_backfill_and_stops_its_running_tries(sluice: Sluice, tmp_path: Path) -> None:
     """`sluice backfill cancel hourly` while its tries run: the runs end failed, the running
     tries fail as cancelled and their code is stopped (it never finishes), the backfill
     process exits, and the DAG runs again afterwards."""
