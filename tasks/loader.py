@@ -137,8 +137,9 @@ class DagCache:
 
     def _load(self, path: str, stat: os.stat_result) -> _Entry:
         lock = self._lock_of(path)
-        what = f"importing the DAG file {path} took longer than {self.timeout:g}s"
-        if not lock.acquire(timeout=-1 if self.timeout is None else self.timeout):
+        timeout = self.timeout
+        what = f"importing the DAG file {path} took longer than {timeout or 0:g}s"
+        if not lock.acquire(timeout=-1 if timeout is None else timeout):
             raise TaskTimeout(what)
         try:
             entry = self._entries.get(path)  # another thread may have imported it meanwhile
@@ -151,7 +152,6 @@ class DagCache:
             def load() -> dict[str, DAG]:
                 return {dag.dag_id: dag for dag in load_file(path)}
 
-            timeout = self.timeout
             dags = load() if timeout is None else call_with_timeout(load, timeout, what)
             entry = self._entries[path] = _Entry(stat.st_mtime_ns, stat.st_size, dags)
             return entry
