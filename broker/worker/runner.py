@@ -221,8 +221,7 @@ _CLAIMED = hot(
         _TI.c.pool,
         _TI.c.dag_run_id.label("run_pk"),
         _of_run(_RUN.c.logical_date).label("logical_date"),
-        _of_run(_RUN.c.conf).label("conf"),
-        _of_run(_RUN.c.dag_hash).label("dag_hash"),
+            _of_run(_RUN.c.dag_hash).label("dag_hash"),
         _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
         select(_DAG.c.fileloc)
         .where(_DAG.c.dag_id == _TI.c.dag_id)
@@ -232,6 +231,7 @@ _CLAIMED = hot(
     "What the claim's UPDATE returns: the run's and the DAG's columns by scalar "
     "subqueries on their keys, so the claim is one statement.",
 )
+_RUN_CONF = hot("run conf", select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk")))
 _UPSTREAM_RESULTS = hot(
     "upstream results",
     select(_TI.c.task_id, _TI.c.result).where(
@@ -311,14 +311,14 @@ def _read_context(
         serialized = spec_of(row.dag_id)
     spec = serialized.get("tasks", {}).get(row.task_id)
     upstream_ids = sorted(spec.get("upstream", [])) if spec else []
-    upstream: dict[str, Any] = dict.fromkeys(upstream_ids)  # read by _read_upstream
+    upstream: dict[str, Any] = dict.fromkeys(upstream_ids)  # read by _read_for_context
     context = {
         "dag_id": row.dag_id,
         "run_id": row.run_id,
         "task_id": row.task_id,
         "logical_date": row.logical_date.isoformat(),
         "try_number": row.try_number,
-        "conf": dict(row.conf or {}),
+        "conf": {},  # read by _read_for_context, for a task that takes the context
         "attempt_id": msg.attempt_id,
         "upstream": upstream,
     }
@@ -335,16 +335,22 @@ def _read_context(
     )
 
 
-def _read_upstream(ctx: WorkerContext, claimed: Claimed) -> None:
-    """Fill `context["upstream"]` with the upstream tasks' results: one read, made only
-    for a task that takes the context or a CeleryTask (whose arguments may refer to them)."""
+def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> None:
+    """Fill `context["upstream"]` with the upstream tasks' results and, with `conf`, the
+    run's conf: read only for a task that takes the context (a CeleryTask: the results,
+    which its arguments may refer to). The claim returns neither: a run's conf (up to
+    SLUICE_MAX_CONF_BYTES) would travel with every claim of every task of the run."""
     upstream = claimed.context["upstream"]
-    if not upstream:
+    if not upstream and not conf:
         return
-    params = {"run_pk": claimed.run_pk, "task_ids": sorted(upstream)}
     with transaction(single_statement_factory(ctx.session_factory)) as session:
-        for task_id, result in session.execute(_UPSTREAM_RESULTS, params):
-            upstream[task_id] = None if result is None else json.loads(result)
+        if upstream:
+            params = {"run_pk": claimed.run_pk, "task_ids": sorted(upstream)}
+            for task_id, result in session.execute(_UPSTREAM_RESULTS, params):
+                upstream[task_id] = None if result is None else json.loads(result)
+        if conf:
+            stored = session.execute(_RUN_CONF, {"run_pk": claimed.run_pk}).scalar()
+            claimed.context["conf"] = dict(stored or {})
 
 
 def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI, dict[str, Any]]:
@@ -358,8 +364,9 @@ def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI,
             raise LookupError(
                 f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
             )
-        if isinstance(task, CeleryTask) or wants_context(task):
-            _read_upstream(ctx, claimed)
+        takes_context = wants_context(task)
+        if isinstance(task, CeleryTask) or takes_context:
+            _read_for_context(ctx, claimed, conf=takes_context)
         if isinstance(task, CeleryTask):
             external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)

@@ -84,3 +84,44 @@ def test_a_message_naming_another_task_runs_nothing(harness: Harness, tmp_path: 
     assert harness.states()["asked"] == "queued" and not (tmp_path / "other").exists()
     assert harness.run_message(real) is Outcome.SUCCESS
     assert (tmp_path / "asked").read_text() == "ran" and not (tmp_path / "other").exists()
+
+
+CONF_DAG = """
+from sluice import DAG, task
+
+def reads(context):
+    return sorted(context["conf"])
+
+with DAG("confs", schedule=None) as dag:
+    task(task_id="quiet")(lambda: 1) >> task(task_id="reads")(reads)
+"""
+
+
+def test_a_big_conf_travels_only_to_the_tasks_that_read_it(harness: Harness) -> None:
+    """The claim returns no conf (a run's conf went back with every claim of every task);
+    a task that takes the context still gets it, read for it alone."""
+    from sqlalchemy import update
+
+    from sluice.broker.worker.runner import claim_statement
+    from sluice.scheduler.core.db import executed_alone, transaction, utcnow
+    from sluice.scheduler.core.models import DagRun
+
+    harness.write("confs", CONF_DAG)
+    run_pk = harness.trigger("confs")
+    with transaction(harness.factory) as session:
+        conf = {"big": "x" * 60_000, "small": 1}
+        session.execute(update(DagRun).where(DagRun.id == run_pk).values(conf=conf))
+    quiet = next(m for m in harness.by_scheduler if m.task_id == "quiet")
+    claimed = executed_alone(harness.factory, claim_statement(quiet, "h", 1, utcnow()))
+    assert len(claimed) == 1 and "conf" not in claimed[0]._fields
+    with transaction(harness.factory) as session:  # back to queued: the real run below
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.id == quiet.ti_id)
+            .values(state="queued", hostname=None, pid=None, start_date=None)
+        )
+    assert harness.run("quiet") is Outcome.SUCCESS
+    assert harness.run("reads") is Outcome.SUCCESS
+    with harness.factory() as session:
+        result = session.scalar(select(TaskInstance.result).where(TaskInstance.task_id == "reads"))
+    assert result == '["big","small"]'

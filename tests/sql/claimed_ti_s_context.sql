@@ -11,9 +11,6 @@ task_instance.dag_run_id,
 (SELECT dag_run.logical_date 
 FROM dag_run, task_instance 
 WHERE dag_run.id = task_instance.dag_run_id),
-(SELECT dag_run.conf 
-FROM dag_run, task_instance 
-WHERE dag_run.id = task_instance.dag_run_id),
 (SELECT dag_run.dag_hash 
 FROM dag_run, task_instance 
 WHERE dag_run.id = task_instance.dag_run_id),
