@@ -31,16 +31,32 @@ the configuration.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from celery import Celery
+from kombu.utils.url import maybe_sanitize_url
 
 from sluice.broker.worker.task import register
 from sluice.scheduler.core.settings import Settings
 
 _ATTACHED = "sluice_attached"
+
+_OBJECT_SERIALIZERS = frozenset(
+    {
+        "pickle",
+        "application/x-python-serialize",
+        "yaml",
+        "application/x-yaml",
+        "msgpack",
+        "application/x-msgpack",
+    }
+)
+"""Content types whose loading builds objects of the sender's choice."""
+
+log = logging.getLogger("sluice.attach")
 
 
 class AttachError(ValueError):
@@ -77,7 +93,8 @@ def check(app: Celery, settings: Settings) -> None:
     if broker and not _same_broker(str(broker), settings.broker_url):
         raise AttachError(
             f"the app's broker ({app.connection_for_write().as_uri()}) is not Sluice's broker_url "
-            f"({settings.broker_url}): its workers would never see Sluice's messages"
+            f"({maybe_sanitize_url(settings.broker_url)}): its workers would never see "
+            "Sluice's messages"
         )
     if not conf.task_create_missing_queues:
         prefix = f"{settings.namespace}."
@@ -104,6 +121,13 @@ def attach(app: Celery, settings: Settings | None = None) -> Celery:
     accept = _names(app.conf.accept_content)
     if "json" not in accept and "application/json" not in accept:
         app.conf.accept_content = [*accept, "json"]
+    unsafe = sorted({name for name in accept if name in _OBJECT_SERIALIZERS})
+    if unsafe:
+        log.warning(
+            "this app's workers accept %s messages: whoever can write to the broker can run "
+            "code on them (Sluice itself needs only json)",
+            ", ".join(unsafe),
+        )
     app.conf.sluice_settings = settings
     if not getattr(app, _ATTACHED, False):
         register(app)  # lazy on an unfinalized app: its other tasks are not touched

@@ -110,3 +110,32 @@ def test_celery_task_serializes_and_resolves_upstream_references() -> None:
     with pytest.raises(LookupError, match="'missing'"):
         resolve([Upstream("missing")], upstream, "add")
     assert external_id_for("a") == external_id_for("a") != external_id_for("b")
+
+
+def test_attach_refusing_a_broker_never_prints_its_password() -> None:
+    app = make_app("redis://:theirsecret@127.0.0.1:6379/8", attach_sluice=False)
+    settings = Settings(broker_url="redis://:oursecret@127.0.0.1:6379/9", namespace="sl")
+    with pytest.raises(AttachError, match="not Sluice's broker_url") as caught:
+        attach(app, settings)
+    assert "oursecret" not in str(caught.value) and "theirsecret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("accepted", [["pickle"], ["json", "yaml"], ["application/x-msgpack"]])
+def test_attach_warns_of_an_app_that_loads_objects(
+    accepted: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An app whose workers accept pickle, yaml or msgpack: whoever can write to the broker
+    can run code on them; attach says so (once, as a warning) and attaches."""
+    app = make_app(BROKER, attach_sluice=False)
+    app.conf.update(accept_content=accepted)
+    with caplog.at_level("WARNING", logger="sluice.attach"):
+        attach(app, SETTINGS)
+    warned = [r.getMessage() for r in caplog.records if r.name == "sluice.attach"]
+    assert len(warned) == 1 and "can run code on them" in warned[0]
+    assert RUN_TASK_NAME in app.tasks
+
+
+def test_attach_to_a_json_only_app_warns_of_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="sluice.attach"):
+        attach(make_app(BROKER, attach_sluice=False), SETTINGS)
+    assert [r for r in caplog.records if r.name == "sluice.attach"] == []
