@@ -112,6 +112,9 @@ class WorkerContext:
     trace_tis: bool = False
     observe: Callable[[Recorded], None] | None = None
     """Called with what recording each result did (its path): for tests and metrics."""
+    deployment: str | None = None
+    """The deployment this worker serves (`core.deployment`): messages of another are
+    put back (`worker.task.refuse_a_strangers`)."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,7 @@ _CLAIMED = hot(
         _TI.c.pool,
         _TI.c.dag_run_id.label("run_pk"),
         _of_run(_RUN.c.logical_date).label("logical_date"),
-            _of_run(_RUN.c.dag_hash).label("dag_hash"),
+        _of_run(_RUN.c.dag_hash).label("dag_hash"),
         _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
         select(_DAG.c.fileloc)
         .where(_DAG.c.dag_id == _TI.c.dag_id)
