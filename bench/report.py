@@ -258,6 +258,20 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
                 _check(r is not None and r <= 2, r),
             )
         )
+    if "W9" in ran:
+        tasks = _fig(results, "W9", "tasks") or 0
+        for name, label in (("dag_detail", "DAG detail"), ("grid", "grid")):
+            for when in ("cold", "warm"):
+                v = _fig(results, "W9", f"{name}_{when}_ms")
+                rows.append(
+                    Row(
+                        "W9",
+                        f"API {label} of a {tasks:.0f}-task DAG, {when}, ms",
+                        v,
+                        target="< 200 ms",
+                        passed=_check(v is not None and v < 200, v),
+                    )
+                )
     return rows
 
 

@@ -2,8 +2,9 @@
 
 Order: the raw Celery floor (only its worker running), then one live Sluice
 deployment for W2, W1 (+W6), W3, W7 and W5 end to end, then the in-process W4
-and W5 pass, then W8 — so no two parts compete for the CPU. Every database
-and process the bench creates is removed at the end, also on errors and Ctrl-C.
+and W5 pass, then W8, then W9 (the API's reads of a big DAG) — so no two parts
+compete for the CPU. Every database and process the bench creates is removed at
+the end, also on errors and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import celery
 import redis
 from sqlalchemy.exc import OperationalError
 
-from bench import inproc, raw_celery, standalone, workloads
+from bench import api_reads, inproc, raw_celery, standalone, workloads
 from bench.dagfiles import chain_call, fanout_call, write_dag_file
 from bench.live import LiveEnv
 from bench.metrics import median_run, runs_of
@@ -205,6 +206,12 @@ class Bench:
                         self.workdir, self.namespace, LOOP_INTERVAL, self.sizes
                     )
                 },
+                uses_redis=False,
+            )
+        if "W9" in want:
+            self.attempt(
+                ["W9"],
+                lambda: {"W9": self.in_own_db("w9", api_reads.w9_api_reads)},
                 uses_redis=False,
             )
 

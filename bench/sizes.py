@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"
 DAG_W3 = "bench_w3_diamond"
 DAG_W5 = "bench_w5_big"
 DAG_W7 = "bench_w7_chain"
+DAG_W9 = "bench_w9_api"
 DAG_WARMUP = "bench_warmup"
 
 
@@ -36,6 +37,8 @@ class Sizes:
     """Runs triggered at once for the schedulers alone (the DAG's max_active_runs: 256)."""
     w8_w1_width: int = 200
     w8_w2_length: int = 50
+    w9_tasks: int = 10_000
+    """Tasks of the DAG whose API reads W9 times (the DAG page of a big DAG)."""
     run_timeout: float = 180.0
     repeats: int = 3
     """Runs of the floor's drain, W1, W2 and W3; each reports its median run (this VM's
@@ -61,6 +64,7 @@ QUICK = Sizes(
     w7_alone_runs=6,
     w8_w1_width=10,
     w8_w2_length=5,
+    w9_tasks=100,
     run_timeout=60.0,
     repeats=1,
 )

@@ -3,6 +3,8 @@
 Invariants:
 - `Settings` and the API's own variables are read once, here, when the app is
   created; one engine serves every request, each with its own session.
+- A write is refused without its token, and a body over SLUICE_API_MAX_BODY_BYTES
+  with 413, before the body is read (`guard.RequestGuard`, in front of the app).
 - The interactive docs pages are off: they load their scripts from a CDN,
   which closed networks cannot reach. The spec is at `/openapi.json`.
 """
@@ -17,8 +19,10 @@ from fastapi import FastAPI
 from sluice.scheduler.api import health, routes_dags, routes_runs, routes_tasks
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import install_error_handlers
+from sluice.scheduler.api.guard import RequestGuard
 from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.api.ui import install_ui
+from sluice.scheduler.api.views import ShapeCache
 from sluice.scheduler.core.db import make_engine, make_session_factory
 from sluice.scheduler.core.settings import Settings
 
@@ -36,7 +40,11 @@ def create_app(
     config = config if config is not None else ApiConfig.from_env(env)
     engine = make_engine(settings.database_url, application_name="sluice-api")
     state = ApiState(
-        settings=settings, config=config, engine=engine, factory=make_session_factory(engine)
+        settings=settings,
+        config=config,
+        engine=engine,
+        factory=make_session_factory(engine),
+        shapes=ShapeCache(config.dag_cache_bytes),
     )
 
     @asynccontextmanager
@@ -54,6 +62,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.sluice = state
+    app.add_middleware(RequestGuard, config=config)
     install_error_handlers(app)
     for module in (health, routes_dags, routes_runs, routes_tasks):
         app.include_router(module.router)

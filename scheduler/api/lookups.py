@@ -7,11 +7,15 @@ it never reaches the database.
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from sluice.scheduler.api.errors import not_found
-from sluice.scheduler.api.schemas import ID_MAX, storable
+from sluice.scheduler.control.inputs import ID_MAX, InputError, storable
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+
+WITHOUT_DEFINITION = (defer(Dag.serialized),)
+"""A DAG row without its definition: the pages take what they need of it from
+`views.ShapeCache`, which reads `serialized` only for a DAG version it does not hold."""
 
 
 def _usable(value: str) -> bool:
@@ -19,13 +23,14 @@ def _usable(value: str) -> bool:
         return False
     try:
         storable(value)
-    except ValueError:
+    except InputError:
         return False
     return True
 
 
 def find_dag(session: Session, dag_id: str) -> Dag:
-    dag = session.get(Dag, dag_id) if _usable(dag_id) else None
+    """The active DAG `dag_id`; its `serialized` is loaded on first access."""
+    dag = session.get(Dag, dag_id, options=WITHOUT_DEFINITION) if _usable(dag_id) else None
     if dag is None or not dag.is_active:
         raise not_found(f"unknown DAG {dag_id!r}")
     return dag

@@ -1,4 +1,9 @@
-"""`/api/v1/dags`: the DAGs with their recent runs, one DAG, pausing, and the grid."""
+"""`/api/v1/dags`: the DAGs with their recent runs, one DAG, pausing, and the grid.
+
+What the pages take of a DAG's definition (its task order, task count and task list)
+comes from `ApiState.shapes`, built once per DAG version; a DAG row is read without
+its definition (`lookups.WITHOUT_DEFINITION`), and no list reads a run's conf.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession
-from sluice.scheduler.api.lookups import find_dag
+from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from sluice.scheduler.api.lookups import WITHOUT_DEFINITION, find_dag
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
     DagDetail,
@@ -22,8 +27,10 @@ from sluice.scheduler.api.schemas import (
     GridCell,
     GridRun,
     ImportErrorOut,
+    RunBrief,
 )
-from sluice.scheduler.api.views import dag_summary, task_order, task_specs
+from sluice.scheduler.api.state import ApiState
+from sluice.scheduler.api.views import DagShape, dag_detail_json, dag_summary
 from sluice.scheduler.core.models import Dag, DagFile, DagRun, TaskInstance
 from sluice.scheduler.core.states import RUN_UNFINISHED
 
@@ -32,8 +39,11 @@ RECENT_RUNS = 10
 router = APIRouter(prefix="/api/v1/dags", tags=["dags"])
 
 
-def recent_runs(session: Session, dag_ids: Sequence[str], per_dag: int) -> dict[str, list[DagRun]]:
-    """The newest `per_dag` runs of each DAG (by logical date), newest first; one query."""
+def recent_runs(
+    session: Session, dag_ids: Sequence[str], per_dag: int
+) -> dict[str, list[RunBrief]]:
+    """The newest `per_dag` runs of each DAG (by logical date), newest first; one query of
+    the columns shown (never a run's conf)."""
     if not dag_ids:
         return {}
     rank = (
@@ -42,28 +52,56 @@ def recent_runs(session: Session, dag_ids: Sequence[str], per_dag: int) -> dict[
         .label("rank")
     )
     ranked = select(DagRun.id, rank).where(DagRun.dag_id.in_(list(dag_ids))).subquery()
-    rows = session.scalars(
-        select(DagRun)
+    rows = session.execute(
+        select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.logical_date)
         .join(ranked, ranked.c.id == DagRun.id)
         .where(ranked.c.rank <= per_dag)
         .order_by(DagRun.dag_id, DagRun.logical_date.desc())
     ).all()
-    found: dict[str, list[DagRun]] = defaultdict(list)
-    for run in rows:
-        found[run.dag_id].append(run)
+    found: dict[str, list[RunBrief]] = defaultdict(list)
+    for dag_id, run_id, run_state, logical_date in rows:
+        found[dag_id].append(RunBrief(run_id=run_id, state=run_state, logical_date=logical_date))
     return found
 
 
+def shapes_of(session: Session, state: ApiState, dags: Sequence[Dag]) -> dict[str, DagShape]:
+    """The shape of each DAG, by id; the definitions of the versions not cached are read
+    in one query."""
+    found = {d.dag_id: shape for d in dags if (shape := state.shapes.cached(d)) is not None}
+    missing = {d.dag_id: d.version_hash for d in dags if d.dag_id not in found}
+    if missing:
+        rows = session.execute(
+            select(Dag.dag_id, Dag.version_hash, Dag.serialized).where(
+                Dag.dag_id.in_(list(missing))
+            )
+        ).all()
+        for dag_id, version_hash, spec in rows:
+            found[dag_id] = state.shapes.add(dag_id, version_hash, spec)
+    return found
+
+
+def _summary(session: Session, state: ApiState, dag: Dag) -> DagSummary:
+    recent = recent_runs(session, [dag.dag_id], RECENT_RUNS).get(dag.dag_id, [])
+    return dag_summary(dag, recent, state.shapes.shape(dag).task_count)
+
+
 @router.get("", response_model=DagList, dependencies=[CanRead], responses=errors())
-def list_dags(session: DbSession) -> DagList:
+def list_dags(session: DbSession, state: State) -> DagList:
     """Active DAGs with their last runs' states, and the DAG files that failed to import."""
-    dags = session.scalars(select(Dag).where(Dag.is_active.is_(True)).order_by(Dag.dag_id)).all()
+    dags = session.scalars(
+        select(Dag).options(*WITHOUT_DEFINITION).where(Dag.is_active.is_(True)).order_by(Dag.dag_id)
+    ).all()
     broken = session.scalars(
         select(DagFile).where(DagFile.import_error.is_not(None)).order_by(DagFile.fileloc)
     ).all()
     recent = recent_runs(session, [d.dag_id for d in dags], RECENT_RUNS)
+    shapes = shapes_of(session, state, dags)
     return DagList(
-        dags=[dag_summary(d, recent.get(d.dag_id, [])) for d in dags],
+        dags=[
+            dag_summary(d, recent.get(d.dag_id, []), shapes[d.dag_id].task_count)
+            for d in dags
+            if d.dag_id in shapes
+        ],
         import_errors=[
             ImportErrorOut(fileloc=f.fileloc, error=f.import_error or "") for f in broken
         ],
@@ -71,35 +109,45 @@ def list_dags(session: DbSession) -> DagList:
 
 
 @router.get("/{dag_id}", response_model=DagDetail, dependencies=[CanRead], responses=errors(404))
-def get_dag(dag_id: str, session: DbSession) -> DagDetail:
+def get_dag(dag_id: str, session: DbSession, state: State) -> Response:
     """One DAG with its tasks in topological order."""
     dag = find_dag(session, dag_id)
-    summary = dag_summary(dag, recent_runs(session, [dag.dag_id], RECENT_RUNS).get(dag.dag_id, []))
-    return DagDetail(**summary.model_dump(), tasks=task_specs(dag.serialized))
+    tasks = state.shapes.tasks_json(dag)
+    content = dag_detail_json(_summary(session, state, dag), tasks)
+    return Response(content, media_type="application/json")
 
 
 @router.patch(
     "/{dag_id}", response_model=DagSummary, dependencies=[CanWrite], responses=errors(404)
 )
-def patch_dag(dag_id: str, body: DagPatch, session: DbSession) -> DagSummary:
+def patch_dag(dag_id: str, body: DagPatch, session: DbSession, state: State) -> DagSummary:
     """Pause or unpause a DAG's schedule (manual runs may still be triggered)."""
     dag = find_dag(session, dag_id)
     dag.is_paused = body.is_paused
     session.commit()
-    return dag_summary(dag, recent_runs(session, [dag.dag_id], RECENT_RUNS).get(dag.dag_id, []))
+    return _summary(session, state, dag)
 
 
 @router.get("/{dag_id}/grid", response_model=Grid, dependencies=[CanRead], responses=errors(404))
 def grid(
     dag_id: str,
     session: DbSession,
+    state: State,
     limit: Annotated[int, Query(ge=1, le=100, description="how many of the newest runs")] = 20,
 ) -> Grid:
     """The newest runs (columns, oldest first) by tasks (rows) with each cell's state."""
     dag = find_dag(session, dag_id)
     runs = list(
-        session.scalars(
-            select(DagRun)
+        session.execute(
+            select(
+                DagRun.id,
+                DagRun.run_id,
+                DagRun.state,
+                DagRun.run_type,
+                DagRun.logical_date,
+                DagRun.start_date,
+                DagRun.end_date,
+            )
             .where(DagRun.dag_id == dag.dag_id)
             .order_by(DagRun.logical_date.desc())
             .limit(limit)
@@ -116,13 +164,14 @@ def grid(
                 TaskInstance.try_number,
             ).where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
         ).all()
-        for run_pk, task_id, state, try_number in rows:
-            cells[run_pk][task_id] = GridCell(state=state, try_number=try_number)
-    task_ids = task_order(dag.serialized)
-    extra = sorted({t for c in cells.values() for t in c} - set(task_ids))
+        for run_pk, task_id, ti_state, try_number in rows:
+            cells[run_pk][task_id] = GridCell(state=ti_state, try_number=try_number)
+    task_ids = state.shapes.shape(dag).order
+    known = set(task_ids)
+    extra = sorted({t for c in cells.values() for t in c if t not in known})
     return Grid(
         dag_id=dag.dag_id,
-        task_ids=task_ids + extra,
+        task_ids=[*task_ids, *extra],
         runs=[
             GridRun(
                 run_id=r.run_id,

@@ -1,7 +1,8 @@
 """`/api/v1/dags/{dag_id}/runs`: listing, triggering and reading DAG runs.
 
 Triggering goes through `scheduler.control.operations.trigger_run`, as `sluice dags
-trigger` does, and wakes the schedulers the same way.
+trigger` does, and wakes the schedulers the same way; its conf and run id are checked
+by `scheduler.control.inputs`, as the CLI checks them, before anything is written.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from sqlalchemy import func, select
+from sqlalchemy.orm import defer
 
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import RunCreate, RunList, RunOut
-from sluice.scheduler.api.views import run_out
+from sluice.scheduler.api.views import run_out, run_summary
 from sluice.scheduler.control import operations
-from sluice.scheduler.control.inputs import InputError, parse_date
+from sluice.scheduler.control.inputs import InputError, check_conf, parse_date
 from sluice.scheduler.control.operations import wake_schedulers
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun
@@ -37,8 +39,6 @@ def parse_logical_date(text: str) -> dt.datetime:
         return parse_date(text, "logical_date")
     except InputError as exc:
         raise unprocessable(str(exc)) from None
-    except (OverflowError, ValueError):
-        raise unprocessable(f"logical_date {text!r} is out of range") from None
 
 
 @router.get("", response_model=RunList, dependencies=[CanRead], responses=errors(404))
@@ -50,7 +50,8 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 25,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> RunList:
-    """The DAG's runs, newest logical date first, optionally only those in `state`."""
+    """The DAG's runs, newest logical date first, optionally only those in `state`
+    (without their conf: `GET …/runs/{run_id}` has it)."""
     dag = find_dag(session, dag_id)
     where = [DagRun.dag_id == dag.dag_id]
     if run_state is not None:
@@ -58,13 +59,14 @@ def list_runs(
     total = session.scalar(select(func.count()).select_from(DagRun).where(*where)) or 0
     runs = session.scalars(
         select(DagRun)
+        .options(defer(DagRun.conf, raiseload=True))
         .where(*where)
         .order_by(DagRun.logical_date.desc(), DagRun.id.desc())
         .limit(limit)
         .offset(offset)
     ).all()
     return RunList(
-        runs=[run_out(r, state.config) for r in runs], total=total, limit=limit, offset=offset
+        runs=[run_summary(r, state.config) for r in runs], total=total, limit=limit, offset=offset
     )
 
 
@@ -77,12 +79,16 @@ def list_runs(
 )
 def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) -> RunOut:
     """Create a manual run (queued) and wake the schedulers."""
+    try:
+        conf = check_conf(body.conf or {}, max_bytes=state.settings.max_conf_bytes)
+    except InputError as exc:
+        raise unprocessable(str(exc)) from None
     dag = find_dag(session, dag_id)
     now = utcnow()
     logical = parse_logical_date(body.logical_date) if body.logical_date is not None else now
     try:
         run = operations.trigger_run(
-            session, dag, now=now, logical_date=logical, run_id=body.run_id, conf=body.conf
+            session, dag, now=now, logical_date=logical, run_id=body.run_id, conf=conf
         )
         session.commit()
     except RunExists as exc:

@@ -24,8 +24,9 @@ from sluice.scheduler.api.schemas import (
     TaskLogOut,
     TryOut,
 )
-from sluice.scheduler.api.views import task_order, ti_fields, ti_out, trace_id_of
+from sluice.scheduler.api.views import ti_fields, ti_out, trace_id_of
 from sluice.scheduler.control.explain import ExplainError, explain_ti
+from sluice.scheduler.control.inputs import MAX_TRY
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, TaskInstance
@@ -35,15 +36,15 @@ from sluice.scheduler.scheduling.clearing import clear_task_instances
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
 
-MAX_TRY = 1_000_000
-
 
 @router.get("", response_model=list[TaskInstanceOut], dependencies=[CanRead], responses=errors(404))
-def list_task_instances(dag_id: str, run_id: str, session: DbSession) -> list[TaskInstanceOut]:
+def list_task_instances(
+    dag_id: str, run_id: str, session: DbSession, state: State
+) -> list[TaskInstanceOut]:
     """The run's task instances, in the DAG's topological order."""
     dag, run = find_run(session, dag_id, run_id)
     tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
-    rank = {task_id: i for i, task_id in enumerate(task_order(dag.serialized))}
+    rank = {task_id: i for i, task_id in enumerate(state.shapes.shape(dag).order)}
     ordered = sorted(tis, key=lambda ti: (rank.get(ti.task_id, len(rank)), ti.task_id))
     return [ti_out(ti) for ti in ordered]
 

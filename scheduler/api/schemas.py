@@ -2,7 +2,9 @@
 
 Times are ISO 8601 in UTC. States are the enums of `scheduler.core.states`. Request
 strings are checked to be storable (no NUL, valid UTF-8, at most 250 chars for
-ids) so that no input reaches the database it would refuse.
+ids) so that no input reaches the database it would refuse; the checks are
+`scheduler.control.inputs`', which the CLI makes too (a conf is checked by the route,
+against the deployment's SLUICE_MAX_CONF_BYTES).
 """
 
 from __future__ import annotations
@@ -12,25 +14,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
+from sluice.scheduler.control.inputs import ID_MAX, check_id_text, storable
 from sluice.scheduler.core.states import DagRunState, RunType, TaskInstanceState
 from sluice.scheduler.scheduling.dagrun import check_run_id
 
-ID_MAX = 250
-
-
-def storable(value: str) -> str:
-    """`value` if the database can store it as text, else a ValueError for a 422."""
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid UTF-8 text") from None
-    return value
+__all__ = ["ID_MAX", "storable"]
 
 
 def _run_id(value: str) -> str:
-    return storable(check_run_id(value))
+    return storable(check_run_id(check_id_text(value)))
 
 
 RunIdIn = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(_run_id)]
@@ -109,13 +101,12 @@ class DagDetail(DagSummary):
     tasks: list[TaskSpecOut] = Field(description="in topological order")
 
 
-class RunOut(BaseModel):
+class RunSummary(BaseModel):
     dag_id: str
     run_id: str
     logical_date: dt.datetime
     run_type: RunType
     state: DagRunState
-    conf: dict[str, Any]
     queued_at: dt.datetime | None
     start_date: dt.datetime | None
     end_date: dt.datetime | None
@@ -123,8 +114,14 @@ class RunOut(BaseModel):
     trace_url: str | None = Field(description="a link to its trace when SLUICE_TRACE_URL is set")
 
 
+class RunOut(RunSummary):
+    conf: dict[str, Any]
+
+
 class RunList(BaseModel):
-    runs: list[RunOut] = Field(description="the newest logical dates first")
+    runs: list[RunSummary] = Field(
+        description="the newest logical dates first; a run's conf is in GET …/runs/{run_id}"
+    )
     total: int
     limit: int
     offset: int

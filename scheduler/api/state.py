@@ -1,7 +1,8 @@
 """What the app holds for its lifetime: settings, one engine and its session factory.
 
 Invariant: built once per app by `create_app`; every request gets its own
-session from `factory` and closes it (rolling back anything uncommitted).
+session from `factory` and closes it (rolling back anything uncommitted). What is
+cached (`shapes`) is keyed by DAG version, so it never goes stale.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.api.views import ShapeCache
 from sluice.scheduler.core.settings import Settings
 
 
@@ -23,6 +25,8 @@ class ApiState:
     config: ApiConfig
     engine: Engine
     factory: sessionmaker[Session]
+    shapes: ShapeCache = field(default_factory=lambda: ShapeCache(ApiConfig().dag_cache_bytes))
+    """Each DAG version's task order and task list (built once per version)."""
     celery: Any = field(default=None)
     """The Celery app used to ask workers who they are (built on first use)."""
     inspector: ThreadPoolExecutor = field(

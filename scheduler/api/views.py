@@ -1,9 +1,14 @@
-"""Turning rows into response schemas; the DAG's task order; the run's trace id."""
+"""Turning rows into response schemas; the DAG's task order and its cache; the trace id."""
 
 from __future__ import annotations
 
+import heapq
+import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.scheduler.api.config import ApiConfig
@@ -11,8 +16,8 @@ from sluice.scheduler.api.schemas import (
     DagSummary,
     RunBrief,
     RunOut,
+    RunSummary,
     TaskInstanceOut,
-    TaskSpecOut,
 )
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 
@@ -29,68 +34,194 @@ def trace_id_of(carrier: dict[str, Any] | None) -> str | None:
 
 
 def task_order(spec: dict[str, Any]) -> list[str]:
-    """Task ids upstream first (Kahn's algorithm, ties by id); any leftover ids last."""
+    """Task ids upstream first (Kahn's algorithm, ties by id); any leftover ids last.
+
+    O(V + E log V): a heap of the ready ids, so the smallest ready id always comes next,
+    as it did with a sorted list; the ids left in a cycle follow, sorted.
+    """
     tasks: dict[str, Any] = spec.get("tasks", {})
-    pending = {t: {u for u in tasks[t].get("upstream", []) if u in tasks} for t in tasks}
+    waiting: dict[str, int] = {}
+    downstream: dict[str, list[str]] = {t: [] for t in tasks}
+    for task_id, task in tasks.items():
+        ups = {u for u in task.get("upstream", []) if u in tasks}
+        waiting[task_id] = len(ups)
+        for up in ups:
+            downstream[up].append(task_id)
+    ready = [t for t, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
     order: list[str] = []
-    ready = sorted(t for t, ups in pending.items() if not ups)
     while ready:
-        task_id = ready.pop(0)
+        task_id = heapq.heappop(ready)
         order.append(task_id)
-        del pending[task_id]
-        freed = [t for t, ups in pending.items() if task_id in ups]
-        for t in freed:
-            pending[t].discard(task_id)
-        ready = sorted({*ready, *(t for t in freed if not pending[t])})
-    return order + sorted(pending)
+        del waiting[task_id]
+        for down in downstream[task_id]:
+            waiting[down] -= 1
+            if waiting[down] == 0:
+                heapq.heappush(ready, down)
+    return order + sorted(waiting)
 
 
-def task_specs(spec: dict[str, Any]) -> list[TaskSpecOut]:
+ID_BYTES = 64
+"""About what one cached task id costs (the str and its slot in the order)."""
+
+
+@dataclass
+class DagShape:
+    """What the DAG pages need of one DAG version that does not change with its runs."""
+
+    order: tuple[str, ...]
+    """The task ids, `task_order`."""
+    task_count: int
+    tasks_json: bytes | None = None
+    """The DAG detail's `tasks` (a `TaskSpecOut` per task, in `order`) as JSON, built on
+    first use."""
+
+    @property
+    def size(self) -> int:
+        return ID_BYTES * len(self.order) + len(self.tasks_json or b"")
+
+
+def task_specs(spec: dict[str, Any], order: Sequence[str]) -> list[dict[str, Any]]:
+    """The `TaskSpecOut` of each task in `order`, as plain dicts (a big DAG's list is built
+    without a model per task; `tests/api/test_dag_shapes.py` holds them to the schema)."""
     tasks = spec.get("tasks", {})
-    return [
-        TaskSpecOut(
-            task_id=task_id,
-            kind=tasks[task_id].get("kind"),
-            upstream=sorted(tasks[task_id].get("upstream", [])),
-            downstream=sorted(tasks[task_id].get("downstream", [])),
-            trigger_rule=tasks[task_id].get("trigger_rule"),
-            retries=int(tasks[task_id].get("retries") or 0),
-            queue=tasks[task_id].get("queue") or "default",
+    out = []
+    for task_id in order:
+        task = tasks[task_id]
+        kind, rule = task.get("kind"), task.get("trigger_rule")
+        out.append(
+            {
+                "task_id": str(task_id),
+                "kind": None if kind is None else str(kind),
+                "upstream": sorted(map(str, task.get("upstream", []))),
+                "downstream": sorted(map(str, task.get("downstream", []))),
+                "trigger_rule": None if rule is None else str(rule),
+                "retries": int(task.get("retries") or 0),
+                "queue": str(task.get("queue") or "default"),
+            }
         )
-        for task_id in task_order(spec)
-    ]
+    return out
 
 
-def dag_summary(dag: Dag, recent: Sequence[DagRun]) -> DagSummary:
+def task_specs_json(spec: dict[str, Any], order: Sequence[str]) -> bytes:
+    specs = task_specs(spec, order)
+    return json.dumps(specs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+class ShapeCache:
+    """The `DagShape` of each DAG version, by `(dag_id, version_hash)`: a new version of
+    a DAG has a new hash, so its shape is computed again and the old one ages out. The
+    least recently used shapes are dropped once the cache holds over `max_bytes` (about;
+    the newest one is always kept). Thread-safe: routes run in a thread pool."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._shapes: OrderedDict[tuple[str, str], DagShape] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def cached(self, dag: Dag) -> DagShape | None:
+        key = (dag.dag_id, dag.version_hash)
+        with self._lock:
+            found = self._shapes.get(key)
+            if found is not None:
+                self._shapes.move_to_end(key)
+            return found
+
+    def add(self, dag_id: str, version_hash: str, spec: dict[str, Any]) -> DagShape:
+        """The shape of `spec`, the definition of that DAG version, computed and kept."""
+        order = tuple(task_order(spec))
+        return self._keep((dag_id, version_hash), DagShape(order, len(spec.get("tasks", {}))))
+
+    def shape(self, dag: Dag) -> DagShape:
+        """The DAG's shape; on a miss it reads `dag.serialized` (a deferred column: loaded
+        then, and only then)."""
+        found = self.cached(dag)
+        return (
+            found if found is not None else self.add(dag.dag_id, dag.version_hash, dag.serialized)
+        )
+
+    def tasks_json(self, dag: Dag) -> bytes:
+        """The DAG detail's `tasks` as JSON (reads `dag.serialized` the first time)."""
+        shape = self.shape(dag)
+        if shape.tasks_json is None:
+            built = task_specs_json(dag.serialized, shape.order)
+            with self._lock:
+                if shape.tasks_json is None:
+                    shape.tasks_json = built
+                    if self._shapes.get((dag.dag_id, dag.version_hash)) is shape:
+                        self._bytes += len(built)
+                        self._trim()
+            return built
+        return shape.tasks_json
+
+    def _keep(self, key: tuple[str, str], shape: DagShape) -> DagShape:
+        with self._lock:
+            found = self._shapes.get(key)
+            if found is not None:
+                return found
+            self._shapes[key] = shape
+            self._bytes += shape.size
+            self._trim()
+        return shape
+
+    def _trim(self) -> None:
+        while self._bytes > self.max_bytes and len(self._shapes) > 1:
+            _, dropped = self._shapes.popitem(last=False)
+            self._bytes -= dropped.size
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+
+def dag_detail_json(summary: DagSummary, tasks_json: bytes) -> bytes:
+    """The `DagDetail` of `summary` with these tasks, as JSON: the summary's own JSON with
+    `tasks` appended (the last field of `DagDetail`), so a big DAG's task list is not
+    rebuilt, validated and encoded again at every request."""
+    head = summary.model_dump_json().encode("utf-8")
+    return head[:-1] + b',"tasks":' + tasks_json + b"}"
+
+
+def dag_summary(dag: Dag, recent: Sequence[RunBrief], task_count: int) -> DagSummary:
     return DagSummary(
         dag_id=dag.dag_id,
         fileloc=dag.fileloc,
         schedule=dag.schedule,
         is_paused=dag.is_paused,
         next_dagrun=dag.next_dagrun,
-        task_count=len(dag.serialized.get("tasks", {})),
+        task_count=task_count,
         import_error=dag.import_error,
-        recent_runs=[
-            RunBrief(run_id=r.run_id, state=r.state, logical_date=r.logical_date) for r in recent
-        ],
+        recent_runs=list(recent),
     )
+
+
+def _run_fields(run: DagRun, config: ApiConfig) -> dict[str, Any]:
+    trace_id = trace_id_of(run.context_carrier)
+    return {
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "logical_date": run.logical_date,
+        "run_type": run.run_type,
+        "state": run.state,
+        "queued_at": run.queued_at,
+        "start_date": run.start_date,
+        "end_date": run.end_date,
+        "trace_id": trace_id,
+        "trace_url": config.trace_link(trace_id),
+    }
+
+
+def run_summary(run: DagRun, config: ApiConfig) -> RunSummary:
+    """A run in a list: everything but its conf (which the list never reads)."""
+    return RunSummary(**_run_fields(run, config))
 
 
 def run_out(run: DagRun, config: ApiConfig) -> RunOut:
-    trace_id = trace_id_of(run.context_carrier)
-    return RunOut(
-        dag_id=run.dag_id,
-        run_id=run.run_id,
-        logical_date=run.logical_date,
-        run_type=run.run_type,
-        state=run.state,
-        conf=dict(run.conf or {}),
-        queued_at=run.queued_at,
-        start_date=run.start_date,
-        end_date=run.end_date,
-        trace_id=trace_id,
-        trace_url=config.trace_link(trace_id),
-    )
+    return RunOut(**_run_fields(run, config), conf=dict(run.conf or {}))
 
 
 def ti_fields(ti: TaskInstance) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""W9: the web UI's reads of a big DAG, timed in-process through the API app.
+
+One DAG of `w9_tasks` tasks (start >> the rest in parallel >> join, W5's shape: the
+widest ready set a topological order can meet) and one run of it, on a database of its
+own. The API app (`create_app`) is driven by an in-process client, so the figures are
+the server's work (routing, the queries, the task order, the JSON) with no network:
+`GET /api/v1/dags/{id}` (the DAG page's task list) and `GET /api/v1/dags/{id}/grid`,
+the first request of each (`cold`: the order is computed) and the median of the next
+few (`warm`: the order comes from its cache).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from bench.dagfiles import fanout_call, fanout_tasks, write_dag_file
+from bench.metrics import median
+from bench.pg import BenchDb
+from bench.procs import BenchError
+from bench.profiling import Profiler
+from bench.sizes import DAG_W9, Sizes
+from sluice.scheduler.api import create_app
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import Dag
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import RunType
+from sluice.scheduler.scheduling.dagbag import sync_dag_folder
+from sluice.scheduler.scheduling.dagrun import create_dagrun
+
+WARM_REQUESTS = 5
+
+Result = dict[str, Any]
+
+
+def _timed_get(client: TestClient, path: str) -> float:
+    t0 = time.perf_counter()
+    response = client.get(path)
+    spent = (time.perf_counter() - t0) * 1000.0
+    if response.status_code != 200:
+        raise BenchError(f"GET {path}: {response.status_code} {response.text[:200]}")
+    return spent
+
+
+def w9_api_reads(
+    db: BenchDb, workdir: Path, namespace: str, sizes: Sizes, prof: Profiler
+) -> Result:
+    """Cold and warm times of the DAG detail and the grid of a `w9_tasks`-task DAG, ms."""
+    folder = workdir / "w9_dags"
+    width = sizes.w9_tasks - 2
+    write_dag_file(folder / "bench_api.py", [fanout_call(DAG_W9, width)])
+    engine = make_engine(db.url, application_name="sluice-bench-w9")
+    try:
+        upgrade(engine)
+        factory = make_session_factory(engine)
+        sync_dag_folder(factory, folder, parse_timeout=120.0, now=utcnow())
+        with transaction(factory) as session:
+            dag = session.get(Dag, DAG_W9)
+            if dag is None:
+                raise BenchError(f"{DAG_W9} was not parsed")
+            now = utcnow()
+            create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=now, now=now)
+    finally:
+        engine.dispose()
+    settings = Settings(database_url=db.url, dags_folder=folder, namespace=namespace)
+    figures: dict[str, float] = {"tasks": float(fanout_tasks(width))}
+    with TestClient(create_app(settings, config=ApiConfig())) as client:
+        for name, path in (
+            ("dag_detail", f"/api/v1/dags/{DAG_W9}"),
+            ("grid", f"/api/v1/dags/{DAG_W9}/grid"),
+        ):
+            figures[f"{name}_cold_ms"] = _timed_get(client, path)
+            warm = [_timed_get(client, path) for _ in range(WARM_REQUESTS)]
+            figures[f"{name}_warm_ms"] = median(warm)
+    return {"title": f"API reads of a {sizes.w9_tasks}-task DAG (detail, grid)", "figures": figures}
