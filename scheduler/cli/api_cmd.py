@@ -1,7 +1,8 @@
 """`sluice api [--host 127.0.0.1] [--port 8080]`: serve the REST API and the web UI.
 
-Reads `SLUICE_API_TOKEN`, `SLUICE_API_READ_AUTH` and `SLUICE_TRACE_URL` once, at
-start (see `scheduler.api.config`). Fails with one line if the schema is not
+Reads `SLUICE_API_TOKEN`, `SLUICE_API_READ_AUTH`, `SLUICE_TRACE_URL`,
+`SLUICE_API_MAX_BODY_BYTES` and `SLUICE_API_DAG_CACHE_BYTES` once, at start (see
+`scheduler.api.config`). Fails with one line if the schema is not
 current. Serving beyond loopback with open reads is allowed but warned about.
 """
 

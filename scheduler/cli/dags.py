@@ -11,8 +11,9 @@ from rich.table import Table
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError, iso
+from sluice.scheduler.cli.render import cell
 from sluice.scheduler.control import operations
-from sluice.scheduler.control.inputs import parse_conf, parse_date
+from sluice.scheduler.control.inputs import check_id_text, parse_conf, parse_date
 from sluice.scheduler.control.operations import trigger_run
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagFile
@@ -68,27 +69,28 @@ def list_dags(cli: Cli, args: argparse.Namespace) -> int:
     table = Table("dag_id", "schedule", "paused", "tasks", "next run", "file / error")
     for row in rows:
         if row["dag_id"] is None:
-            table.add_row("[red]—[/]", "", "", "", "", f"{row['fileloc']}: {row['import_error']}")
+            error = cell(f"{row['fileloc']}: {row['import_error']}")
+            table.add_row("[red]—[/]", "", "", "", "", error)
         else:
             table.add_row(
-                row["dag_id"],
-                row["schedule"] or "manual",
-                str(row["is_paused"]),
-                str(row["tasks"]),
-                row["next_dagrun"] or "",
-                row["fileloc"],
+                cell(row["dag_id"]),
+                cell(row["schedule"] or "manual"),
+                cell(row["is_paused"]),
+                cell(row["tasks"]),
+                cell(row["next_dagrun"]),
+                cell(row["fileloc"]),
             )
     Console().print(table)
     return 0
 
 
 def trigger(cli: Cli, args: argparse.Namespace) -> int:
-    conf = parse_conf(args.conf)
+    conf = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
     now = utcnow()
     logical = parse_date(args.logical_date, "--logical-date") if args.logical_date else now
     if args.run_id is not None:
         try:
-            check_run_id(args.run_id)
+            check_run_id(check_id_text(args.run_id))
         except ValueError as exc:
             raise CliError(f"--run-id {exc}") from None
     cli.sync_dags()

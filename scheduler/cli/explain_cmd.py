@@ -16,7 +16,9 @@ from rich.markup import escape
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.explain import ExplainError, Explanation, explain_ti
+from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.states import TI
@@ -41,6 +43,7 @@ def add_explain_parser(tasks_subparsers: argparse._SubParsersAction) -> None:
 
 
 def explain(cli: Cli, args: argparse.Namespace) -> int:
+    check_seconds(args.workers_timeout, "--workers-timeout")
     with cli.factory() as session:
         state = session.scalar(
             select(TaskInstance.state)
@@ -79,15 +82,20 @@ def explain(cli: Cli, args: argparse.Namespace) -> int:
 def print_explanation(explanation: Explanation, console: Console | None = None) -> None:
     """The summary, then one line per reason (blocking ones marked), then notes."""
     e = explanation
-    out = console or Console(highlight=False, soft_wrap=True)
+    out = console or Console(highlight=False, soft_wrap=True, emoji=False)
     out.print(
-        f"[bold]{escape(e.dag_id)} / {escape(e.run_id)} / {escape(e.task_id)}[/]: "
-        f"[bold]{e.state}[/] (try {e.try_number} of {e.max_tries}, queue {escape(e.queue)}, "
-        f"pool {escape(e.pool)}; run {e.run_state})"
+        f"[bold]{shown(e.dag_id)} / {shown(e.run_id)} / {shown(e.task_id)}[/]: "
+        f"[bold]{e.state}[/] (try {e.try_number} of {e.max_tries}, queue {shown(e.queue)}, "
+        f"pool {shown(e.pool)}; run {e.run_state})"
     )
-    out.print(escape(e.summary))
+    out.print(shown(e.summary))
     for reason in e.reasons:
         mark = "[red]●[/]" if reason.blocking else "[dim]○[/]"
-        out.print(f"  {mark} [cyan]{reason.kind}[/]: {escape(reason.detail)}")
+        out.print(f"  {mark} [cyan]{reason.kind}[/]: {shown(reason.detail)}")
     for note in e.notes:
-        out.print(f"  [dim]note: {escape(note)}[/]")
+        out.print(f"  [dim]note: {shown(note)}[/]")
+
+
+def shown(text: str) -> str:
+    """Stored text inside markup: markup escaped, control characters spelled out."""
+    return escape(visible(str(text)))

@@ -1,7 +1,10 @@
-"""`sluice tasks logs DAG_ID RUN_ID TASK_ID [--try N]`: print what a try captured.
+"""`sluice tasks logs DAG_ID RUN_ID TASK_ID [--try N] [--raw]`: print what a try captured.
 
 The log goes to stdout as it was stored; a header line (host, attempt, times,
-dropped lines) goes to stderr, so that the output can be piped as is.
+dropped lines) goes to stderr, so that the output can be piped as is. On a terminal,
+the control characters a task printed (escape sequences, carriage returns; tab and
+newline aside) are spelled out (`\x1b`) rather than obeyed; `--raw` prints them as
+they are. The header always spells them out.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import sys
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError, iso
+from sluice.scheduler.cli.render import visible
+from sluice.scheduler.control.inputs import MAX_TRY, check_int
 from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.task_logs import task_log_of
 
@@ -25,12 +30,21 @@ def add_logs_parser(tasks_sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--try", dest="try_number", type=int, default=None, help="try number (default: the latest)"
     )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="print control characters as stored, also on a terminal (default: spelled out)",
+    )
     p.set_defaults(func=show_logs)
 
 
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
 def show_logs(cli: Cli, args: argparse.Namespace) -> int:
-    if args.try_number is not None and args.try_number < 1:
-        raise CliError(f"--try must be 1 or more, got {args.try_number}")
+    if args.try_number is not None:
+        check_int(args.try_number, "--try", 1, MAX_TRY)
     with cli.factory() as session:
         run = cli.get_run(session, args.dag_id, args.run_id)
         ti = session.scalar(
@@ -55,13 +69,14 @@ def show_logs(cli: Cli, args: argparse.Namespace) -> int:
             print(f"no log stored for try {number}", file=sys.stderr)
             return 0
     end = f"finished {iso(stored.finished_at)}" if stored.finished_at else "still running"
-    print(
+    header = (
         f"# {args.dag_id} {args.run_id} {args.task_id} try {number} on {stored.hostname or '?'}"
-        f" (attempt {stored.attempt_id}), started {iso(stored.started_at)}, {end}",
-        file=sys.stderr,
+        f" (attempt {stored.attempt_id}), started {iso(stored.started_at)}, {end}"
     )
+    print(visible(header), file=sys.stderr)
     if stored.dropped_lines:
         print(f"# {stored.dropped_lines} earlier line(s) dropped (size cap)", file=sys.stderr)
     if stored.content:
-        print(stored.content)
+        raw = args.raw or not stdout_is_terminal()
+        print(stored.content if raw else visible(stored.content, keep_lines=True))
     return 0

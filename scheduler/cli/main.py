@@ -1,4 +1,10 @@
-"""Entry point of the `sluice` command: parse, dispatch, turn user errors into one line."""
+"""Entry point of the `sluice` command: parse, dispatch, turn user errors into one line.
+
+A user's error is one line on stderr and exit code 2, never a traceback: bad input
+(`InputError`, checked before anything is written), a schema not migrated, a bad
+setting, an argument that is not valid UTF-8, a database that cannot be reached
+(the line names its host, never its password) or that refuses a value.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DataError, InterfaceError, OperationalError
+
 from sluice.scheduler.cli import api_cmd, backfill, dags, services, standalone, status, tasks_cmd
 from sluice.scheduler.cli.context import Cli
+from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.migrate import SchemaNotReady
 from sluice.scheduler.core.settings import ConfigError, Settings
@@ -40,7 +50,57 @@ def _default_level(command: str) -> str:
     return "INFO" if command in daemons else "WARNING"
 
 
+def not_utf8(argv: Sequence[str]) -> str | None:
+    """Why an argument cannot be used (the shell passed bytes that are not UTF-8: Python
+    holds them as lone surrogates), or None."""
+    for number, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                shown = os.fsencode(arg)  # the bytes the shell passed
+            except UnicodeEncodeError:
+                shown = arg.encode("utf-8", "backslashreplace")
+            return f"argument {number} is not valid UTF-8 text: {shown!r}"
+    return None
+
+
+def database_place(url: str) -> str:
+    """Where the database is, for a message: host, port and database; no user, no password."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "SLUICE_DATABASE_URL (not a database URL)"
+    if parsed.get_backend_name() == "sqlite":
+        return f"sqlite {parsed.database or ':memory:'}"
+    host = parsed.host or "localhost"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{host}{port}/{parsed.database or ''}"
+
+
+def database_reason(exc: Exception, url: str) -> str:
+    """The driver's reason, one line, without the URL's password."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(orig).__name__
+    if " failed: " in reason:  # libpq: connection to server at "h", port p failed: <why>
+        reason = reason.rsplit(" failed: ", 1)[1]
+    reason = " ".join(reason.split())
+    try:
+        password = make_url(url).password
+    except ArgumentError:
+        password = None
+    if password:
+        reason = reason.replace(str(password), "***")
+    return visible(reason)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    problem = not_utf8(argv)
+    if problem is not None:
+        print(f"sluice: error: {problem}", file=sys.stderr)
+        return USAGE_ERROR
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=os.environ.get("SLUICE_LOG_LEVEL") or _default_level(args.command),
@@ -48,11 +108,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    url = ""
     try:
-        cli = Cli(Settings.from_env(), role=args.command)
+        settings = Settings.from_env()
+        url = settings.database_url
+        cli = Cli(settings, role=args.command)
         return int(args.func(cli, args))
     except (InputError, SchemaNotReady, ConfigError) as exc:
-        print(f"sluice: error: {exc}", file=sys.stderr)
+        print(f"sluice: error: {visible(str(exc))}", file=sys.stderr)
+        return USAGE_ERROR
+    except (OperationalError, InterfaceError) as exc:
+        reason = database_reason(exc, url)
+        print(
+            f"sluice: error: cannot use the database at {database_place(url)}: {reason}",
+            file=sys.stderr,
+        )
+        return USAGE_ERROR
+    except DataError as exc:
+        reason = database_reason(exc, url)
+        print(f"sluice: error: the database refused a value: {reason}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
         return 130

@@ -52,10 +52,10 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.scheduler.control.inputs import parse_conf
     from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 
+    conf: dict[str, Any] = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
     upgrade(cli.engine)
     cli.sync_dags()
-    conf: dict[str, Any] = parse_conf(args.conf)
     run_pk: int | None = None
     if args.trigger:
         with transaction(cli.factory) as session:

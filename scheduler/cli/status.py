@@ -19,6 +19,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.cli.context import Cli, iso
+from sluice.scheduler.cli.render import cell, visible
+from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, Job, TaskInstance
 from sluice.scheduler.core.settings import Settings
@@ -75,6 +77,7 @@ def read_status(session: Session, settings: Settings, now: dt.datetime) -> dict[
 
 
 def status(cli: Cli, args: argparse.Namespace) -> int:
+    check_seconds(args.workers_timeout, "--workers-timeout")
     with cli.factory() as session:
         report = read_status(session, cli.settings, utcnow())
     notes: list[str] = []
@@ -100,20 +103,23 @@ def status(cli: Cli, args: argparse.Namespace) -> int:
 def print_status(
     report: dict[str, Any], settings: Settings, console: Console | None = None
 ) -> None:
-    out = console or Console(highlight=False)
+    out = console or Console(highlight=False, emoji=False)
     jobs = Table("id", "type", "host", "pid", "last heartbeat")
     for job in report["jobs"]:
-        age = f"{job['heartbeat_age_seconds']:.1f}s ago"
+        age = cell(f"{job['heartbeat_age_seconds']:.1f}s ago")
         if not job["alive"]:
-            age = f"[red]{age} (stale: over {settings.heartbeat_timeout:g}s)[/]"
-        jobs.add_row(str(job["id"]), job["job_type"], escape(job["hostname"]), str(job["pid"]), age)
+            age.append(f" (stale: over {settings.heartbeat_timeout:g}s)")
+            age.stylize("red")
+        jobs.add_row(
+            cell(job["id"]), cell(job["job_type"]), cell(job["hostname"]), cell(job["pid"]), age
+        )
     if not report["jobs"]:
         jobs.add_row("—", "[red]no scheduler or backfill is running[/]", "", "", "")
     out.print("[bold]Live jobs[/]")
     out.print(jobs)
 
-    runs = Table(*report["runs"])
-    runs.add_row(*(str(n) for n in report["runs"].values()))
+    runs = Table(*(visible(str(state)) for state in report["runs"]))
+    runs.add_row(*(cell(n) for n in report["runs"].values()))
     out.print("[bold]Runs by state[/]")
     out.print(runs)
 
@@ -121,7 +127,7 @@ def print_status(
     used = [s for s in states if any(s in by for by in report["task_instances"].values())]
     tis = Table("queue", *used)
     for queue, by_state in report["task_instances"].items():
-        tis.add_row(escape(queue), *(str(by_state.get(s, 0)) for s in used))
+        tis.add_row(cell(queue), *(cell(by_state.get(s, 0)) for s in used))
     out.print("[bold]Task instances by queue and state[/]")
     out.print(tis)
 
@@ -130,9 +136,9 @@ def print_status(
     if workers is not None:
         for queue in sorted(set(workers) | set(report["task_instances"])):
             names = workers.get(queue) or []
-            shown = ", ".join(escape(n) for n in names) if names else "[red]none[/]"
-            table.add_row(escape(queue), shown)
+            shown = cell(", ".join(names)) if names else "[red]none[/]"
+            table.add_row(cell(queue), shown)
     out.print("[bold]Workers per queue[/]" + ("" if workers is not None else " (not asked)"))
     out.print(table)
     for note in report["notes"]:
-        out.print(f"[dim]note: {escape(note)}[/]")
+        out.print(f"[dim]note: {escape(visible(note))}[/]")

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.explain_cmd import add_explain_parser
 from sluice.scheduler.cli.logs_cmd import add_logs_parser
+from sluice.scheduler.cli.render import cell
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
@@ -71,13 +72,13 @@ def print_states(rows: Sequence[dict[str, Any]], as_json: bool) -> None:
     table = Table("task_id", "state", "try", "queue", "start", "end", "error")
     for r in rows:
         table.add_row(
-            r["task_id"],
-            str(r["state"]),
-            str(r["try_number"]),
-            r["queue"],
-            r["start_date"] or "",
-            r["end_date"] or "",
-            r["error"] or "",
+            cell(r["task_id"]),
+            cell(r["state"]),
+            cell(r["try_number"]),
+            cell(r["queue"]),
+            cell(r["start_date"]),
+            cell(r["end_date"]),
+            cell(r["error"]),
         )
     Console().print(table)
 

@@ -67,7 +67,8 @@ class Settings:
     queued_timeout: float = 60.0
     loop_interval: float = 1.0
     heartbeat_interval: float = 2.0
-    parse_timeout: float = 30.0
+    parse_timeout: float = 20.0
+    """Seconds one DAG file may take to import (parser and worker); below heartbeat_timeout."""
     dag_refresh_interval: float = 5.0
     runs_per_loop: int = 100
     """Runs one scheduling pass examines at most; the rest go to the next pass or,
@@ -78,12 +79,20 @@ class Settings:
     schedule_after_task: bool = True
     """Workers decide and queue a finished task's direct downstream themselves
     (`scheduler.scheduling.downstream`); off, every hop goes through a scheduler pass."""
+    max_conf_bytes: int = 65536
+    """Largest conf a run may be given, in bytes of compact UTF-8 JSON (CLI and API)."""
+    task_log_max_bytes: int = 1024 * 1024
+    """Most bytes of one try's log kept in the database (the newest lines are kept)."""
+    task_log_mirror_bytes: int = 64 * 1024
+    """Most bytes of one try's output copied to the worker's own stdout."""
+    backfill_confirm_runs: int = 1000
+    """A backfill of more runs than this asks first (`--yes` skips the question)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         base = cls()
-        return cls(
+        settings = cls(
             database_url=env.get("SLUICE_DATABASE_URL") or base.database_url,
             broker_url=env.get("SLUICE_BROKER_URL") or base.broker_url,
             dags_folder=Path(env.get("SLUICE_DAGS_FOLDER") or base.dags_folder),
@@ -99,7 +108,27 @@ class Settings:
             runs_per_loop=_int(env, "SLUICE_RUNS_PER_LOOP", base.runs_per_loop),
             result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
             schedule_after_task=_bool(env, "SLUICE_SCHEDULE_AFTER_TASK", base.schedule_after_task),
+            max_conf_bytes=_int(env, "SLUICE_MAX_CONF_BYTES", base.max_conf_bytes),
+            task_log_max_bytes=_int(env, "SLUICE_TASK_LOG_MAX_BYTES", base.task_log_max_bytes),
+            task_log_mirror_bytes=_int(
+                env, "SLUICE_TASK_LOG_MIRROR_BYTES", base.task_log_mirror_bytes
+            ),
+            backfill_confirm_runs=_int(
+                env, "SLUICE_BACKFILL_CONFIRM_RUNS", base.backfill_confirm_runs
+            ),
         )
+        if settings.task_log_max_bytes < 1024:
+            raise ConfigError(
+                "SLUICE_TASK_LOG_MAX_BYTES must be at least 1024, "
+                f"got {settings.task_log_max_bytes}"
+            )
+        if settings.parse_timeout >= settings.heartbeat_timeout:
+            raise ConfigError(
+                f"SLUICE_PARSE_TIMEOUT ({settings.parse_timeout:g}s) must be below "
+                f"SLUICE_HEARTBEAT_TIMEOUT ({settings.heartbeat_timeout:g}s): a worker "
+                "importing a DAG file that long would be taken for dead"
+            )
+        return settings
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]

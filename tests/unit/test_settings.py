@@ -27,3 +27,30 @@ def test_bad_values_are_one_line_errors() -> None:
 def test_runs_per_loop_from_the_environment() -> None:
     assert Settings.from_env({}).runs_per_loop == 100
     assert Settings.from_env({"SLUICE_RUNS_PER_LOOP": "20"}).runs_per_loop == 20
+
+
+def test_the_parse_timeout_must_be_below_the_heartbeat_timeout() -> None:
+    """A worker importing a DAG file for longer than the heartbeat timeout would be taken for
+    dead: `sluice` refuses to start with one line naming both settings."""
+    assert Settings.from_env({}).parse_timeout < Settings.from_env({}).heartbeat_timeout
+    env = {"SLUICE_PARSE_TIMEOUT": "30", "SLUICE_HEARTBEAT_TIMEOUT": "30"}
+    with pytest.raises(ConfigError, match=r"SLUICE_PARSE_TIMEOUT \(30s\) must be below "):
+        Settings.from_env(env)
+    assert Settings.from_env({**env, "SLUICE_HEARTBEAT_TIMEOUT": "31"}).parse_timeout == 30
+
+
+def test_the_limits_of_task_logs_and_backfills_are_settings() -> None:
+    default = Settings.from_env({})
+    assert (default.task_log_max_bytes, default.task_log_mirror_bytes) == (1 << 20, 64 << 10)
+    assert default.backfill_confirm_runs == 1000
+    given = Settings.from_env(
+        {
+            "SLUICE_TASK_LOG_MAX_BYTES": "4096",
+            "SLUICE_TASK_LOG_MIRROR_BYTES": "100",
+            "SLUICE_BACKFILL_CONFIRM_RUNS": "5",
+        }
+    )
+    assert (given.task_log_max_bytes, given.task_log_mirror_bytes) == (4096, 100)
+    assert given.backfill_confirm_runs == 5
+    with pytest.raises(ConfigError, match="SLUICE_TASK_LOG_MAX_BYTES must be at least 1024"):
+        Settings.from_env({"SLUICE_TASK_LOG_MAX_BYTES": "10"})
