@@ -22,7 +22,9 @@ from sluice.tasks.errors import DagDefinitionError
 if TYPE_CHECKING:
     from sluice.tasks.task import Task
 
-DAG_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+DAG_ID_RE = re.compile(r"^(?!\.+\Z)[A-Za-z0-9_.-]{1,250}\Z")
+"""A DAG or task id: 1-250 letters, digits, `_`, `.` or `-`, not only dots (`.` and `..`
+cannot be named in a URL path)."""
 
 #: Schedule presets and the cron expression each stands for (evaluated in UTC).
 CRON_PRESETS: dict[str, str] = {
@@ -119,7 +121,8 @@ class DAG:
     ) -> None:
         if not isinstance(dag_id, str) or not DAG_ID_RE.match(dag_id):
             raise DagDefinitionError(
-                f"invalid dag_id {dag_id!r}: use 1-250 letters, digits, '_', '.' or '-'"
+                f"invalid dag_id {dag_id!r}: use 1-250 letters, digits, '_', '.' or '-', "
+                "not only dots"
             )
         self.dag_id = dag_id
         self.schedule: Schedule = validate_schedule(schedule)

@@ -129,7 +129,7 @@ class Task:
         if not isinstance(task_id, str) or not DAG_ID_RE.match(task_id):
             raise DagDefinitionError(
                 f"invalid task_id {task_id!r} in DAG '{dag.dag_id}': "
-                "use 1-250 letters, digits, '_', '.' or '-'"
+                "use 1-250 letters, digits, '_', '.' or '-', not only dots"
             )
         if self.kind == "python" and not callable(python_callable):
             raise DagDefinitionError(f"task '{task_id}' needs a python_callable")

@@ -174,6 +174,10 @@ def test_nested_dag_contexts() -> None:
     [
         ({"dag_id": "bad id!"}, "invalid dag_id"),
         ({"dag_id": "x" * 251}, "invalid dag_id"),
+        ({"dag_id": ".."}, "not only dots"),
+        ({"dag_id": "."}, "not only dots"),
+        ({"dag_id": "a\x1bb"}, "invalid dag_id"),
+        ({"dag_id": "trailing\n"}, "invalid dag_id"),
         ({"dag_id": "d", "schedule": "@daily"}, "no start_date"),
         ({"dag_id": "d", "schedule": "@once", "start_date": START}, "unknown schedule preset"),
         ({"dag_id": "d", "schedule": "not a cron", "start_date": START}, "invalid cron"),
@@ -231,6 +235,9 @@ def test_bad_task_options() -> None:
             Task("c", python_callable=_noop, retries=-1)
         with pytest.raises(DagDefinitionError, match="invalid task_id"):
             Task("d d", python_callable=_noop)
+        with pytest.raises(DagDefinitionError, match="not only dots"):
+            Task("..", python_callable=_noop)
+        assert Task("v1..2", python_callable=_noop).task_id == "v1..2"
         assert Task("e", python_callable=_noop, trigger_rule="one_success").trigger_rule == (
             TriggerRule.ONE_SUCCESS
         )
