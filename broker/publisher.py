@@ -5,13 +5,15 @@ Invariants: the caller has already committed the `queued` state and the
 `attempt_id`, so a republished message is the same try. The TI's span travels
 in the message headers (W3C `traceparent`, by OTEL_PROPAGATORS) so the worker's
 spans are its children, whoever publishes and whatever span is current there
-(`broker.trace_headers`). Each message is shadowed as `dag_id.task_id` (Celery's `shadow`
-option: the name Flower and worker logs show; the task run stays
-`sluice.run_task_instance`). A batch goes through one
-producer (one connection checkout) and, on Redis, one pipeline (kombu's
-`Producer.batch`: one round trip for the lot instead of one per message). Broker
-errors propagate: the caller decides (the queued sweep republishes what never
-arrived, a delivered message included: the worker's claim takes a try once).
+(`broker.trace_headers`), and so does the deployment it comes from (header
+`sluice_deployment`: the id in `app.conf.sluice_deployment`, set by whoever made the
+app, `core.deployment`). Each message is shadowed as `dag_id.task_id` (Celery's
+`shadow` option: the name Flower and worker logs show; the task run stays
+`sluice.run_task_instance`). A batch goes through one producer (one connection
+checkout) and, on Redis, one pipeline (kombu's `Producer.batch`: one round trip for
+the lot instead of one per message). Broker errors propagate: the caller decides (the
+queued sweep republishes what never arrived, a delivered message included: the
+worker's claim takes a try once).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from celery import Celery
 from sluice.broker.app import settings_of
 from sluice.broker.queues import RUN_TASK_NAME, celery_queue
 from sluice.broker.trace_headers import HeadersLast, carrying
+from sluice.scheduler.core.deployment import HEADER as DEPLOYMENT_HEADER
 from sluice.scheduler.core.messages import RunMessage
 
 
@@ -35,11 +38,14 @@ def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
         return
     namespace = settings_of(app).namespace
     declare: list[Any] | None = [] if _lists_are_queues(app) else None
+    deployment = app.conf.get(DEPLOYMENT_HEADER)
+    ours = {DEPLOYMENT_HEADER: deployment} if deployment else {}
     with app.producer_or_acquire() as producer, producer.batch():
         sender = HeadersLast(producer)
         for message in messages:
             kwargs = message.to_kwargs()
-            with carrying(sender, message.trace) as headers:
+            with carrying(sender, message.trace) as trace_headers:
+                headers = {**ours, **trace_headers} if trace_headers else ours or None
                 app.send_task(
                     RUN_TASK_NAME,
                     kwargs=kwargs,

@@ -15,9 +15,11 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from celery import Celery, Task, current_app
+from celery.exceptions import Reject
 from celery.signals import worker_process_init
 
 from sluice.broker.app import settings_of
@@ -29,6 +31,8 @@ from sluice.broker.wakeup import waker_for
 from sluice.broker.worker.runner import WorkerContext, run_task_instance
 from sluice.broker.worker.tracing import annotate
 from sluice.scheduler.core.db import make_engine, make_session_factory
+from sluice.scheduler.core.deployment import HEADER as DEPLOYMENT_HEADER
+from sluice.scheduler.core.deployment import deployment_id
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.tracing import tracing_configured
@@ -49,12 +53,38 @@ def register(app: Celery) -> None:
     def run_task_instance_task(self: Task, **kwargs: Any) -> str:
         msg = RunMessage.from_kwargs(kwargs)
         context = context_for(self.app)
+        refuse_a_strangers(context, msg, getattr(self.request, DEPLOYMENT_HEADER, None))
         if context.trace_tis:  # the TI's span, for what the task sends on (a CeleryTask)
             msg = dataclasses.replace(msg, trace=incoming_carrier(self.request))
         annotate(msg, hostname=context.hostname)
         outcome = run_task_instance(context, msg)
         annotate(msg, state=outcome.value)
         return outcome.value
+
+
+STRANGER_DELAY = 1.0
+"""Seconds a worker waits before putting back a message of another deployment (so that
+the deployment's own workers, not this one again at once, take it)."""
+
+
+def refuse_a_strangers(context: WorkerContext, msg: RunMessage, theirs: str | None) -> None:
+    """A message published by another deployment (another database) on this broker and
+    namespace goes back to the queue, with one ERROR line: acknowledged as stale, it
+    would be lost to its own workers until their queued sweep."""
+    if not theirs or not context.deployment or theirs == context.deployment:
+        return
+    log.error(
+        "a message for %s.%s comes from deployment %s, and this worker serves deployment %s "
+        "(another database): two deployments share the broker and the namespace %r; give "
+        "each its own SLUICE_NAMESPACE or Redis db. The message goes back to the queue.",
+        msg.dag_id,
+        msg.task_id,
+        theirs,
+        context.deployment,
+        context.settings.namespace,
+    )
+    time.sleep(STRANGER_DELAY)
+    raise Reject(f"message of deployment {theirs}", requeue=True)
 
 
 def install_context(app: Celery, context: WorkerContext) -> None:
@@ -79,9 +109,12 @@ def _build_context(app: Celery, pid: int) -> WorkerContext:
     """A context whose downstream messages go out through `app` (the worker's own)."""
     settings = settings_of(app)
     engine = make_engine(settings.database_url)
+    factory = make_session_factory(engine)
+    deployment = deployment_id(factory)
+    app.conf[DEPLOYMENT_HEADER] = deployment  # what this worker publishes carries it too
     log.info("worker process %s ready (database %s)", pid, engine.url.render_as_string())
     return WorkerContext(
-        session_factory=make_session_factory(engine),
+        session_factory=factory,
         dags=DagCache(timeout=settings.parse_timeout),
         waker=waker_for(settings),
         settings=settings,
@@ -89,6 +122,7 @@ def _build_context(app: Celery, pid: int) -> WorkerContext:
         pid=pid,
         publish=functools.partial(publish, app),
         trace_tis=tracing_configured(),
+        deployment=deployment,
     )
 
 

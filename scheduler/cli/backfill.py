@@ -29,10 +29,6 @@ from sluice.scheduler.scheduling.timetables import logical_dates_between
 log = logging.getLogger("sluice.backfill")
 
 
-CONFIRM_ABOVE = 1000
-"""Most runs a backfill creates without asking (`--yes` skips the question)."""
-
-
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "backfill",
@@ -42,7 +38,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("cancelled", nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--start", help="first logical date (ISO 8601)")
     p.add_argument("--end", help="last logical date (ISO 8601), included")
-    p.add_argument("--yes", action="store_true", help=f"create over {CONFIRM_ABOVE} runs unasked")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="create more runs than SLUICE_BACKFILL_CONFIRM_RUNS (1000) without asking",
+    )
     p.add_argument("--rerun-failed", action="store_true", help="rerun dates whose run failed")
     p.add_argument("--max-active-runs", type=int, default=None)
     p.add_argument("--local", action="store_true", help="run tasks in this process")
@@ -118,9 +118,15 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         raise CliError(f"cannot backfill {args.dag_id!r}: {exc}") from None
     if not dates:
         raise CliError(f"no logical date of {args.dag_id!r}'s schedule between {start} and {end}")
-    if len(dates) > CONFIRM_ABOVE and not args.yes and not confirmed(len(dates), args.dag_id):
+    if (
+        len(dates) > cli.settings.backfill_confirm_runs
+        and not args.yes
+        and not confirmed(len(dates), args.dag_id)
+    ):
         raise CliError(
-            f"a backfill of {len(dates):,} runs of {args.dag_id!r}: pass --yes to create them"
+            f"a backfill of {len(dates):,} runs of {args.dag_id!r} (over "
+            f"SLUICE_BACKFILL_CONFIRM_RUNS={cli.settings.backfill_confirm_runs}): pass --yes "
+            "to create them"
         )
 
     from sluice.scheduler.core.tracing import Tracing
@@ -136,8 +142,10 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
     else:
         from sluice.broker.app import create_app
         from sluice.broker.publisher import publish as publish_to
+        from sluice.scheduler.core.deployment import HEADER, deployment_id
 
         app = create_app(cli.settings)
+        app.conf[HEADER] = deployment_id(cli.factory)  # its messages say whose they are
         waker = waker_for(cli.settings)
 
         def publish(messages: Any) -> None:

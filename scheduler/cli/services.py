@@ -10,6 +10,8 @@ from types import FrameType
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.render import visible
+from sluice.scheduler.control.inputs import INT_MAX, check_int, check_name
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.migrate import upgrade
 from sluice.scheduler.core.models import Pool
@@ -25,6 +27,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-loops", type=int, default=None)
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port"
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="the address the metrics are served on (default 127.0.0.1; 0.0.0.0 for all)",
     )
     p.set_defaults(func=scheduler)
 
@@ -60,17 +67,23 @@ def install_stop_handlers(stop: object) -> None:
 
 
 def scheduler(cli: Cli, args: argparse.Namespace) -> int:
+    if args.metrics_port is not None:
+        check_int(args.metrics_port, "--metrics-port", 1, 65535)
+    if args.num_loops is not None:
+        check_int(args.num_loops, "--num-loops", 0, INT_MAX)
     from sluice.broker.app import create_app
     from sluice.broker.publisher import publish
     from sluice.broker.wakeup import waker_for
+    from sluice.scheduler.core.deployment import HEADER, deployment_id
     from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 
     app = create_app(cli.settings)
+    app.conf[HEADER] = deployment_id(cli.factory)  # its messages say whose they are
     waker = waker_for(cli.settings)
     from sluice.scheduler.core.tracing import Tracing
     from sluice.scheduler.jobs.metrics import SchedulerMetrics
 
-    metrics = SchedulerMetrics(cli.settings, cli.factory, args.metrics_port)
+    metrics = SchedulerMetrics(cli.settings, cli.factory, args.metrics_port, host=args.metrics_host)
     job = SchedulerJob(
         cli.settings,
         cli.factory,
@@ -103,13 +116,13 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
 def list_pools(cli: Cli, args: argparse.Namespace) -> int:
     with cli.factory() as session:
         for pool in session.scalars(select(Pool).order_by(Pool.name)):
-            print(f"{pool.name}\t{pool.slots}")
+            print(f"{visible(pool.name)}\t{pool.slots}")
     return 0
 
 
 def set_pool(cli: Cli, args: argparse.Namespace) -> int:
-    if args.slots < 0:
-        raise CliError("slots must be 0 or more")
+    check_name(args.name, "the pool name")
+    check_int(args.slots, "slots", 0, INT_MAX)
     with transaction(cli.factory) as session:
         upsert(
             session,

@@ -178,6 +178,15 @@ class Job(Base):
     __table_args__ = (Index("ix_job_state_heartbeat", "state", "latest_heartbeat"),)
 
 
+class Deployment(Base):
+    """The database's own id (one row, made by its migration): every message carries it,
+    so a worker of another deployment on the same broker and namespace refuses it."""
+
+    __tablename__ = "deployment"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+
+
 class Pool(Base):
     __tablename__ = "pool"
 

@@ -103,7 +103,7 @@ class SchedulerMetrics:
         factory: sessionmaker[Session],
         port: int | None = None,
         *,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         env: Mapping[str, str] | None = None,
         service_name: str = "sluice-scheduler",
     ) -> None:
