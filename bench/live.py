@@ -64,7 +64,8 @@ class LiveEnv:
             "SLUICE_NAMESPACE": self.namespace,
             "SLUICE_LOOP_INTERVAL": f"{self.loop_interval:g}",
             "SLUICE_DAG_REFRESH_INTERVAL": "0.5",
-            "SLUICE_PARSE_TIMEOUT": "120",
+            "SLUICE_PARSE_TIMEOUT": "120",  # 10,000-task DAG files
+            "SLUICE_HEARTBEAT_TIMEOUT": "150",  # above the parse timeout, as Settings checks
         } | self.extra_env
 
     @property

@@ -65,7 +65,7 @@ class Sluice:
             SLUICE_HEARTBEAT_TIMEOUT="5",
             SLUICE_QUEUED_TIMEOUT="10",
             SLUICE_DAG_REFRESH_INTERVAL="0.5",
-            SLUICE_PARSE_TIMEOUT="10",
+            SLUICE_PARSE_TIMEOUT="4",
             PYTHONUNBUFFERED="1",
         )
         env.update(self.extra_env)

@@ -53,10 +53,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluice.task_logs")
 
 MAX_BYTES_PER_TRY = 1024 * 1024
+"""Default of `Settings.task_log_max_bytes` (SLUICE_TASK_LOG_MAX_BYTES)."""
 
 MIRROR_BYTES_PER_TRY = 64 * 1024
-"""Most bytes of a try's output also written to the worker's own stdout/stderr (the rest
-is in the task log only): a chatty task must not fill the worker's log."""
+"""Default of `Settings.task_log_mirror_bytes` (SLUICE_TASK_LOG_MIRROR_BYTES): most bytes
+of a try's output also written to the worker's own stdout/stderr (the rest is in the task
+log only): a chatty task must not fill the worker's log."""
 
 REWRITE_INTERVAL = 30.0
 """Seconds between two rewrites of a running try's whole log row, once it reached the
@@ -206,6 +208,7 @@ class TaskLogCapture:
         attempt_id: str | None,
         hostname: str | None,
         max_bytes: int = MAX_BYTES_PER_TRY,
+        mirror_bytes: int = MIRROR_BYTES_PER_TRY,
         flush_interval: float = 2.0,
     ) -> None:
         self.factory = factory
@@ -223,7 +226,8 @@ class TaskLogCapture:
         self._rewrite = True
         """What is stored must be replaced whole (no row yet, lines dropped, a failed append)."""
         self._last_rewrite = 0.0
-        self._mirror_left = MIRROR_BYTES_PER_TRY
+        self.mirror_bytes = mirror_bytes
+        self._mirror_left = mirror_bytes
         self._finished = False
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
@@ -237,7 +241,7 @@ class TaskLogCapture:
 
     def mirrored(self, text: str) -> str:
         """The part of `text` to copy to the worker's own stream: the try's first
-        MIRROR_BYTES_PER_TRY bytes, then one line saying where the rest is."""
+        `mirror_bytes` bytes, then one line saying where the rest is."""
         if self._mirror_left <= 0:
             return ""
         size = len(text.encode("utf-8", "replace"))
@@ -246,8 +250,8 @@ class TaskLogCapture:
             return text
         return text[: max(0, len(text) + self._mirror_left)] + (
             f"\n[sluice] ti {self.ti_id} try {self.try_number} printed more than "
-            f"{MIRROR_BYTES_PER_TRY // 1024} KiB: the rest is in its task log only "
-            "(sluice tasks logs)\n"
+            f"{self.mirror_bytes} bytes (SLUICE_TASK_LOG_MIRROR_BYTES): the rest is in its "
+            "task log only (sluice tasks logs)\n"
         )
 
     def add_record(self, text: str, when: float) -> None:
@@ -390,6 +394,8 @@ def capture_task_log(ctx: WorkerContext, msg: RunMessage, try_number: int) -> Ta
         try_number=try_number,
         attempt_id=msg.attempt_id,
         hostname=ctx.hostname,
+        max_bytes=ctx.settings.task_log_max_bytes,
+        mirror_bytes=ctx.settings.task_log_mirror_bytes,
         flush_interval=ctx.settings.heartbeat_interval,
     )
 

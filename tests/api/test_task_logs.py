@@ -397,7 +397,7 @@ def test_a_running_try_s_log_grows_by_appends_and_its_mirror_is_capped(threads_d
     engine = factory.kw["bind"]
     event.listen(engine, "before_cursor_execute", sent)
     worker_stdout = io.StringIO()
-    stream = ThreadAwareStream(worker_stdout, "stdout")  # type: ignore[arg-type]
+    stream = ThreadAwareStream(worker_stdout, "stdout")
     capture = TaskLogCapture(
         factory, ti_id=ti_id, try_number=1, attempt_id="x", hostname="h", flush_interval=3600
     )
@@ -418,3 +418,29 @@ def test_a_running_try_s_log_grows_by_appends_and_its_mirror_is_capped(threads_d
     mirrored = worker_stdout.getvalue()
     assert len(mirrored) < MIRROR_BYTES_PER_TRY + 200
     assert "the rest is in its task log only" in mirrored and "second line" not in mirrored
+
+
+def test_a_worker_s_capture_takes_its_limits_from_the_settings(threads_dag) -> None:
+    """SLUICE_TASK_LOG_MAX_BYTES and SLUICE_TASK_LOG_MIRROR_BYTES reach the capture a worker
+    opens for a try (`capture_task_log`)."""
+    import types
+    from typing import cast
+
+    from sluice.broker.worker.runner import WorkerContext
+    from sluice.broker.worker.task_logs import capture_task_log
+    from sluice.scheduler.core.settings import Settings
+
+    factory, _run_pk = threads_dag
+    settings = Settings.from_env(
+        {"SLUICE_TASK_LOG_MAX_BYTES": "4096", "SLUICE_TASK_LOG_MIRROR_BYTES": "100"}
+    )
+    ctx = cast(
+        WorkerContext,
+        types.SimpleNamespace(session_factory=factory, hostname="h", settings=settings),
+    )
+    msg = types.SimpleNamespace(ti_id=1, attempt_id="x")
+    capture = capture_task_log(ctx, msg, try_number=1)  # type: ignore[arg-type]
+    assert capture.buffer.max_bytes == 4096
+    mirrored = capture.mirrored("y" * 150)
+    assert mirrored.startswith("y" * 100 + "\n") and "y" * 101 not in mirrored
+    assert "SLUICE_TASK_LOG_MIRROR_BYTES" in mirrored

@@ -85,14 +85,24 @@ def test_runs_are_created_in_batches_between_heartbeats(sluice: Sluice, tmp_path
 def test_thousands_of_runs_are_asked_for(sluice: Sluice, tmp_path: Path) -> None:
     """Over 1,000 runs without --yes (no terminal to ask at): one line, exit 2, nothing
     written; with --yes they are made."""
-    write_hourly(sluice, tmp_path)
+    marker = write_hourly(sluice, tmp_path)
     args = ["backfill", "hourly", "--start", "2026-01-01", "--end", "2026-03-01"]
     refused = sluice.cli(*args)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
-        "sluice: error: a backfill of 1,417 runs of 'hourly': pass --yes to create them"
+        "sluice: error: a backfill of 1,417 runs of 'hourly' (over "
+        "SLUICE_BACKFILL_CONFIRM_RUNS=1000): pass --yes to create them"
     ]
     assert rows(sluice.database_url, "SELECT count(*) FROM dag_run") == [(0,)]
+    # the threshold is a setting: three runs over a threshold of 2 are asked for too
+    sluice.extra_env["SLUICE_BACKFILL_CONFIRM_RUNS"] = "2"
+    few = ["backfill", "hourly", "--start", "2026-01-01T00:00", "--end", "2026-01-01T02:00"]
+    assert sluice.cli(*few).returncode == 2
+    assert rows(sluice.database_url, "SELECT count(*) FROM dag_run") == [(0,)]
+    # with --yes they are made, and run
+    done = sluice.cli(*few, "--yes", "--local")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(finished_backfills(marker)) == 3
 
 
 def test_runs_left_claimed_by_a_job_that_is_not_running_are_released(

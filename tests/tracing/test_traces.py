@@ -221,6 +221,7 @@ def test_a_run_waiting_for_continuance_is_not_carried_on_by_workers(
 
 def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceiver) -> None:
     traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "3"
+    traced.extra_env["SLUICE_PARSE_TIMEOUT"] = "2"  # below the heartbeat timeout
     a, run_id = start_owner(traced, sleep=2.0)
     first_span_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[2]
     a.send_signal(signal.SIGKILL)
