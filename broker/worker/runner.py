@@ -55,6 +55,7 @@ from sluice.scheduler.core.db import (
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.sql import unindexed
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
@@ -249,12 +250,14 @@ _UPSTREAM_RESULTS = hot(
 _AS_SENT = hot(
     "claimed TI is the message's",
     and_(
-        _TI.c.dag_id == bindparam("m_dag"),
-        _TI.c.run_id == bindparam("m_run"),
-        _TI.c.task_id == bindparam("m_task"),
+        unindexed(_TI.c.dag_id) == bindparam("m_dag"),
+        unindexed(_TI.c.run_id) == bindparam("m_run"),
+        unindexed(_TI.c.task_id) == bindparam("m_task"),
     ),
     "The code a try runs is the claimed row's: a message whose ids disagree with its "
-    "TI's claims nothing (stale), whatever its ti_id and attempt_id.",
+    "TI's claims nothing (stale), whatever its ti_id and attempt_id. Each id is compared "
+    "through `|| ''`: on `dag_id` itself a plan made while the table was small reads the "
+    "DAG's every TI by ix_task_instance_dag_state to claim one.",
 )
 
 

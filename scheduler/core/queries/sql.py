@@ -21,10 +21,16 @@ def one_of(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[b
     return column.in_([literal(value) for value in found])
 
 
+def unindexed(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """`column || ''`: the column's value through an expression no index covers, for the
+    checks of a statement that names its rows by their key (see `expected_state`)."""
+    return column.op("||")(literal_column("''"))
+
+
 def expected_state(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnElement[bool]:
     """The expected-state check of a compare-and-set on rows named by their key (`one_of`
     on `column || ''`): an expression no index covers, so the planner reaches the rows by
     their key whatever its statistics say. A plan made while the table was small (a
     prepared statement keeps it until the next ANALYZE) otherwise picks an index on the
     state and reads every row in that state to change one."""
-    return one_of(column.op("||")(literal_column("''")), values)
+    return one_of(unindexed(column), values)

@@ -1,0 +1,72 @@
+"""The hot writes that name one task instance by its key reach it by its key in their
+generic plan (the plan a prepared statement keeps), on a small table as on a big one.
+
+PostgreSQL makes a prepared statement's generic plan once, from the statistics of that
+moment; on a small table an index on another column of the WHERE ties with the primary
+key, and the plan then reads every row under that index value to change one (the claim
+read each TI of its DAG through ix_task_instance_dag_state). Each statement is prepared
+here with `$n` parameters and explained under `plan_cache_mode = force_generic_plan`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.dialects import postgresql
+
+from tests.unit.test_hot_sql import hot_path_builds
+
+_PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+
+
+def one_ti_writes() -> dict[str, str]:
+    """SQL (psycopg placeholders) of each hot-path build that changes one TI by its id."""
+    found = {}
+    for name, statement in hot_path_builds().items():
+        sql = str(statement.compile(dialect=_PSYCOPG))
+        if sql.startswith("UPDATE task_instance") and "task_instance.id = %(b_id)s" in sql:
+            found[name] = sql
+    return found
+
+
+WRITES = one_ti_writes()
+
+
+def generic_plan(conn, sql: str) -> str:  # type: ignore[no-untyped-def]
+    names: dict[str, int] = {}
+
+    def numbered(match: re.Match[str]) -> str:
+        return f"${names.setdefault(match[1], len(names) + 1)}"
+
+    sql = re.sub(r"__\[POSTCOMPILE_(\w+)\]", r"%(\1)s::VARCHAR", sql)  # lists of names: one
+    prepared = re.sub(r"%\((\w+)\)s", numbered, sql).replace("%%", "%")
+    conn.execute(text("SET plan_cache_mode = force_generic_plan"))
+    conn.exec_driver_sql(f"PREPARE probe AS {prepared}")
+    try:
+        nulls = ", ".join(["NULL"] * len(names))
+        rows = conn.exec_driver_sql(f"EXPLAIN EXECUTE probe({nulls})").all()
+    finally:
+        conn.exec_driver_sql("DEALLOCATE probe")
+    return "\n".join(row[0] for row in rows)
+
+
+def test_the_claim_and_the_result_are_among_the_writes_checked() -> None:
+    assert any("as sent" in name for name in WRITES)  # the claim
+    assert any(name.startswith("ti move running -> success") for name in WRITES)
+
+
+@pytest.mark.parametrize("name", sorted(WRITES))
+def test_a_write_of_one_ti_reaches_it_by_its_key(pg_url: str, name: str) -> None:
+    engine = create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.connect() as conn:
+            plan = generic_plan(conn, WRITES[name])
+    finally:
+        engine.dispose()
+    # the scan of the row to change: the only one on `task_instance` with no alias
+    target = [
+        line for line in plan.splitlines() if re.search(r"Scan .* on task_instance  \(", line)
+    ]
+    assert target and all("using pk_task_instance on" in line for line in target), plan
