@@ -13,12 +13,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.dialects import postgresql
 
 from tests.unit.test_hot_sql import hot_path_builds
 
-_PSYCOPG = postgresql.psycopg.dialect()  # type: ignore[attr-defined]
+_PSYCOPG = postgresql.psycopg.dialect()
 
 
 def one_ti_writes() -> dict[str, str]:
@@ -34,7 +34,7 @@ def one_ti_writes() -> dict[str, str]:
 WRITES = one_ti_writes()
 
 
-def generic_plan(conn, sql: str) -> str:  # type: ignore[no-untyped-def]
+def generic_plan(conn: Connection, sql: str) -> str:
     names: dict[str, int] = {}
 
     def numbered(match: re.Match[str]) -> str:
