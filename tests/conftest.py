@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
 PG_ADMIN_URL = os.environ.get(
@@ -46,6 +46,11 @@ def pg_admin():
 @pytest.fixture
 def pg_url(pg_admin) -> Iterator[str]:
     """A new, migrated PostgreSQL database for this test; dropped afterwards."""
+    yield from migrated_database(pg_admin)
+
+
+def migrated_database(pg_admin: Engine) -> Iterator[str]:
+    """The URL of a new, migrated PostgreSQL database, dropped when resumed."""
     from sluice.scheduler.core.db import make_engine
     from sluice.scheduler.core.migrate import upgrade
 

@@ -15,25 +15,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sluice.scheduler.core.settings import ConfigError
+from sluice.scheduler.core.settings import ConfigError, env_int
 
 TRACE_PLACEHOLDER = "{trace_id}"
 
 MAX_BODY_BYTES = 1_048_576
 DAG_CACHE_BYTES = 64 * 1_048_576
-
-
-def _size(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = (env.get(name) or "").strip()
-    if raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number of bytes, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name} must be positive, got {raw!r}")
-    return value
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
@@ -66,8 +53,8 @@ class ApiConfig:
             token=token,
             read_auth=_flag(env, "SLUICE_API_READ_AUTH"),
             trace_url=trace_url,
-            max_body_bytes=_size(env, "SLUICE_API_MAX_BODY_BYTES", MAX_BODY_BYTES),
-            dag_cache_bytes=_size(env, "SLUICE_API_DAG_CACHE_BYTES", DAG_CACHE_BYTES),
+            max_body_bytes=env_int(env, "SLUICE_API_MAX_BODY_BYTES", MAX_BODY_BYTES),
+            dag_cache_bytes=env_int(env, "SLUICE_API_DAG_CACHE_BYTES", DAG_CACHE_BYTES),
         )
 
     def trace_link(self, trace_id: str | None) -> str | None:

@@ -36,7 +36,8 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return _positive(env, name, default, float, "a number of seconds")
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    """A positive whole number from `env[name]`, `default` when unset; else ConfigError."""
     return _positive(env, name, default, int, "a whole number")
 
 
@@ -105,15 +106,15 @@ class Settings:
             dag_refresh_interval=_float(
                 env, "SLUICE_DAG_REFRESH_INTERVAL", base.dag_refresh_interval
             ),
-            runs_per_loop=_int(env, "SLUICE_RUNS_PER_LOOP", base.runs_per_loop),
+            runs_per_loop=env_int(env, "SLUICE_RUNS_PER_LOOP", base.runs_per_loop),
             result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
             schedule_after_task=_bool(env, "SLUICE_SCHEDULE_AFTER_TASK", base.schedule_after_task),
-            max_conf_bytes=_int(env, "SLUICE_MAX_CONF_BYTES", base.max_conf_bytes),
-            task_log_max_bytes=_int(env, "SLUICE_TASK_LOG_MAX_BYTES", base.task_log_max_bytes),
-            task_log_mirror_bytes=_int(
+            max_conf_bytes=env_int(env, "SLUICE_MAX_CONF_BYTES", base.max_conf_bytes),
+            task_log_max_bytes=env_int(env, "SLUICE_TASK_LOG_MAX_BYTES", base.task_log_max_bytes),
+            task_log_mirror_bytes=env_int(
                 env, "SLUICE_TASK_LOG_MIRROR_BYTES", base.task_log_mirror_bytes
             ),
-            backfill_confirm_runs=_int(
+            backfill_confirm_runs=env_int(
                 env, "SLUICE_BACKFILL_CONFIRM_RUNS", base.backfill_confirm_runs
             ),
         )

@@ -226,14 +226,21 @@ def test_tasks_running_in_threads_each_capture_only_their_own_output(
     )
 
 
+def ti_of(factory: sessionmaker[Session], run_pk: int, task_id: str) -> int:
+    """The id of `task_id`'s TI in the run `run_pk`."""
+    with factory() as session:
+        return int(
+            session.scalars(
+                select(TaskInstance.id).where(
+                    TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == task_id
+                )
+            ).one()
+        )
+
+
 def test_a_running_try_is_stored_before_it_ends(threads_dag) -> None:
     factory, run_pk = threads_dag
-    with factory() as session:
-        ti_id = session.scalars(
-            select(TaskInstance.id).where(
-                TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == "py_a"
-            )
-        ).one()
+    ti_id = ti_of(factory, run_pk, "py_a")
     capture = TaskLogCapture(
         factory, ti_id=ti_id, try_number=1, attempt_id="x", hostname="h", flush_interval=0.05
     )
@@ -382,12 +389,7 @@ def test_a_running_try_s_log_grows_by_appends_and_its_mirror_is_capped(threads_d
     from sluice.broker.worker.task_logs import MIRROR_BYTES_PER_TRY, ThreadAwareStream
 
     factory, run_pk = threads_dag
-    with factory() as session:
-        ti_id = session.scalars(
-            select(TaskInstance.id).where(
-                TaskInstance.dag_run_id == run_pk, TaskInstance.task_id == "py_a"
-            )
-        ).one()
+    ti_id = ti_of(factory, run_pk, "py_a")
     sizes: list[int] = []
 
     def sent(_conn: object, _cursor: object, statement: str, params: object, *_: object) -> None:

@@ -4,14 +4,13 @@ of the other deployment back, with an ERROR that names the cause, instead of eat
 from __future__ import annotations
 
 import textwrap
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
-from tests.conftest import PG_ADMIN_URL
+from tests.conftest import migrated_database
 from tests.procs import Sluice, wait_until
 
 DAG = """
@@ -25,19 +24,7 @@ with DAG("shared", schedule=None) as dag:
 @pytest.fixture
 def other_database(pg_admin: Engine) -> Iterator[str]:
     """A second migrated database: the other deployment's."""
-    from sluice.scheduler.core.db import make_engine
-    from sluice.scheduler.core.migrate import upgrade
-
-    name = f"sluice_t_{uuid.uuid4().hex[:10]}"
-    with pg_admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    yield url
-    with pg_admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    yield from migrated_database(pg_admin)
 
 
 def test_a_worker_puts_back_the_other_deployment_s_message(
