@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -68,3 +69,13 @@ def create_app(
         app.include_router(module.router)
     install_ui(app)
     return app
+
+
+def settle_heap() -> None:
+    """Take what exists now (the modules, the app) out of the garbage collector's view
+    (`gc.collect()`, then `gc.freeze()`, as servers do once their app is loaded), so that
+    a full collection walks only what requests made. A 10,000-task DAG's grid makes about
+    as many objects a request; with the whole process in view, the full collections they
+    set off took about 100 ms each, every other request. Call it once, before serving."""
+    gc.collect()
+    gc.freeze()

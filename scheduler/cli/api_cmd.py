@@ -31,6 +31,7 @@ def serve(cli: Cli, args: argparse.Namespace) -> int:
     import uvicorn
 
     from sluice.scheduler.api import create_app
+    from sluice.scheduler.api.app import settle_heap
     from sluice.scheduler.api.config import ApiConfig
 
     if not 0 < args.port < 65536:
@@ -47,6 +48,7 @@ def serve(cli: Cli, args: argparse.Namespace) -> int:
             args.host,
         )
     app = create_app(cli.settings, config=config)
+    settle_heap()
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again for the handler
     # it found: make that one a no-op so that a stopped API exits 0, like the scheduler.
     signal.signal(signal.SIGTERM, _stopped)
