@@ -378,6 +378,10 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "one scheduler then two (A-B-B-A): what the schedulers themselves do for many small",
         "runs (start, decide, queue, publish), as Airflow's scheduler benchmark measures its",
         "scheduler with the executor short-circuited.",
+        "W9 drives the REST API app in-process (no network) on a 10,000-task DAG with one",
+        "run: the DAG detail and the grid, the first request of each (cold: the DAG's task",
+        "order and task list computed) and the median of five more (warm); the heap is",
+        "settled and one DAG-list request made first, as `sluice api` serves.",
         f"Settings: SLUICE_LOOP_INTERVAL={s['loop_interval']}, "
         f"SLUICE_DAG_REFRESH_INTERVAL=0.5, other settings at their defaults; DAGs have",
         "max_active_runs/max_active_tasks high enough that only the default pool (128 slots)",
