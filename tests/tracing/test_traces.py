@@ -124,7 +124,7 @@ def start_owner(traced: Sluice, sleep: float) -> tuple[subprocess.Popen[bytes], 
     traced.worker()
     run_id = traced.trigger("traced")
     wait_until(
-        lambda: traced.task_states("traced", run_id)["slow"]["state"] == "running", timeout=30
+        lambda: traced.db_task_states("traced", run_id)["slow"]["state"] == "running", timeout=30
     )
     assert run_row(traced, run_id)["owner"] == scheduler_job_ids(traced)[0]
     return a, run_id
@@ -206,10 +206,12 @@ def test_a_run_waiting_for_continuance_is_not_carried_on_by_workers(
 ) -> None:
     """A's spans await continuance; "slow" ends before B starts: the worker leaves
     "last" to B, so that it nests under B's continued span, and B ends the run's span."""
-    a, run_id = start_owner(traced, sleep=1.0)
+    # "slow" sleeps long enough for A to have stopped (and said so) before it ends
+    a, run_id = start_owner(traced, sleep=2.5)
     traced.stop(a)
-    wait_until(lambda: traced.task_states("traced", run_id)["slow"]["state"] == "success")
-    assert traced.task_states("traced", run_id)["last"]["state"] == "none"
+    assert run_row(traced, run_id)["span_status"] == "needs_continuance"
+    wait_until(lambda: traced.db_task_states("traced", run_id)["slow"]["state"] == "success")
+    assert traced.db_task_states("traced", run_id)["last"]["state"] == "none"
     traced.scheduler()  # B
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
