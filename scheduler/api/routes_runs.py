@@ -102,3 +102,25 @@ def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) 
 def get_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
     _, run = find_run(session, dag_id, run_id)
     return run_out(run, state.config)
+
+
+API_USER = "api (bearer token)"
+"""Who the audit log names for an operation made through the API (the token's holder)."""
+
+
+@router.post(
+    "/{run_id}/cancel", response_model=RunOut, dependencies=[CanWrite], responses=errors(404, 409)
+)
+def cancel_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
+    """Stop a queued or running run, as `sluice dags cancel` does: its tasks not started are
+    skipped, its queued and running tries fail and are stopped, and the run fails."""
+    _, run = find_run(session, dag_id, run_id)
+    try:
+        done = operations.cancel_run(session, run, who=API_USER, now=utcnow())
+        session.commit()
+    except operations.RunFinished as exc:
+        session.rollback()
+        raise ApiError(409, str(exc)) from None
+    operations.stop_tries(state.settings, done)
+    session.refresh(run)
+    return run_out(run, state.config)

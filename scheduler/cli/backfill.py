@@ -213,8 +213,7 @@ def cancel(cli: Cli, dag_id: str) -> int:
     """End the unfinished backfill runs of `dag_id` failed and stop their tries."""
     from sqlalchemy import select
 
-    from sluice.broker.app import create_app
-    from sluice.scheduler.control.operations import revoke_external_tasks
+    from sluice.scheduler.control.operations import stop_tries
     from sluice.scheduler.core.db import transaction, utcnow
     from sluice.scheduler.core.models import DagRun
     from sluice.scheduler.core.states import RUN_UNFINISHED, RunType
@@ -230,12 +229,7 @@ def cancel(cli: Cli, dag_id: str) -> int:
             )
         ).all()
         done = cancel_runs(session, run_pks, utcnow())
-    if done.attempts:  # after the commit: a late result of these tries changes nothing
-        try:
-            create_app(cli.settings).control.revoke(done.attempts, terminate=True)
-        except Exception as exc:
-            log.warning("stopping %d tries failed: %s", len(done.attempts), exc)
-    revoke_external_tasks(cli.settings, done.external_ids)
+    stop_tries(cli.settings, done)  # after the commit: a late result changes nothing
     print(f"cancelled {done.runs} backfill run(s) of {dag_id}; {len(done.attempts)} tries stopped")
     return 0
 

@@ -17,6 +17,7 @@ from sluice.scheduler.control.inputs import check_id_text, parse_conf, parse_dat
 from sluice.scheduler.control.operations import trigger_run
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagFile
+from sluice.scheduler.core.queries.audit import cli_user
 from sluice.scheduler.scheduling.dagrun import RunExists, check_run_id
 
 
@@ -32,6 +33,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logical-date")
     p.add_argument("--conf")
     p.set_defaults(func=trigger)
+    p = cmds.add_parser("cancel", help="stop a run: its unfinished tasks end, the run fails")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.set_defaults(func=cancel)
+
     p = cmds.add_parser("state", help="print the state of a run")
     p.add_argument("dag_id")
     p.add_argument("run_id")
@@ -120,4 +126,18 @@ def set_paused(cli: Cli, args: argparse.Namespace) -> int:
         dag = cli.get_dag(session, args.dag_id)
         dag.is_paused = args.paused
     print(f"{args.dag_id} {'paused' if args.paused else 'unpaused'}")
+    return 0
+
+
+def cancel(cli: Cli, args: argparse.Namespace) -> int:
+    """`sluice dags cancel DAG_ID RUN_ID`: one transaction ends the run and its TIs, then
+    the tries that were queued or running are stopped (`control.operations`)."""
+    with transaction(cli.factory) as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        done = operations.cancel_run(session, run, who=cli_user(), now=utcnow())
+    operations.stop_tries(cli.settings, done)
+    print(
+        f"cancelled {args.dag_id} {args.run_id}: the run failed, "
+        f"{len(done.attempts)} queued or running tries stopped"
+    )
     return 0

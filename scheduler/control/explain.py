@@ -26,9 +26,11 @@ from sluice.scheduler.control.explain_model import (
     Reason,
     ReasonKind,
     Subject,
+    iso,
 )
 from sluice.scheduler.control.explain_reasons import reasons_for
-from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.models import AuditEvent, Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.deps import TiView
@@ -89,6 +91,18 @@ def load_subject(
     return Subject(session, now, settings, dag, run, ti, task_id, views, workers)
 
 
+def operator_reason(event: AuditEvent) -> Reason:
+    """Who did the newest operation on the TI or its run, and when."""
+    on = f"task {event.task_id!r}" if event.task_id else "the run"
+    detail = f"{event.action} of {on} by {event.who} at {iso(event.at)}"
+    return Reason(
+        ReasonKind.OPERATOR,
+        detail + (f" ({event.detail})" if event.detail else ""),
+        blocking=False,
+        data={"action": event.action, "who": event.who, "at": iso(event.at)},
+    )
+
+
 def explain_ti(
     session: Session,
     dag_id: str,
@@ -109,6 +123,9 @@ def explain_ti(
     settings = settings or Settings()
     subject = load_subject(session, dag_id, run_id, task_id, now, settings, workers_by_queue)
     reasons, notes = reasons_for(subject)
+    event = audit.latest(session, dag_id, run_id, task_id)
+    if event is not None:
+        reasons.append(operator_reason(event))
     ti = subject.ti
     state = str(ti.state) if ti is not None else str(TI.NONE)
     if workers_by_queue is None:

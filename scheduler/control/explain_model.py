@@ -40,6 +40,8 @@ class ReasonKind(StrEnum):
     RETRY = "retry"
     FINISHED = "finished"
     SKIPPED_ITSELF = "skipped_itself"
+    OPERATOR = "operator"
+    """A user's operation on the TI or its run (cancel, mark), from the audit log."""
 
 
 @dataclass

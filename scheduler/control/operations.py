@@ -8,17 +8,29 @@ a session never commit: the caller owns the transaction.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from sluice.broker.app import create_app
 from sluice.broker.wakeup import waker_for
+from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.models import Dag, DagRun
+from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.core.states import RunType
+from sluice.scheduler.core.states import RUN_UNFINISHED, RunType
 from sluice.scheduler.jobs.celery_poller import revoke_ids
+from sluice.scheduler.scheduling.cancelling import Cancelled, cancel_runs
 from sluice.scheduler.scheduling.dagrun import create_dagrun
+
+log = logging.getLogger("sluice.control")
+
+
+class RunFinished(InputError):
+    """The operation needs an unfinished run, and this one has ended (a 409 in the API)."""
 
 
 def trigger_run(
@@ -59,3 +71,42 @@ def wake_schedulers(settings: Settings) -> None:
         waker.wake()
     finally:
         waker.close()
+
+
+def cancel_run(session: Session, run: DagRun, *, who: str, now: dt.datetime) -> Cancelled:
+    """End `run` failed and its unfinished TIs (`scheduling.cancelling`), recording who did
+    it in the same transaction; RunFinished if it has ended. The run row is locked FOR NO
+    KEY UPDATE and its state read again under the lock, so a run that ends meanwhile is
+    refused, not cancelled twice. The caller commits, then calls `stop_tries`."""
+    state = session.scalar(
+        select(DagRun.state).where(DagRun.id == run.id).with_for_update(key_share=True)
+    )
+    if state not in RUN_UNFINISHED:
+        raise RunFinished(
+            f"run {run.run_id!r} of DAG {run.dag_id!r} has already ended ({state}): "
+            "only a queued or running run can be cancelled"
+        )
+    done = cancel_runs(session, [run.id], now)
+    audit.record(
+        session,
+        who=who,
+        action="cancel",
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        now=now,
+        detail=f"{len(done.attempts)} queued or running tries stopped",
+    )
+    return done
+
+
+def stop_tries(settings: Settings, done: Cancelled) -> None:
+    """After the commit that ended them: revoke the tries' Celery tasks (a queued message
+    is dropped by the workers; a running prefork child is terminated) and the external
+    tasks of CeleryTask tries. A late result of one of them loses its compare-and-set.
+    Best-effort: a broker error is logged, never raised."""
+    if done.attempts:
+        try:
+            create_app(settings).control.revoke(done.attempts, terminate=True)
+        except Exception as exc:
+            log.warning("stopping %d tries failed: %s", len(done.attempts), exc)
+    revoke_external_tasks(settings, done.external_ids)

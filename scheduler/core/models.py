@@ -178,6 +178,24 @@ class Job(Base):
     __table_args__ = (Index("ix_job_state_heartbeat", "state", "latest_heartbeat"),)
 
 
+class AuditEvent(Base):
+    """One operation a user did on a run or a task instance (cancel, mark, note): who, what
+    and when. Written in the operation's own transaction; `task_id` is None for a run's."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime]
+    who: Mapped[str] = mapped_column(String(250))
+    action: Mapped[str] = mapped_column(String(50))
+    dag_id: Mapped[str] = mapped_column(String(250))
+    run_id: Mapped[str] = mapped_column(String(250))
+    task_id: Mapped[str | None] = mapped_column(String(250))
+    detail: Mapped[str | None] = mapped_column(String(1000))
+
+    __table_args__ = (Index("ix_audit_log_dag_run", "dag_id", "run_id"),)
+
+
 class Deployment(Base):
     """The database's own id (one row, made by its migration): every message carries it,
     so a worker of another deployment on the same broker and namespace refuses it."""

@@ -1,0 +1,115 @@
+"""`sluice dags cancel DAG_ID RUN_ID`: the run ends failed, its running try is stopped in
+the worker, what was not started is skipped and never runs; bad input changes nothing."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from tests.procs import Sluice, wait_until
+
+DAG = """
+import time
+from pathlib import Path
+from sluice import DAG, task
+
+MARKS = Path({marks!r})
+
+with DAG("cancel_me", schedule=None) as dag:
+    @task
+    def slow():
+        (MARKS / "slow-started").write_text("")
+        time.sleep(60)
+        (MARKS / "slow-finished").write_text("")
+
+    @task
+    def after():
+        (MARKS / "after").write_text("")
+
+    slow >> after
+"""
+
+
+def rows(url: str, sql: str) -> list[tuple[object, ...]]:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def write_dag(sluice: Sluice, tmp_path: Path) -> Path:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (sluice.dags_folder / "cancel_me.py").write_text(textwrap.dedent(DAG.format(marks=str(marks))))
+    sluice.ok("dags", "list")
+    return marks
+
+
+def test_cancel_stops_the_running_try_and_fails_the_run(sluice: Sluice, tmp_path: Path) -> None:
+    # Given a run whose first task sleeps 60 s in a prefork worker
+    marks = write_dag(sluice, tmp_path)
+    sluice.scheduler()
+    sluice.worker()
+    run_id = sluice.trigger("cancel_me")
+    wait_until(lambda: (marks / "slow-started").exists(), timeout=30)
+    [(pid,)] = rows(sluice.database_url, "SELECT pid FROM task_instance WHERE task_id = 'slow'")
+    assert isinstance(pid, int) and alive(pid)
+    # When it is cancelled
+    done = sluice.cli("dags", "cancel", "cancel_me", run_id)
+    assert done.returncode == 0, done.stderr
+    assert "1 queued or running tries stopped" in done.stdout
+    # Then the process running the task ends within 5 s, the run has failed, the task
+    # failed as cancelled and its downstream was skipped, never run
+    wait_until(lambda: not alive(pid), timeout=5)
+    assert sluice.db_run_state("cancel_me", run_id) == "failed"
+    states = sluice.db_task_states("cancel_me", run_id)
+    assert (states["slow"]["state"], states["slow"]["error"]) == ("failed", "cancelled")
+    assert states["after"]["state"] == "skipped"
+    assert not (marks / "slow-finished").exists() and not (marks / "after").exists()
+    # ... and `tasks explain` says who cancelled it and when
+    said = sluice.ok("tasks", "explain", "cancel_me", run_id, "after")
+    assert "cancel of the run by " in said and "(cli)" in said
+    # ... and the deployment goes on: a new run's task runs, and is cancelled in turn
+    (marks / "slow-started").unlink()
+    again = sluice.trigger("cancel_me")
+    wait_until(lambda: (marks / "slow-started").exists(), timeout=30)
+    sluice.ok("dags", "cancel", "cancel_me", again)
+    assert sluice.db_run_state("cancel_me", again) == "failed"
+
+
+def test_cancel_refuses_what_it_cannot_cancel_and_changes_nothing(
+    sluice: Sluice, tmp_path: Path
+) -> None:
+    write_dag(sluice, tmp_path)
+    run_id = sluice.trigger("cancel_me", "--run-id", "r1")
+    sluice.ok("dags", "cancel", "cancel_me", run_id)  # a queued run: nothing had started
+    assert sluice.db_run_state("cancel_me", run_id) == "failed"
+    events = "SELECT count(*) FROM audit_log"
+    assert rows(sluice.database_url, events) == [(1,)]
+    for args, said in [
+        (("nope", "r1"), "sluice: error: unknown DAG 'nope'"),
+        (("cancel_me", "r2"), "sluice: error: DAG 'cancel_me' has no run 'r2'"),
+        (("cancel_me", "r1"), "sluice: error: run 'r1' of DAG 'cancel_me' has already ended"),
+    ]:
+        refused = sluice.cli("dags", "cancel", *args)
+        assert refused.returncode == 2, refused
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert refused.stderr.startswith(said), refused.stderr
+    assert rows(sluice.database_url, events) == [(1,)]
+    tis = "SELECT task_id, state FROM task_instance ORDER BY task_id"
+    assert rows(sluice.database_url, tis) == [("after", "skipped"), ("slow", "skipped")]
