@@ -61,3 +61,7 @@ def read_refusal(config: ApiConfig, token: str | None) -> ApiError | None:
             "reads are disabled: SLUICE_API_READ_AUTH=1 but the API server has no SLUICE_API_TOKEN",
         )
     return _token_refusal(config.token, token)
+
+
+API_USER = "api (bearer token)"
+"""Who the audit log names for an operation made through the API (the token's holder)."""

@@ -14,12 +14,13 @@ from fastapi import APIRouter, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
+from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
 from sluice.scheduler.api.responses import errors
-from sluice.scheduler.api.schemas import RunCreate, RunList, RunOut
-from sluice.scheduler.api.views import run_out, run_summary
+from sluice.scheduler.api.schemas import NoteIn, NoteOut, RunCreate, RunList, RunOut
+from sluice.scheduler.api.views import note_out, run_out, run_summary
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.inputs import InputError, check_conf, parse_date
 from sluice.scheduler.control.operations import wake_schedulers
@@ -101,11 +102,7 @@ def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) 
 @router.get("/{run_id}", response_model=RunOut, dependencies=[CanRead], responses=errors(404))
 def get_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
     _, run = find_run(session, dag_id, run_id)
-    return run_out(run, state.config)
-
-
-API_USER = "api (bearer token)"
-"""Who the audit log names for an operation made through the API (the token's holder)."""
+    return run_out(run, state.config, note_out(session, run.dag_id, run.run_id, None))
 
 
 @router.post(
@@ -124,3 +121,19 @@ def cancel_run(dag_id: str, run_id: str, session: DbSession, state: State) -> Ru
     operations.stop_tries(state.settings, done)
     session.refresh(run)
     return run_out(run, state.config)
+
+
+@router.put(
+    "/{run_id}/note", response_model=NoteOut, dependencies=[CanWrite], responses=errors(404)
+)
+def set_run_note(dag_id: str, run_id: str, body: NoteIn, session: DbSession) -> NoteOut:
+    """Set the run's note (one line, at most 500 characters), as `sluice dags note` does."""
+    _, run = find_run(session, dag_id, run_id)
+    try:
+        operations.note_on(session, run, None, body.note, who=API_USER, now=utcnow())
+    except InputError as exc:
+        raise unprocessable(str(exc)) from None
+    session.commit()
+    found = note_out(session, run.dag_id, run.run_id, None)
+    assert found is not None
+    return found

@@ -12,21 +12,25 @@ from fastapi import APIRouter, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
-from sluice.scheduler.api.errors import not_found
+from sluice.scheduler.api.errors import not_found, unprocessable
 from sluice.scheduler.api.lookups import find_run, find_ti
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
     ClearOut,
     ClearRequest,
+    NoteIn,
+    NoteOut,
     TaskInstanceDetail,
     TaskInstanceOut,
     TaskLogOut,
     TryOut,
 )
-from sluice.scheduler.api.views import ti_fields, ti_out, trace_id_of
+from sluice.scheduler.api.views import note_out, ti_fields, ti_out, trace_id_of
+from sluice.scheduler.control import operations
 from sluice.scheduler.control.explain import ExplainError, explain_ti
-from sluice.scheduler.control.inputs import MAX_TRY
+from sluice.scheduler.control.inputs import MAX_TRY, InputError
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, TaskInstance
@@ -88,7 +92,27 @@ def get_task_instance(
         downstream=sorted(spec.get("downstream", [])),
         tries=tries,
         trace_url=state.config.trace_link(trace_id_of(run.context_carrier)),
+        note=note_out(session, run.dag_id, run.run_id, ti.task_id),
     )
+
+
+@router.put(
+    "/{task_id}/note", response_model=NoteOut, dependencies=[CanWrite], responses=errors(404)
+)
+def set_task_note(
+    dag_id: str, run_id: str, task_id: str, body: NoteIn, session: DbSession
+) -> NoteOut:
+    """Set the task instance's note (one line, at most 500 characters), as `sluice tasks
+    note` does."""
+    _, run, ti = find_ti(session, dag_id, run_id, task_id)
+    try:
+        operations.note_on(session, run, ti.task_id, body.note, who=API_USER, now=utcnow())
+    except InputError as exc:
+        raise unprocessable(str(exc)) from None
+    session.commit()
+    found = note_out(session, run.dag_id, run.run_id, ti.task_id)
+    assert found is not None
+    return found
 
 
 @router.post(

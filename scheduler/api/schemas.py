@@ -53,6 +53,10 @@ class RunCreate(Strict):
     )
 
 
+class NoteIn(Strict):
+    note: str = Field(max_length=2000, description="one line, at most 500 characters once stripped")
+
+
 class ClearRequest(Strict):
     downstream: StrictBool = Field(default=False, description="also clear its downstream tasks")
 
@@ -114,8 +118,15 @@ class RunSummary(BaseModel):
     trace_url: str | None = Field(description="a link to its trace when SLUICE_TRACE_URL is set")
 
 
+class NoteOut(BaseModel):
+    note: str
+    who: str
+    at: dt.datetime
+
+
 class RunOut(RunSummary):
     conf: dict[str, Any]
+    note: NoteOut | None = Field(default=None, description="the run's note, if it has one")
 
 
 class RunList(BaseModel):
@@ -165,6 +176,7 @@ class TaskInstanceDetail(TaskInstanceOut):
         default=None, description="why it is in its state, in plain words (tasks explain)"
     )
     reasons: list[str] = Field(default_factory=list, description="the details behind `why`")
+    note: NoteOut | None = Field(default=None, description="the task instance's note, if any")
 
 
 class TaskLogOut(BaseModel):

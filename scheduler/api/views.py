@@ -11,15 +11,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.schemas import (
     DagSummary,
+    NoteOut,
     RunBrief,
     RunOut,
     RunSummary,
     TaskInstanceOut,
 )
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries import audit
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -220,8 +224,16 @@ def run_summary(run: DagRun, config: ApiConfig) -> RunSummary:
     return RunSummary(**_run_fields(run, config))
 
 
-def run_out(run: DagRun, config: ApiConfig) -> RunOut:
-    return RunOut(**_run_fields(run, config), conf=dict(run.conf or {}))
+def run_out(run: DagRun, config: ApiConfig, note: NoteOut | None = None) -> RunOut:
+    return RunOut(**_run_fields(run, config), conf=dict(run.conf or {}), note=note)
+
+
+def note_out(session: Session, dag_id: str, run_id: str, task_id: str | None) -> NoteOut | None:
+    """The note of the run (`task_id` None) or of its task instance, if any."""
+    event = audit.latest_note(session, dag_id, run_id, task_id)
+    if event is None or event.detail is None:
+        return None
+    return NoteOut(note=event.detail, who=event.who, at=event.at)
 
 
 def ti_fields(ti: TaskInstance) -> dict[str, Any]:

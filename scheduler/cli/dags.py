@@ -38,6 +38,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id")
     p.set_defaults(func=cancel)
 
+    p = cmds.add_parser("note", help="set the note of a run (one line, who and when kept)")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("text")
+    p.set_defaults(func=note)
+
     p = cmds.add_parser("state", help="print the state of a run")
     p.add_argument("dag_id")
     p.add_argument("run_id")
@@ -140,4 +146,13 @@ def cancel(cli: Cli, args: argparse.Namespace) -> int:
         f"cancelled {args.dag_id} {args.run_id}: the run failed, "
         f"{len(done.attempts)} queued or running tries stopped"
     )
+    return 0
+
+
+def note(cli: Cli, args: argparse.Namespace) -> int:
+    """`sluice dags note DAG_ID RUN_ID TEXT`: the run's note, kept with who and when."""
+    with transaction(cli.factory) as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        operations.note_on(session, run, None, args.text, who=cli_user(), now=utcnow())
+    print(f"noted on {args.dag_id} {args.run_id}")
     return 0

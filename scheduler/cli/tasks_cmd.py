@@ -16,9 +16,11 @@ from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.explain_cmd import add_explain_parser
 from sluice.scheduler.cli.logs_cmd import add_logs_parser
 from sluice.scheduler.cli.render import cell
+from sluice.scheduler.control import operations
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.audit import cli_user
 from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances
 
 
@@ -36,6 +38,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", action="append", dest="task_ids", metavar="TASK_ID")
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
     p.set_defaults(func=clear)
+    p = cmds.add_parser("note", help="set the note of a task instance (one line)")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("task_id")
+    p.add_argument("text")
+    p.set_defaults(func=note)
     add_explain_parser(cmds)
     add_logs_parser(cmds)
 
@@ -105,4 +113,22 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
     revoke_external_tasks(cli.settings, cleared.external_ids)
     wake_schedulers(cli.settings)
     print(f"cleared {cleared.count} task instance(s) of {args.dag_id} {args.run_id}")
+    return 0
+
+
+def note(cli: Cli, args: argparse.Namespace) -> int:
+    """`sluice tasks note DAG_ID RUN_ID TASK_ID TEXT`: the TI's note, with who and when."""
+    with transaction(cli.factory) as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        known = session.scalar(
+            select(TaskInstance.id).where(
+                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == args.task_id
+            )
+        )
+        if known is None:
+            raise CliError(
+                f"run {args.run_id!r} of DAG {args.dag_id!r} has no task {args.task_id!r}"
+            )
+        operations.note_on(session, run, args.task_id, args.text, who=cli_user(), now=utcnow())
+    print(f"noted on {args.dag_id} {args.run_id} {args.task_id}")
     return 0

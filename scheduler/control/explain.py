@@ -103,6 +103,17 @@ def operator_reason(event: AuditEvent) -> Reason:
     )
 
 
+def note_reason(event: AuditEvent) -> Reason:
+    """A note on the TI or its run: its text, who wrote it, when."""
+    on = f"task {event.task_id!r}" if event.task_id else "the run"
+    return Reason(
+        ReasonKind.NOTE,
+        f"note on {on} by {event.who} at {iso(event.at)}: {event.detail}",
+        blocking=False,
+        data={"note": event.detail, "who": event.who, "at": iso(event.at)},
+    )
+
+
 def explain_ti(
     session: Session,
     dag_id: str,
@@ -126,6 +137,10 @@ def explain_ti(
     event = audit.latest(session, dag_id, run_id, task_id)
     if event is not None:
         reasons.append(operator_reason(event))
+    for of in (task_id, None):
+        note = audit.latest_note(session, dag_id, run_id, of)
+        if note is not None:
+            reasons.append(note_reason(note))
     ti = subject.ti
     state = str(ti.state) if ti is not None else str(TI.NONE)
     if workers_by_queue is None:

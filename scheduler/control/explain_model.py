@@ -42,6 +42,8 @@ class ReasonKind(StrEnum):
     SKIPPED_ITSELF = "skipped_itself"
     OPERATOR = "operator"
     """A user's operation on the TI or its run (cancel, mark), from the audit log."""
+    NOTE = "note"
+    """A note a user left on the TI or its run."""
 
 
 @dataclass

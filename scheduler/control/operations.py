@@ -22,6 +22,7 @@ from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import RUN_UNFINISHED, RunType
+from sluice.scheduler.core.text import storable
 from sluice.scheduler.jobs.celery_poller import revoke_ids
 from sluice.scheduler.scheduling.cancelling import Cancelled, cancel_runs
 from sluice.scheduler.scheduling.dagrun import create_dagrun
@@ -110,3 +111,42 @@ def stop_tries(settings: Settings, done: Cancelled) -> None:
         except Exception as exc:
             log.warning("stopping %d tries failed: %s", len(done.attempts), exc)
     revoke_external_tasks(settings, done.external_ids)
+
+
+NOTE_MAX_CHARS = 500
+"""Longest note of a run or a task instance."""
+
+
+def check_note(text: str) -> str:
+    """`text` as a note: stripped, 1 to NOTE_MAX_CHARS characters, no control character
+    (newlines included: a note is one line), storable; InputError otherwise."""
+    note = text.strip()
+    if not note:
+        raise InputError("a note cannot be empty")
+    if len(note) > NOTE_MAX_CHARS:
+        raise InputError(f"a note is at most {NOTE_MAX_CHARS} characters, got {len(note)}")
+    bad = next((c for c in note if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise InputError(f"a note is one line of text (found U+{ord(bad):04X})")
+    if storable(note) != note:
+        raise InputError("a note must be valid text (no NUL, no lone surrogate)")
+    return note
+
+
+def note_on(
+    session: Session, run: DagRun, task_id: str | None, text: str, *, who: str, now: dt.datetime
+) -> str:
+    """Set the note of `run` (or of its task `task_id`) to `text`, checked by `check_note`;
+    one event in the caller's transaction. Returns the note as stored."""
+    note = check_note(text)
+    audit.record(
+        session,
+        who=who,
+        action=audit.NOTE,
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        task_id=task_id,
+        now=now,
+        detail=note,
+    )
+    return note

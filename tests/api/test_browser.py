@@ -145,6 +145,17 @@ def test_trigger_from_the_ui_and_read_the_log(browser: Any, sluice: Sluice, tmp_
         assert health["workers"]["seen"][0]["queues"] == ["default"]
 
 
+def _put_note(url: str, note: str) -> None:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({"note": note}).encode(),
+        method="PUT",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
 def _walk_through(page: Any, base: str, expect: Any) -> None:
     # The DAG list shows the DAG with its schedule and paused switch.
     page.goto(base + "/")
@@ -171,9 +182,17 @@ def _walk_through(page: Any, base: str, expect: Any) -> None:
         expect(cell).to_have_class(re.compile(r"\bstate-success\b"))
     expect(page.locator('th[data-run="ui-run-1"]')).to_have_attribute("data-state", "success")
 
+    # Notes on the run and the task (through the API) show in the task's panel, as text.
+    run_path = f"{base}/api/v1/dags/web_demo/runs/ui-run-1"
+    _put_note(f"{run_path}/note", "run <b>note</b>")
+    _put_note(f"{run_path}/tasks/hello/note", "the task's note")
+
     # Open the task: its try, host, attempt id, trace link and log line.
     page.locator('button.cell[data-task="hello"][data-run="ui-run-1"]').click()
     expect(page.locator("#panel-title")).to_have_text("hello · ui-run-1")
+    expect(page.locator("#panel-note")).to_contain_text("the task's note")
+    expect(page.locator("#panel-note")).to_contain_text("api (bearer token)")
+    expect(page.locator("#panel-run-note")).to_contain_text("run <b>note</b>")
     expect(page.locator("#log")).to_contain_text("hello from the browser test, who = browser")
     expect(page.locator("#tries")).to_contain_text("Try 1 (success)")
     expect(page.locator("#panel-facts")).to_contain_text("Attempt id")

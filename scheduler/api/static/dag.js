@@ -195,6 +195,10 @@
     );
     $("panel-why").hidden = !ti.why;
     $("panel-why").replaceChildren(...(ti.why ? [S.el("strong", { text: "Why: " }), ti.why] : []));
+    showNote($("panel-note"), "Note", ti.note);
+    S.api("GET", dagPath + "/runs/" + encodeURIComponent(want.runId)).then((run) => {
+      if (selected === want && call === panelCall) showNote($("panel-run-note"), "Run note", run.note);
+    }, () => {});
     $("panel-error").hidden = !ti.error;
     $("panel-error").textContent = ti.error ? "Error: " + ti.error : "";
     $("panel-trace").hidden = !ti.trace_url;
@@ -212,6 +216,13 @@
     }))) : [S.el("li", { class: "muted", text: "Not run yet." })]));
     const logDone = await loadLog(tiPath, current, () => call === panelCall);
     if (selected === want && call === panelCall) want.finished = S.TERMINAL.has(ti.state) && logDone;
+  }
+
+  /* A note (or none) as "<label> (who, when): text", as text, never as markup. */
+  function showNote(p, label, note) {
+    p.hidden = !note;
+    p.replaceChildren(...(note ? [S.el("strong", { text: label + " (" + note.who + ", " +
+      S.fmtTime(note.at) + "): " }), note.note] : []));
   }
 
   /* Show one try's log; true if it will not change any more. */

@@ -18,6 +18,8 @@ from sluice.scheduler.core.models import AuditEvent
 from sluice.scheduler.core.text import storable
 
 WHO_BYTES = 250
+NOTE = "note"
+"""The action of a note's event; its text is the event's `detail`."""
 
 
 def cli_user() -> str:
@@ -54,13 +56,33 @@ def record(
     return event
 
 
-def latest(session: Session, dag_id: str, run_id: str, task_id: str) -> AuditEvent | None:
-    """The newest event on task `task_id` of the run, or on the run itself."""
+def latest_note(
+    session: Session, dag_id: str, run_id: str, task_id: str | None
+) -> AuditEvent | None:
+    """The note of a run (`task_id` None) or of one of its task instances: the newest
+    `note` event naming exactly it."""
+    task = AuditEvent.task_id.is_(None) if task_id is None else AuditEvent.task_id == task_id
     return session.scalar(
         select(AuditEvent)
         .where(
             AuditEvent.dag_id == dag_id,
             AuditEvent.run_id == run_id,
+            AuditEvent.action == NOTE,
+            task,
+        )
+        .order_by(AuditEvent.id.desc())
+        .limit(1)
+    )
+
+
+def latest(session: Session, dag_id: str, run_id: str, task_id: str) -> AuditEvent | None:
+    """The newest operation (not a note) on task `task_id` of the run, or on the run."""
+    return session.scalar(
+        select(AuditEvent)
+        .where(
+            AuditEvent.dag_id == dag_id,
+            AuditEvent.run_id == run_id,
+            AuditEvent.action != NOTE,
             or_(AuditEvent.task_id.is_(None), AuditEvent.task_id == task_id),
         )
         .order_by(AuditEvent.id.desc())
