@@ -109,17 +109,27 @@ class Sluice:
         """Signal the process by its own pid; kill its group if it does not stop."""
         if proc.poll() is None:
             proc.send_signal(sig)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
+        self._reap(proc)
+
+    @staticmethod
+    def _reap(proc: subprocess.Popen[bytes]) -> None:
+        """Wait for a signalled process (15 s), then kill its group and what is left of it."""
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # leftover pool children, if any
 
     def stop_all(self) -> None:
-        for proc in reversed(self.procs):
-            self.stop(proc)
+        """SIGTERM every process at once (they shut down side by side), then reap each."""
+        procs = list(reversed(self.procs))
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            self._reap(proc)
         if hasattr(self, "_engine"):
             self._engine.dispose()
 
