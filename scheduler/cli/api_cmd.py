@@ -19,6 +19,10 @@ log = logging.getLogger("sluice.api")
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
+SHUTDOWN_GRACE_SECONDS = 5
+"""How long a stopped API (SIGTERM) waits for requests in flight before it closes them: a
+client that never finishes its request must not keep it alive."""
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("api", help="serve the REST API and the web UI")
@@ -52,7 +56,14 @@ def serve(cli: Cli, args: argparse.Namespace) -> int:
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again for the handler
     # it found: make that one a no-op so that a stopped API exits 0, like the scheduler.
     signal.signal(signal.SIGTERM, _stopped)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="info",
+        server_header=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
     return 0
 
 

@@ -7,6 +7,7 @@ also run against a real server, `sluice api`, over a socket.
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from sluice.scheduler.api.config import MAX_BODY_BYTES, ApiConfig
+from sluice.scheduler.cli.api_cmd import SHUTDOWN_GRACE_SECONDS
 from sluice.scheduler.core.settings import ConfigError, Settings
 from tests.api.conftest import AUTH, TOKEN, client_for
 from tests.procs import Sluice, wait_until
@@ -175,3 +177,25 @@ def _up(port: int) -> bool:
         return _answer(port, f"GET {V1}/dags HTTP/1.1\r\nHost: x\r\n").split()[1] == "200"
     except OSError:
         return False
+
+
+def test_sigterm_stops_the_api_during_a_request_that_never_ends(sluice: Sluice) -> None:
+    """A client that never finishes its body does not keep a stopped API alive: SIGTERM
+    ends it within the API's grace period (uvicorn waited for the request forever)."""
+    port = _free_port()
+    sluice.extra_env.update(SLUICE_API_TOKEN=TOKEN)
+    proc = sluice.start("api", "api", "--port", str(port))
+    wait_until(lambda: proc.poll() is not None or _up(port), timeout=30)
+    assert proc.poll() is None, sluice.logs()
+    head = (
+        f"POST {V1}/dags/demo/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as stalled:
+        stalled.sendall(head.encode() + _chunk(b'{"run_id": "'))  # and nothing more
+        assert _up(port)  # a full round trip on another connection: the first is in
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=SHUTDOWN_GRACE_SECONDS + 10)
+        assert time.monotonic() - started < SHUTDOWN_GRACE_SECONDS + 10
+    assert proc.returncode == 0, sluice.logs()
