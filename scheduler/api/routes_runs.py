@@ -20,7 +20,7 @@ from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import NoteIn, NoteOut, RunCreate, RunList, RunOut
-from sluice.scheduler.api.views import note_out, run_out, run_summary
+from sluice.scheduler.api.views import note_from, note_out, run_out, run_summary
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.inputs import InputError, check_conf, parse_date
 from sluice.scheduler.control.operations import wake_schedulers
@@ -130,10 +130,8 @@ def set_run_note(dag_id: str, run_id: str, body: NoteIn, session: DbSession) -> 
     """Set the run's note (one line, at most 500 characters), as `sluice dags note` does."""
     _, run = find_run(session, dag_id, run_id)
     try:
-        operations.note_on(session, run, None, body.note, who=API_USER, now=utcnow())
+        event = operations.note_on(session, run, None, body.note, who=API_USER, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
     session.commit()
-    found = note_out(session, run.dag_id, run.run_id, None)
-    assert found is not None
-    return found
+    return note_from(event)

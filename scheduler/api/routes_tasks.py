@@ -27,7 +27,7 @@ from sluice.scheduler.api.schemas import (
     TaskLogOut,
     TryOut,
 )
-from sluice.scheduler.api.views import note_out, ti_fields, ti_out, trace_id_of
+from sluice.scheduler.api.views import note_from, note_out, ti_fields, ti_out, trace_id_of
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.explain import ExplainError, explain_ti
 from sluice.scheduler.control.inputs import MAX_TRY, InputError
@@ -106,13 +106,11 @@ def set_task_note(
     note` does."""
     _, run, ti = find_ti(session, dag_id, run_id, task_id)
     try:
-        operations.note_on(session, run, ti.task_id, body.note, who=API_USER, now=utcnow())
+        event = operations.note_on(session, run, ti.task_id, body.note, who=API_USER, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
     session.commit()
-    found = note_out(session, run.dag_id, run.run_id, ti.task_id)
-    assert found is not None
-    return found
+    return note_from(event)
 
 
 @router.post(

@@ -22,7 +22,7 @@ from sluice.scheduler.api.schemas import (
     RunSummary,
     TaskInstanceOut,
 )
-from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.models import AuditEvent, Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries import audit
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -231,9 +231,12 @@ def run_out(run: DagRun, config: ApiConfig, note: NoteOut | None = None) -> RunO
 def note_out(session: Session, dag_id: str, run_id: str, task_id: str | None) -> NoteOut | None:
     """The note of the run (`task_id` None) or of its task instance, if any."""
     event = audit.latest_note(session, dag_id, run_id, task_id)
-    if event is None or event.detail is None:
-        return None
-    return NoteOut(note=event.detail, who=event.who, at=event.at)
+    return None if event is None else note_from(event)
+
+
+def note_from(event: AuditEvent) -> NoteOut:
+    """A note's event (`audit.NOTE`, its text the detail) as the API answers it."""
+    return NoteOut(note=event.detail or "", who=event.who, at=event.at)
 
 
 def ti_fields(ti: TaskInstance) -> dict[str, Any]:

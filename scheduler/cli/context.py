@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
 from sluice.scheduler.core.migrate import check_current
-from sluice.scheduler.core.models import Dag, DagRun
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.scheduling.dagbag import sync_dag_folder
 
@@ -56,6 +56,19 @@ class Cli:
         if run is None:
             raise CliError(f"DAG {dag_id!r} has no run {run_id!r}")
         return run
+
+    def get_ti(
+        self, session: Session, dag_id: str, run_id: str, task_id: str
+    ) -> tuple[DagRun, TaskInstance]:
+        run = self.get_run(session, dag_id, run_id)
+        ti = session.scalar(
+            select(TaskInstance).where(
+                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id
+            )
+        )
+        if ti is None:
+            raise CliError(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r}")
+        return run, ti
 
 
 def iso(value: dt.datetime | None) -> str | None:

@@ -12,12 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sqlalchemy import select
-
 from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import MAX_TRY, check_int
-from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.task_logs import task_log_of
 
 
@@ -46,16 +43,7 @@ def show_logs(cli: Cli, args: argparse.Namespace) -> int:
     if args.try_number is not None:
         check_int(args.try_number, "--try", 1, MAX_TRY)
     with cli.factory() as session:
-        run = cli.get_run(session, args.dag_id, args.run_id)
-        ti = session.scalar(
-            select(TaskInstance).where(
-                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == args.task_id
-            )
-        )
-        if ti is None:
-            raise CliError(
-                f"run {args.run_id!r} of DAG {args.dag_id!r} has no task {args.task_id!r}"
-            )
+        _, ti = cli.get_ti(session, args.dag_id, args.run_id, args.task_id)
         number = args.try_number if args.try_number is not None else ti.try_number
         if number == 0:
             raise CliError(f"task {args.task_id!r} of run {args.run_id!r} has not run yet")

@@ -119,16 +119,7 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
 def note(cli: Cli, args: argparse.Namespace) -> int:
     """`sluice tasks note DAG_ID RUN_ID TASK_ID TEXT`: the TI's note, with who and when."""
     with transaction(cli.factory) as session:
-        run = cli.get_run(session, args.dag_id, args.run_id)
-        known = session.scalar(
-            select(TaskInstance.id).where(
-                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == args.task_id
-            )
-        )
-        if known is None:
-            raise CliError(
-                f"run {args.run_id!r} of DAG {args.dag_id!r} has no task {args.task_id!r}"
-            )
+        run, _ = cli.get_ti(session, args.dag_id, args.run_id, args.task_id)
         operations.note_on(session, run, args.task_id, args.text, who=cli_user(), now=utcnow())
     print(f"noted on {args.dag_id} {args.run_id} {args.task_id}")
     return 0

@@ -91,10 +91,14 @@ def load_subject(
     return Subject(session, now, settings, dag, run, ti, task_id, views, workers)
 
 
+def _what_of(event: AuditEvent) -> str:
+    """What an audit event is about: `task 'x'`, or `the run`."""
+    return f"task {event.task_id!r}" if event.task_id else "the run"
+
+
 def operator_reason(event: AuditEvent) -> Reason:
     """Who did the newest operation on the TI or its run, and when."""
-    on = f"task {event.task_id!r}" if event.task_id else "the run"
-    detail = f"{event.action} of {on} by {event.who} at {iso(event.at)}"
+    detail = f"{event.action} of {_what_of(event)} by {event.who} at {iso(event.at)}"
     return Reason(
         ReasonKind.OPERATOR,
         detail + (f" ({event.detail})" if event.detail else ""),
@@ -105,10 +109,9 @@ def operator_reason(event: AuditEvent) -> Reason:
 
 def note_reason(event: AuditEvent) -> Reason:
     """A note on the TI or its run: its text, who wrote it, when."""
-    on = f"task {event.task_id!r}" if event.task_id else "the run"
     return Reason(
         ReasonKind.NOTE,
-        f"note on {on} by {event.who} at {iso(event.at)}: {event.detail}",
+        f"note on {_what_of(event)} by {event.who} at {iso(event.at)}: {event.detail}",
         blocking=False,
         data={"note": event.detail, "who": event.who, "at": iso(event.at)},
     )

@@ -74,6 +74,28 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
+NOTE_MAX_CHARS = 500
+"""Longest note of a run or a task instance."""
+
+
+def check_note(text: str) -> str:
+    """`text` as a note: stripped, 1 to NOTE_MAX_CHARS characters, no control character
+    (newlines included: a note is one line), storable; InputError otherwise."""
+    note = text.strip()
+    if not note:
+        raise InputError("a note cannot be empty")
+    if len(note) > NOTE_MAX_CHARS:
+        raise InputError(f"a note is at most {NOTE_MAX_CHARS} characters, got {len(note)}")
+    bad = next((c for c in note if ord(c) in _CONTROL), None)
+    if bad is not None:
+        raise InputError(f"a note is one line of text (found U+{ord(bad):04X})")
+    try:
+        storable(note)
+    except InputError:
+        raise InputError("a note must be valid text (no NUL, no lone surrogate)") from None
+    return note
+
+
 def check_int(value: int, what: str, low: int, high: int) -> int:
     """`value` if `low <= value <= high`, else an InputError naming the range."""
     if not low <= value <= high:

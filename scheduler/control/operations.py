@@ -17,12 +17,11 @@ from sqlalchemy.orm import Session
 
 from sluice.broker.app import create_app
 from sluice.broker.wakeup import waker_for
-from sluice.scheduler.control.inputs import InputError
-from sluice.scheduler.core.models import Dag, DagRun
+from sluice.scheduler.control.inputs import InputError, check_note
+from sluice.scheduler.core.models import AuditEvent, Dag, DagRun
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.core.states import RUN_UNFINISHED, RunType
-from sluice.scheduler.core.text import storable
+from sluice.scheduler.core.states import RunType
 from sluice.scheduler.jobs.celery_poller import revoke_ids
 from sluice.scheduler.scheduling.cancelling import Cancelled, cancel_runs
 from sluice.scheduler.scheduling.dagrun import create_dagrun
@@ -75,19 +74,17 @@ def wake_schedulers(settings: Settings) -> None:
 
 
 def cancel_run(session: Session, run: DagRun, *, who: str, now: dt.datetime) -> Cancelled:
-    """End `run` failed and its unfinished TIs (`scheduling.cancelling`), recording who did
-    it in the same transaction; RunFinished if it has ended. The run row is locked FOR NO
-    KEY UPDATE and its state read again under the lock, so a run that ends meanwhile is
-    refused, not cancelled twice. The caller commits, then calls `stop_tries`."""
-    state = session.scalar(
-        select(DagRun.state).where(DagRun.id == run.id).with_for_update(key_share=True)
-    )
-    if state not in RUN_UNFINISHED:
+    """End `run` failed and its unfinished TIs (`scheduling.cancelling`, which takes the
+    run's row FOR NO KEY UPDATE and reads its state again under the lock), recording who
+    did it in the same transaction; RunFinished if the run has ended, nothing written then.
+    The caller commits, then calls `stop_tries`."""
+    done = cancel_runs(session, [run.id], now)
+    if not done.runs:
+        state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
         raise RunFinished(
             f"run {run.run_id!r} of DAG {run.dag_id!r} has already ended ({state}): "
             "only a queued or running run can be cancelled"
         )
-    done = cancel_runs(session, [run.id], now)
     audit.record(
         session,
         who=who,
@@ -113,33 +110,13 @@ def stop_tries(settings: Settings, done: Cancelled) -> None:
     revoke_external_tasks(settings, done.external_ids)
 
 
-NOTE_MAX_CHARS = 500
-"""Longest note of a run or a task instance."""
-
-
-def check_note(text: str) -> str:
-    """`text` as a note: stripped, 1 to NOTE_MAX_CHARS characters, no control character
-    (newlines included: a note is one line), storable; InputError otherwise."""
-    note = text.strip()
-    if not note:
-        raise InputError("a note cannot be empty")
-    if len(note) > NOTE_MAX_CHARS:
-        raise InputError(f"a note is at most {NOTE_MAX_CHARS} characters, got {len(note)}")
-    bad = next((c for c in note if ord(c) < 32 or ord(c) == 127), None)
-    if bad is not None:
-        raise InputError(f"a note is one line of text (found U+{ord(bad):04X})")
-    if storable(note) != note:
-        raise InputError("a note must be valid text (no NUL, no lone surrogate)")
-    return note
-
-
 def note_on(
     session: Session, run: DagRun, task_id: str | None, text: str, *, who: str, now: dt.datetime
-) -> str:
+) -> AuditEvent:
     """Set the note of `run` (or of its task `task_id`) to `text`, checked by `check_note`;
-    one event in the caller's transaction. Returns the note as stored."""
+    one event in the caller's transaction, returned (its `detail` is the note)."""
     note = check_note(text)
-    audit.record(
+    return audit.record(
         session,
         who=who,
         action=audit.NOTE,
@@ -149,4 +126,3 @@ def note_on(
         now=now,
         detail=note,
     )
-    return note
