@@ -13,6 +13,7 @@ from sluice.tasks.errors import (
     ResultError,
     ShellCommandError,
     Skip,
+    TaskStopped,
     TaskTimeout,
 )
 from sluice.tasks.task import ShellTask, Task, task
@@ -27,6 +28,7 @@ __all__ = [
     "ShellTask",
     "Skip",
     "Task",
+    "TaskStopped",
     "TaskTimeout",
     "TriggerRule",
     "Upstream",

@@ -1,8 +1,9 @@
 """Exceptions raised by DAG authoring, loading and task execution.
 
-None of these derive from ``BaseException`` directly: a task runner that catches
+All but ``TaskStopped`` derive from ``Exception``: a task runner that catches
 ``Exception`` sees every one of them, and a worker shutdown (``SystemExit``) is
-never mistaken for one.
+never mistaken for one. ``TaskStopped`` derives from ``BaseException`` on purpose: a
+task's own ``except Exception`` must not swallow the stop of its try.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ class Skip(Exception):
 
 class TaskTimeout(Exception):
     """A task ran past its ``execution_timeout``."""
+
+
+class TaskStopped(BaseException):
+    """The try was stopped while it ran (its run cancelled, the TI marked or timed out):
+    raised inside the task's code by the worker; the try's state is already written."""
 
 
 class ResultError(Exception):

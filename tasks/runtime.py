@@ -15,6 +15,14 @@ Timeouts work in every pool:
   without a timeout) delays it until that call returns.
 
 Shell tasks enforce the timeout themselves by killing the command's process group.
+
+A ``Stop`` ends a running call from another thread (a worker's heartbeat that found the try
+no longer running: cancelled, marked, timed out, swept). It raises ``TaskStopped``, which
+derives from ``BaseException`` so that a task's ``except Exception`` cannot swallow it:
+in the main thread by sending it SIGALRM (a blocking ``time.sleep`` is interrupted at
+once), in any other thread as an asynchronous exception (delivered at the next bytecode:
+a call blocked in C finishes first, and not one more line of the task runs after it); a
+shell task's process group is killed.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any, TypeVar
 
-from sluice.tasks.errors import ResultError, TaskTimeout
+from sluice.tasks.errors import ResultError, TaskStopped, TaskTimeout
 from sluice.tasks.shell import run_shell, sluice_env
 from sluice.tasks.task import ShellTask, Task
 
@@ -41,8 +49,56 @@ T = TypeVar("T")
 MAX_RESULT_BYTES = 65536
 
 
-def run_task(task: Task, context: dict[str, Any]) -> Any:
-    """Run ``task`` once with ``context``; return its value (a shell task: last stdout line)."""
+class Stop:
+    """Stops one running call from another thread; `stop` is safe to call at any time
+    (before, during or after the call) and acts at most once. Its lock makes "the call
+    ended" and "the stop was sent" mutually exclusive: nothing is raised after the call."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+        self._thread_id: int | None = None
+        self._main = False
+        self._sent = False
+
+    def stop(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is not None:
+                return
+            self.reason = reason
+            if self._thread_id is not None:
+                self._send()
+
+    def _send(self) -> None:
+        assert self._thread_id is not None
+        self._sent = True
+        if self._main:
+            signal.pthread_kill(self._thread_id, signal.SIGALRM)
+        else:
+            _set_async_exc(self._thread_id, _AsyncStopped)
+
+    def enter(self, *, main: bool) -> None:
+        """The call starts in this thread; raises TaskStopped if a stop came first."""
+        with self._lock:
+            if self.reason is not None:
+                raise TaskStopped(self.reason)
+            self._thread_id, self._main = threading.get_ident(), main
+
+    def leave(self) -> bool:
+        """The call ended; whether a stop was sent to it (a pending one is cleared)."""
+        with self._lock:
+            sent, self._thread_id = self._sent, None
+            if sent and not self._main:
+                _set_async_exc(threading.get_ident(), None)
+            return sent
+
+    def error(self) -> TaskStopped:
+        return TaskStopped(self.reason or "stopped")
+
+
+def run_task(task: Task, context: dict[str, Any], stop: Stop | None = None) -> Any:
+    """Run ``task`` once with ``context``; return its value (a shell task: last stdout line).
+    ``stop``, if given, can end the call from another thread (``TaskStopped``)."""
     timeout = task.execution_timeout.total_seconds() if task.execution_timeout else None
     if isinstance(task, ShellTask):
         assert task.command is not None
@@ -53,23 +109,28 @@ def run_task(task: Task, context: dict[str, Any]) -> Any:
             cwd=task.cwd,
             timeout=timeout,
             label=f"shell task '{task.task_id}'",
+            stop=stop,
         )
     fn = task.python_callable
     if fn is None:
         raise TypeError(f"task '{task.task_id}' has no python_callable")
     call: Callable[[], Any] = (lambda: fn(context=context)) if _wants_context(fn) else fn
-    if timeout is None:
+    if timeout is None and stop is None:
         return call()
-    return call_with_timeout(call, timeout, f"task '{task.task_id}' timed out after {timeout:g}s")
+    what = f"task '{task.task_id}' timed out after {timeout:g}s" if timeout else ""
+    return call_with_timeout(call, timeout, what, stop)
 
 
-def call_with_timeout(call: Callable[[], T], timeout: float, what: str) -> T:
-    """``call()``, raising ``TaskTimeout(what)`` inside it after ``timeout`` seconds: by
-    SIGALRM in the main thread (a prefork or solo worker), by a watchdog in any other (a
-    threads pool: it interrupts Python code, not a C call that blocks)."""
+def call_with_timeout(
+    call: Callable[[], T], timeout: float | None, what: str, stop: Stop | None = None
+) -> T:
+    """``call()``, raising ``TaskTimeout(what)`` inside it after ``timeout`` seconds (None:
+    never) and ``TaskStopped`` when ``stop`` is used: by SIGALRM in the main thread (a
+    prefork or solo worker), by a watchdog in any other (a threads pool: it interrupts
+    Python code, not a C call that blocks)."""
     if threading.current_thread() is threading.main_thread():
-        return _call_with_alarm(call, timeout, what)
-    return _call_with_watchdog(call, timeout, what)
+        return _call_with_alarm(call, timeout, what, stop)
+    return _call_with_watchdog(call, timeout, what, stop)
 
 
 def wants_context(task: Task) -> bool:
@@ -102,26 +163,47 @@ def _reads_signature(fn: Callable[..., Any]) -> bool:
 _wants_context_cached = functools.lru_cache(maxsize=4096)(_reads_signature)
 
 
-def _call_with_alarm(call: Callable[[], T], timeout: float, what: str) -> T:
-    """Main thread: SIGALRM after ``timeout`` raises ``TaskTimeout`` inside ``call``."""
+def _call_with_alarm(
+    call: Callable[[], T], timeout: float | None, what: str, stop: Stop | None
+) -> T:
+    """Main thread: SIGALRM after ``timeout`` raises ``TaskTimeout`` inside ``call``; a
+    SIGALRM sent by ``stop`` raises ``TaskStopped``."""
     armed = True
 
     def on_alarm(signum: int, frame: FrameType | None) -> None:
-        if armed:
+        if not armed:
+            return
+        if stop is not None and stop.reason is not None:
+            raise stop.error()
+        if timeout is not None:
             raise TaskTimeout(what)
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     started = time.monotonic()
-    outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout)
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if timeout is not None:
+        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        return call()
+        if stop is not None:
+            stop.enter(main=True)
+        try:
+            return call()
+        finally:
+            if stop is not None:
+                stop.leave()
     finally:
         armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer_delay > 0:  # someone else's timer was running: give it back what is left
+        if timeout is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        # a SIGALRM still in flight must not meet the default action (end the process)
+        signal.signal(signal.SIGALRM, previous if callable(previous) else _inert)
+        if timeout is not None and outer_delay > 0:  # give back what is left of a timer
             left = outer_delay - (time.monotonic() - started)
             signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), outer_interval)
+
+
+def _inert(signum: int, frame: FrameType | None) -> None:
+    """SIGALRM outside a task: ignored (it can only be a late stop or timeout)."""
 
 
 class _AsyncTimeout(TaskTimeout):
@@ -133,12 +215,19 @@ def _set_async_exc(thread_id: int, exc: type[BaseException] | None) -> int:
     return int(set_exc(ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None))
 
 
-def _call_with_watchdog(call: Callable[[], T], timeout: float, what: str) -> T:
-    """Any thread: a watchdog raises ``TaskTimeout`` asynchronously in the calling thread.
+class _AsyncStopped(TaskStopped):
+    """Raised into a thread by `Stop.stop` (created without arguments)."""
 
-    The lock makes "the call finished" and "the watchdog fired" mutually exclusive, and a
-    pending exception that has not been delivered yet is cleared, so that no ``TaskTimeout``
-    escapes into the caller's code after this function returns.
+
+def _call_with_watchdog(
+    call: Callable[[], T], timeout: float | None, what: str, stop: Stop | None
+) -> T:
+    """Any thread: a watchdog raises ``TaskTimeout`` asynchronously in the calling thread,
+    and ``stop`` raises ``TaskStopped`` the same way.
+
+    The locks make "the call finished" and "the watchdog (or the stop) fired" mutually
+    exclusive, and a pending exception that has not been delivered yet is cleared, so that
+    neither escapes into the caller's code after this function returns.
     """
     thread_id = threading.get_ident()
     lock = threading.Lock()
@@ -150,20 +239,32 @@ def _call_with_watchdog(call: Callable[[], T], timeout: float, what: str) -> T:
                 state["fired"] = True
                 _set_async_exc(thread_id, _AsyncTimeout)
 
-    watchdog = threading.Timer(timeout, fire)
-    watchdog.daemon = True
-    watchdog.start()
+    watchdog = threading.Timer(timeout, fire) if timeout is not None else None
+    if watchdog is not None:
+        watchdog.daemon = True
+        watchdog.start()
     try:
         try:
-            return call()
-        finally:
-            with lock:
-                state["done"] = True
+            if stop is not None:
+                stop.enter(main=False)
+            try:
+                return call()
+            finally:
+                stopped = stop is not None and stop.leave()
+                with lock:
+                    state["done"] = True
+                    if state["fired"]:
+                        _set_async_exc(thread_id, None)  # clear it if not delivered yet
+                if watchdog is not None:
+                    watchdog.cancel()
+                if stopped:
+                    assert stop is not None
+                    raise stop.error()
                 if state["fired"]:
-                    _set_async_exc(thread_id, None)  # clear it if not delivered yet
-            watchdog.cancel()
-            if state["fired"]:
-                raise TaskTimeout(what)
+                    raise TaskTimeout(what)
+        except _AsyncStopped:
+            assert stop is not None
+            raise stop.error() from None
     except _AsyncTimeout:
         raise TaskTimeout(what) from None
 

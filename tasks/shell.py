@@ -15,11 +15,12 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import IO, Any
 
-from sluice.tasks.errors import ShellCommandError, TaskTimeout
+from sluice.tasks.errors import ShellCommandError, TaskStopped, TaskTimeout
 
 log = logging.getLogger("sluice.task")
 
@@ -71,6 +72,26 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+#: Seconds between two looks at a shell task's stop while its command runs.
+STOP_POLL = 0.1
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, stop: Any) -> int:
+    """``proc.wait(timeout)``, raising TaskStopped once ``stop`` has a reason."""
+    if stop is None:
+        return proc.wait(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if stop.reason is not None:
+            raise stop.error()
+        step = STOP_POLL if deadline is None else min(STOP_POLL, deadline - time.monotonic())
+        try:
+            return proc.wait(max(step, 0.0))
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout or 0.0) from None
+
+
 def run_shell(
     command: str,
     *,
@@ -78,8 +99,11 @@ def run_shell(
     cwd: str | None = None,
     timeout: float | None = None,
     label: str = "shell command",
+    stop: Any = None,
 ) -> str | None:
-    """Run ``command``; return its last stdout line. See the module docstring."""
+    """Run ``command``; return its last stdout line. See the module docstring. ``stop``
+    (a ``runtime.Stop``) ends it from another thread: its process group is killed and
+    ``TaskStopped`` raised (the wait looks at it every ``STOP_POLL`` seconds)."""
     proc = subprocess.Popen(
         ["/bin/sh", "-c", command],
         stdin=subprocess.DEVNULL,
@@ -95,7 +119,10 @@ def run_shell(
     out.start()
     err.start()
     try:
-        code = proc.wait(timeout)
+        code = _wait(proc, timeout, stop)
+    except TaskStopped:
+        _kill_group(proc)
+        raise
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise TaskTimeout(f"{label} timed out after {timeout:g}s; process group killed") from None

@@ -64,7 +64,8 @@ from sluice.scheduler.scheduling.downstream import FollowUp
 from sluice.scheduler.scheduling.plans import decidable, wide_fan_in
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip
-from sluice.tasks.runtime import branch_targets, check_result, run_task, wants_context
+from sluice.tasks.errors import TaskStopped
+from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
 from sluice.tasks.serialize import retry_delay_for
 
 log = logging.getLogger("sluice.worker")
@@ -143,11 +144,16 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         log.info("stale message for %s: ignored", _what(msg))
         return Outcome.STALE
     log.debug("running %s, try %s", _what(msg), claimed.try_number)  # Celery logs the receipt
+    stop = Stop()
     heartbeat = Heartbeat(
-        ctx.session_factory, ctx.settings.heartbeat_interval, msg.ti_id, msg.attempt_id
+        ctx.session_factory,
+        ctx.settings.heartbeat_interval,
+        msg.ti_id,
+        msg.attempt_id,
+        on_lost=stop.stop,
     )
     with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
-        new, values = _execute(ctx, msg, claimed)
+        new, values = _execute(ctx, msg, claimed, stop)
     if new is TI.RUNNING:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
     outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
@@ -359,8 +365,12 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
             claimed.context["conf"] = dict(stored or {})
 
 
-def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI, dict[str, Any]]:
-    """Run the task's code; the state to write and its values. Only `Exception` is caught."""
+def _execute(
+    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, stop: Stop
+) -> tuple[TI, dict[str, Any]]:
+    """Run the task's code; the state to write and its values. `Exception` is caught, and
+    `TaskStopped` (the heartbeat found the try no longer running and used `stop`): that
+    try's state is already written by whoever took it, so its write will lose."""
     try:
         if claimed.fileloc is None:
             raise LookupError(f"DAG '{msg.dag_id}' is not in the database")
@@ -377,10 +387,13 @@ def _execute(ctx: WorkerContext, msg: RunMessage, claimed: Claimed) -> tuple[TI,
             external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
             return TI.RUNNING, {"external_id": external_id}
-        value = run_task(task, claimed.context)
+        value = run_task(task, claimed.context, stop)
         result = check_result(value, msg.task_id)
         if task.is_branch:
             branch_targets(task, value)  # a bad choice fails the task here, clearly
+    except TaskStopped as exc:
+        log.warning("%s, try %s, stopped: %s", _what(msg), claimed.try_number, exc)
+        return TI.FAILED, {"error": error_line(exc), "next_retry_at": None}
     except Skip as exc:
         log.info("%s skipped itself: %s", _what(msg), exc)
         return TI.SKIPPED, {"next_retry_at": None}

@@ -1,12 +1,15 @@
 """`sluice dags cancel DAG_ID RUN_ID`: the run ends failed, its running try is stopped in
-the worker, what was not started is skipped and never runs; bad input changes nothing."""
+the worker whatever its pool, what was not started is skipped and never runs; bad input
+changes nothing."""
 
 from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -18,12 +21,15 @@ from pathlib import Path
 from sluice import DAG, task
 
 MARKS = Path({marks!r})
+STEP = {step!r}
 
 with DAG("cancel_me", schedule=None) as dag:
     @task
     def slow():
         (MARKS / "slow-started").write_text("")
-        time.sleep(60)
+        for tick in range(int(60 / STEP)):
+            time.sleep(STEP)
+            (MARKS / "ticks").write_text(str(tick))
         (MARKS / "slow-finished").write_text("")
 
     @task
@@ -52,10 +58,12 @@ def alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def write_dag(sluice: Sluice, tmp_path: Path) -> Path:
+def write_dag(sluice: Sluice, tmp_path: Path, step: float = 60.0) -> Path:
+    """The DAG; its slow task sleeps 60 s in steps of `step` seconds (a tick file each)."""
     marks = tmp_path / "marks"
     marks.mkdir()
-    (sluice.dags_folder / "cancel_me.py").write_text(textwrap.dedent(DAG.format(marks=str(marks))))
+    dag = DAG.format(marks=str(marks), step=step)
+    (sluice.dags_folder / "cancel_me.py").write_text(textwrap.dedent(dag))
     sluice.ok("dags", "list")
     return marks
 
@@ -76,11 +84,7 @@ def test_cancel_stops_the_running_try_and_fails_the_run(sluice: Sluice, tmp_path
     # Then the process running the task ends within 5 s, the run has failed, the task
     # failed as cancelled and its downstream was skipped, never run
     wait_until(lambda: not alive(pid), timeout=5)
-    assert sluice.db_run_state("cancel_me", run_id) == "failed"
-    states = sluice.db_task_states("cancel_me", run_id)
-    assert (states["slow"]["state"], states["slow"]["error"]) == ("failed", "cancelled")
-    assert states["after"]["state"] == "skipped"
-    assert not (marks / "slow-finished").exists() and not (marks / "after").exists()
+    assert_cancelled(sluice, marks, run_id)
     # ... and `tasks explain` says who cancelled it and when
     said = sluice.ok("tasks", "explain", "cancel_me", run_id, "after")
     assert "cancel of the run by " in said and "(cli)" in said
@@ -90,6 +94,52 @@ def test_cancel_stops_the_running_try_and_fails_the_run(sluice: Sluice, tmp_path
     wait_until(lambda: (marks / "slow-started").exists(), timeout=30)
     sluice.ok("dags", "cancel", "cancel_me", again)
     assert sluice.db_run_state("cancel_me", again) == "failed"
+
+
+def assert_cancelled(sluice: Sluice, marks: Path, run_id: str) -> None:
+    assert sluice.db_run_state("cancel_me", run_id) == "failed"
+    states = sluice.db_task_states("cancel_me", run_id)
+    assert (states["slow"]["state"], states["slow"]["error"]) == ("failed", "cancelled")
+    assert states["after"]["state"] == "skipped"
+    assert not (marks / "slow-finished").exists() and not (marks / "after").exists()
+
+
+def ticking(marks: Path) -> bool:
+    """Whether the slow task still writes ticks: one at least within a second."""
+
+    def tick() -> str | None:
+        return (marks / "ticks").read_text() if (marks / "ticks").exists() else None
+
+    before = tick()
+    time.sleep(1.0)
+    return tick() != before
+
+
+@pytest.mark.parametrize(("pool", "step"), [("threads", 0.1), ("solo", 60.0)])
+def test_cancel_stops_a_try_in_a_threads_or_solo_worker(
+    sluice: Sluice, tmp_path: Path, pool: str, step: float
+) -> None:
+    # Given a run whose task sleeps 60 s (threads: in steps of 0.1 s; solo: one sleep)
+    # in a worker whose one slot runs tasks in its own process, where Celery's terminate
+    # cannot reach
+    marks = write_dag(sluice, tmp_path, step)
+    sluice.scheduler()
+    worker = sluice.start("worker", "worker", "-Q", "default", "-c", "1", "--pool", pool)
+    run_id = sluice.trigger("cancel_me")
+    wait_until(lambda: (marks / "slow-started").exists(), timeout=30)
+    # When it is cancelled
+    sluice.ok("dags", "cancel", "cancel_me", run_id)
+    # Then within 5 s the task has stopped (no more ticks; a worker's heartbeat found its
+    # try cancelled and stopped it) while the worker process lives on, and nothing of it
+    # or after it ran
+    wait_until(lambda: not ticking(marks), timeout=5)
+    assert worker.poll() is None
+    assert_cancelled(sluice, marks, run_id)
+    # ... and the worker's one slot is free: the next run's task starts at once
+    (marks / "slow-started").unlink()
+    again = sluice.trigger("cancel_me")
+    wait_until(lambda: (marks / "slow-started").exists(), timeout=10)
+    sluice.ok("dags", "cancel", "cancel_me", again)
 
 
 def test_cancel_refuses_what_it_cannot_cancel_and_changes_nothing(

@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 
-from sluice import DAG, ResultError, ShellCommandError, ShellTask, Skip, Task, TaskTimeout
-from sluice.tasks.runtime import branch_targets, check_result, run_task
+from sluice import (
+    DAG,
+    ResultError,
+    ShellCommandError,
+    ShellTask,
+    Skip,
+    Task,
+    TaskStopped,
+    TaskTimeout,
+)
+from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task
 
 CONTEXT = {
     "dag_id": "rt",
@@ -186,3 +195,75 @@ def test_branch_targets() -> None:
     assert branch_targets(chooser, None) == set()
     with pytest.raises(ValueError, match="not a direct downstream"):
         branch_targets(chooser, "zzz")
+
+
+def stop_after(stop: Stop, seconds: float) -> None:
+    threading.Timer(seconds, stop.stop, args=("cancelled",)).start()
+
+
+def test_a_stop_interrupts_a_sleep_in_the_main_thread() -> None:
+    # a prefork child or a solo worker: SIGALRM interrupts the C sleep itself
+    stop = Stop()
+    stop_after(stop, 0.2)
+    started = time.monotonic()
+    with pytest.raises(TaskStopped, match="cancelled"):
+        run_task(make(lambda: time.sleep(30)), CONTEXT, stop)
+    assert time.monotonic() - started < 5
+    assert signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None)  # a late one is inert
+
+
+def test_a_stop_is_not_swallowed_by_the_tasks_except_exception() -> None:
+    def stubborn() -> str:
+        for _ in range(300):
+            try:
+                time.sleep(0.01)
+            except Exception:  # noqa: BLE001, S112 - what a careless task does
+                continue
+        return "kept going"
+
+    stop = Stop()
+    stop_after(stop, 0.1)
+    with pytest.raises(TaskStopped):
+        run_task(make(stubborn), CONTEXT, stop)
+
+
+def test_a_stop_in_a_worker_thread_ends_the_task_at_its_next_line() -> None:
+    stop = Stop()
+    stop_after(stop, 0.2)
+    started = time.monotonic()
+
+    def run_then_keep_going() -> str:
+        try:
+            run_task(make(lambda: busy(30)), CONTEXT, stop)
+        except TaskStopped:
+            assert time.monotonic() - started < 5
+        else:
+            raise AssertionError("not stopped")
+        return busy(0.3)  # nothing arrives later
+
+    assert _in_thread(run_then_keep_going) == "finished"
+
+
+def test_a_stop_before_or_after_the_call() -> None:
+    early = Stop()
+    early.stop("cancelled first")
+    with pytest.raises(TaskStopped, match="cancelled first"):
+        run_task(make(lambda: "never"), CONTEXT, early)
+    late = Stop()
+    assert run_task(make(lambda: "done"), CONTEXT, late) == "done"
+    late.stop("too late")  # the call has ended: nothing is raised anywhere
+    assert _in_thread(lambda: busy(0.2)) == "finished"
+    assert busy(0.2) == "finished"
+
+
+def test_a_stop_kills_a_shell_tasks_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    stop = Stop()
+    stop_after(stop, 0.3)
+    with pytest.raises(TaskStopped):
+        run_task(shell(f"sleep 30 & echo $! > {pid_file}; wait"), CONTEXT, stop)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _gone(child)
