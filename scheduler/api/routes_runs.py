@@ -19,7 +19,16 @@ from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
 from sluice.scheduler.api.responses import errors
-from sluice.scheduler.api.schemas import NoteIn, NoteOut, RunCreate, RunList, RunOut
+from sluice.scheduler.api.routes_tasks import mark_out
+from sluice.scheduler.api.schemas import (
+    MarkOut,
+    NoteIn,
+    NoteOut,
+    RunCreate,
+    RunList,
+    RunMarkIn,
+    RunOut,
+)
 from sluice.scheduler.api.views import note_from, note_out, run_out, run_summary
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.inputs import InputError, check_conf, parse_date
@@ -121,6 +130,27 @@ def cancel_run(dag_id: str, run_id: str, session: DbSession, state: State) -> Ru
     operations.stop_tries(state.settings, done)
     session.refresh(run)
     return run_out(run, state.config)
+
+
+@router.post(
+    "/{run_id}/mark", response_model=MarkOut, dependencies=[CanWrite], responses=errors(404, 409)
+)
+def mark_run(
+    dag_id: str, run_id: str, body: RunMarkIn, session: DbSession, state: State
+) -> MarkOut:
+    """Mark the run `success` or `failed` with its task instances, as `sluice dags mark`
+    does: the tries it takes are stopped. 409 if the run is in that state already."""
+    _, run = find_run(session, dag_id, run_id)
+    try:
+        done = operations.mark_a_run(
+            session, run, DagRunState(body.state), who=API_USER, now=utcnow()
+        )
+        session.commit()
+    except operations.NothingToMark as exc:
+        session.rollback()
+        raise ApiError(409, str(exc)) from None
+    operations.after_mark(state.settings, run, done)
+    return mark_out(session, run, done)
 
 
 @router.put(

@@ -14,17 +14,19 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
-from sluice.scheduler.api.errors import not_found, unprocessable
+from sluice.scheduler.api.errors import ApiError, not_found, unprocessable
 from sluice.scheduler.api.lookups import find_run, find_ti
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
     ClearOut,
     ClearRequest,
+    MarkOut,
     NoteIn,
     NoteOut,
     TaskInstanceDetail,
     TaskInstanceOut,
     TaskLogOut,
+    TaskMarkIn,
     TryOut,
 )
 from sluice.scheduler.api.views import note_from, note_out, ti_fields, ti_out, trace_id_of
@@ -37,6 +39,7 @@ from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.clearing import clear_task_instances
+from sluice.scheduler.scheduling.marking import Marked
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
 
@@ -190,3 +193,39 @@ def _why(
     except ExplainError:
         return None, []
     return found.summary, [reason.detail for reason in found.reasons]
+
+
+@router.post(
+    "/{task_id}/mark", response_model=MarkOut, dependencies=[CanWrite], responses=errors(404, 409)
+)
+def mark_task(
+    dag_id: str, run_id: str, task_id: str, body: TaskMarkIn, session: DbSession, state: State
+) -> MarkOut:
+    """Mark the task instance (with `downstream` / `upstream`, those too) `success`,
+    `failed` or `skipped`, as `sluice tasks mark` does: the tries it takes are stopped,
+    and a success starts the downstream it makes ready. 409 if all are in that state."""
+    dag, run, ti = find_ti(session, dag_id, run_id, task_id)
+    try:
+        done = operations.mark_tasks(
+            session,
+            run,
+            dag,
+            ti.task_id,
+            TI(body.state),
+            upstream=body.upstream,
+            downstream=body.downstream,
+            who=API_USER,
+            now=utcnow(),
+        )
+        session.commit()
+    except operations.NothingToMark as exc:
+        session.rollback()
+        raise ApiError(409, str(exc)) from None
+    operations.after_mark(state.settings, run, done)
+    return mark_out(session, run, done)
+
+
+def mark_out(session: Session, run: DagRun, done: Marked) -> MarkOut:
+    run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
+    assert run_state is not None
+    return MarkOut(marked=done.task_ids, stopped=len(done.attempts), run_state=run_state)

@@ -61,6 +61,16 @@ class ClearRequest(Strict):
     downstream: StrictBool = Field(default=False, description="also clear its downstream tasks")
 
 
+class TaskMarkIn(Strict):
+    state: Literal["success", "failed", "skipped"]
+    downstream: StrictBool = Field(default=False, description="also mark its downstream tasks")
+    upstream: StrictBool = Field(default=False, description="also mark its upstream tasks")
+
+
+class RunMarkIn(Strict):
+    state: Literal["success", "failed"]
+
+
 # -- responses -----------------------------------------------------------------------------
 
 
@@ -195,6 +205,12 @@ class TaskLogOut(BaseModel):
 
 class ClearOut(BaseModel):
     cleared: int
+    run_state: DagRunState
+
+
+class MarkOut(BaseModel):
+    marked: list[str] = Field(description="the task ids of the task instances marked")
+    stopped: int = Field(description="queued or running tries stopped")
     run_state: DagRunState
 
 

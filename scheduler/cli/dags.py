@@ -1,4 +1,4 @@
-"""`sluice dags …`: list, trigger, state, pause, unpause."""
+"""`sluice dags …`: list, trigger, cancel, mark, note, state, pause, unpause."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from sluice.scheduler.control.operations import trigger_run
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagFile
 from sluice.scheduler.core.queries.audit import cli_user
+from sluice.scheduler.core.states import DagRunState
 from sluice.scheduler.scheduling.dagrun import RunExists, check_run_id
+from sluice.scheduler.scheduling.marking import RUN_MARKS
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +39,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dag_id")
     p.add_argument("run_id")
     p.set_defaults(func=cancel)
+
+    p = cmds.add_parser("mark", help="mark a run success or failed, with its tasks")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("--state", required=True, choices=[str(s) for s in RUN_MARKS])
+    p.set_defaults(func=mark)
 
     p = cmds.add_parser("note", help="set the note of a run (one line, who and when kept)")
     p.add_argument("dag_id")
@@ -155,4 +163,19 @@ def note(cli: Cli, args: argparse.Namespace) -> int:
         run = cli.get_run(session, args.dag_id, args.run_id)
         operations.note_on(session, run, None, args.text, who=cli_user(), now=utcnow())
     print(f"noted on {args.dag_id} {args.run_id}")
+    return 0
+
+
+def mark(cli: Cli, args: argparse.Namespace) -> int:
+    """`sluice dags mark DAG_ID RUN_ID --state success|failed`: one transaction marks the
+    run and its TIs (`scheduling.marking`); then the tries it took are stopped."""
+    state = DagRunState(args.state)
+    with transaction(cli.factory) as session:
+        run = cli.get_run(session, args.dag_id, args.run_id)
+        done = operations.mark_a_run(session, run, state, who=cli_user(), now=utcnow())
+    operations.after_mark(cli.settings, run, done)
+    print(
+        f"marked {args.dag_id} {args.run_id} {state}: {len(done.task_ids)} task instance(s) "
+        f"marked with it, {len(done.attempts)} queued or running tries stopped"
+    )
     return 0

@@ -1,4 +1,4 @@
-"""`sluice tasks …`: the states of a run's tasks, and clearing them."""
+"""`sluice tasks …`: the states of a run's tasks; clearing, marking and noting them."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from sluice.scheduler.control.operations import revoke_external_tasks, wake_sche
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.audit import cli_user
+from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances
+from sluice.scheduler.scheduling.marking import TI_MARKS
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +40,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", action="append", dest="task_ids", metavar="TASK_ID")
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
     p.set_defaults(func=clear)
+    p = cmds.add_parser("mark", help="mark a task instance success, failed or skipped")
+    p.add_argument("dag_id")
+    p.add_argument("run_id")
+    p.add_argument("task_id")
+    p.add_argument("--state", required=True, choices=[str(s) for s in TI_MARKS])
+    p.add_argument("--downstream", action="store_true", help="also mark its downstream")
+    p.add_argument("--upstream", action="store_true", help="also mark its upstream")
+    p.set_defaults(func=mark)
     p = cmds.add_parser("note", help="set the note of a task instance (one line)")
     p.add_argument("dag_id")
     p.add_argument("run_id")
@@ -122,4 +132,32 @@ def note(cli: Cli, args: argparse.Namespace) -> int:
         run, _ = cli.get_ti(session, args.dag_id, args.run_id, args.task_id)
         operations.note_on(session, run, args.task_id, args.text, who=cli_user(), now=utcnow())
     print(f"noted on {args.dag_id} {args.run_id} {args.task_id}")
+    return 0
+
+
+def mark(cli: Cli, args: argparse.Namespace) -> int:
+    """`sluice tasks mark DAG_ID RUN_ID TASK_ID --state S [--downstream] [--upstream]`:
+    one transaction marks the TIs (`scheduling.marking`); then the tries it took are
+    stopped and the schedulers woken with the run's news."""
+    state = TI(args.state)
+    with transaction(cli.factory) as session:
+        run, _ = cli.get_ti(session, args.dag_id, args.run_id, args.task_id)
+        dag = session.get(Dag, args.dag_id)
+        assert dag is not None
+        done = operations.mark_tasks(
+            session,
+            run,
+            dag,
+            args.task_id,
+            state,
+            upstream=args.upstream,
+            downstream=args.downstream,
+            who=cli_user(),
+            now=utcnow(),
+        )
+    operations.after_mark(cli.settings, run, done)
+    print(
+        f"marked {len(done.task_ids)} task instance(s) of {args.dag_id} {args.run_id} "
+        f"{state}: {', '.join(done.task_ids)}"
+    )
     return 0

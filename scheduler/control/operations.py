@@ -8,25 +8,30 @@ a session never commit: the caller owns the transaction.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.broker.app import create_app
 from sluice.broker.wakeup import waker_for
 from sluice.scheduler.control.inputs import InputError, check_note
 from sluice.scheduler.core.models import AuditEvent, Dag, DagRun
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.core.states import RunType
+from sluice.scheduler.core.states import DagRunState, RunType, TaskInstanceState
+from sluice.scheduler.jobs import stopping
 from sluice.scheduler.jobs.celery_poller import revoke_ids
 from sluice.scheduler.scheduling.cancelling import Cancelled, cancel_runs
+from sluice.scheduler.scheduling.clearing import UnknownTask
 from sluice.scheduler.scheduling.dagrun import create_dagrun
+from sluice.scheduler.scheduling.marking import (
+    AlreadyInState,
+    Marked,
+    mark_run,
+    mark_task_instances,
+)
 
-log = logging.getLogger("sluice.control")
 
 
 class RunFinished(InputError):
@@ -64,11 +69,20 @@ def revoke_external_tasks(settings: Settings, task_ids: Sequence[str]) -> None:
     revoke_ids(settings, task_ids)
 
 
-def wake_schedulers(settings: Settings) -> None:
-    """Wake every scheduler of the deployment now (best-effort: never raises)."""
+class NothingToMark(InputError):
+    """What a mark asks is the state already (a 409 in the API)."""
+
+
+class UnknownTaskId(InputError):
+    """A task the run's DAG does not have (a 404 in the API)."""
+
+
+def wake_schedulers(settings: Settings, run_pk: int | None = None) -> None:
+    """Wake every scheduler of the deployment now, naming the run with news if given
+    (best-effort: never raises)."""
     waker = waker_for(settings)
     try:
-        waker.wake()
+        waker.wake(run_pk)
     finally:
         waker.close()
 
@@ -97,17 +111,9 @@ def cancel_run(session: Session, run: DagRun, *, who: str, now: dt.datetime) -> 
     return done
 
 
-def stop_tries(settings: Settings, done: Cancelled) -> None:
-    """After the commit that ended them: revoke the tries' Celery tasks (a queued message
-    is dropped by the workers; a running prefork child is terminated) and the external
-    tasks of CeleryTask tries. A late result of one of them loses its compare-and-set.
-    Best-effort: a broker error is logged, never raised."""
-    if done.attempts:
-        try:
-            create_app(settings).control.revoke(done.attempts, terminate=True)
-        except Exception as exc:
-            log.warning("stopping %d tries failed: %s", len(done.attempts), exc)
-    revoke_external_tasks(settings, done.external_ids)
+def stop_tries(settings: Settings, done: Cancelled | Marked) -> None:
+    """After the commit that ended them: stop the tries `done` took (`jobs.stopping`)."""
+    stopping.stop_tries(settings, done.attempts, done.external_ids)
 
 
 def note_on(
@@ -126,3 +132,68 @@ def note_on(
         now=now,
         detail=note,
     )
+
+
+def mark_tasks(
+    session: Session,
+    run: DagRun,
+    dag: Dag,
+    task_id: str,
+    state: TaskInstanceState,
+    *,
+    upstream: bool,
+    downstream: bool,
+    who: str,
+    now: dt.datetime,
+) -> Marked:
+    """Mark the TI `task_id` of `run` (with its upstream/downstream) `state`
+    (`scheduling.marking`), one audit event per TI marked, in the caller's transaction.
+    The caller commits, then calls `after_mark`."""
+    try:
+        done = mark_task_instances(
+            session, run, dag, [task_id], state, upstream=upstream, downstream=downstream, now=now
+        )
+    except UnknownTask as exc:
+        raise UnknownTaskId(str(exc)) from None
+    except AlreadyInState as exc:
+        raise NothingToMark(str(exc)) from None
+    for marked in done.task_ids:
+        audit.record(
+            session,
+            who=who,
+            action=f"mark {state}",
+            dag_id=run.dag_id,
+            run_id=run.run_id,
+            task_id=marked,
+            now=now,
+        )
+    return done
+
+
+def mark_a_run(
+    session: Session, run: DagRun, state: DagRunState, *, who: str, now: dt.datetime
+) -> Marked:
+    """Mark `run` `state` with its TIs (`scheduling.marking.mark_run`), one audit event,
+    in the caller's transaction. The caller commits, then calls `after_mark`."""
+    try:
+        done = mark_run(session, run, state, now=now)
+    except AlreadyInState as exc:
+        raise NothingToMark(str(exc)) from None
+    audit.record(
+        session,
+        who=who,
+        action=f"mark {state}",
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        now=now,
+        detail=f"{len(done.task_ids)} task instances marked with it",
+    )
+    return done
+
+
+def after_mark(settings: Settings, run: DagRun, done: Marked) -> None:
+    """After the mark's commit: stop the tries it took, and wake the schedulers with the
+    run's news so what the mark made ready is queued now, not at the next full pass (a
+    run back in `queued` needs a pass that starts runs: a wake-up naming no run)."""
+    stop_tries(settings, done)
+    wake_schedulers(settings, None if done.reopened else run.id)

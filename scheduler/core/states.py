@@ -66,7 +66,10 @@ RUN_UNFINISHED: frozenset[DagRunState] = frozenset(DagRunState) - RUN_TERMINAL
 
 _CLEARABLE = frozenset({TI.NONE})
 
-TI_MOVES: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
+_MARKS = frozenset({TI.SUCCESS, TI.FAILED, TI.SKIPPED})
+"""A user's mark moves a TI from any state to one of these (`scheduling.marking`)."""
+
+_TI_MOVES_BY_SLUICE: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
     # Decided by the scheduler from upstream states; removed by verify_integrity.
     TI.NONE: frozenset({TI.SCHEDULED, TI.SKIPPED, TI.UPSTREAM_FAILED, TI.REMOVED}),
     # Queued (with a fresh attempt_id) by a scheduler within the limits.
@@ -83,11 +86,17 @@ TI_MOVES: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
     TI.REMOVED: _CLEARABLE,
 }
 
+TI_MOVES: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
+    old: targets | (_MARKS - {old}) for old, targets in _TI_MOVES_BY_SLUICE.items()
+}
+"""Sluice's own moves, plus a user's mark from every state."""
+
 RUN_MOVES: dict[DagRunState, frozenset[DagRunState]] = {
     DagRunState.QUEUED: frozenset({DagRunState.RUNNING, DagRunState.SUCCESS, DagRunState.FAILED}),
     DagRunState.RUNNING: frozenset({DagRunState.SUCCESS, DagRunState.FAILED, DagRunState.QUEUED}),
-    DagRunState.SUCCESS: frozenset({DagRunState.QUEUED}),
-    DagRunState.FAILED: frozenset({DagRunState.QUEUED}),
+    # cleared (queued again), or marked the other way by a user
+    DagRunState.SUCCESS: frozenset({DagRunState.QUEUED, DagRunState.FAILED}),
+    DagRunState.FAILED: frozenset({DagRunState.QUEUED, DagRunState.SUCCESS}),
 }
 
 SPAN_MOVES: dict[SpanStatus, frozenset[SpanStatus]] = {

@@ -33,9 +33,13 @@ def test_every_state_has_a_row_in_the_move_tables() -> None:
     assert set(RUN_MOVES) == set(DagRunState)
 
 
-def test_terminal_states_only_leave_by_clear_or_removal() -> None:
+def test_terminal_states_only_leave_by_clear_removal_or_a_users_mark() -> None:
+    marks = {TI.SUCCESS, TI.FAILED, TI.SKIPPED}
     for state in TI_TERMINAL:
-        assert TI_MOVES[state] <= {TI.NONE, TI.REMOVED}
+        assert TI_MOVES[state] <= {TI.NONE, TI.REMOVED} | marks
+        assert state not in TI_MOVES[state]
+    # Sluice itself never moves a finished TI to another finished state
+    assert TI.SUCCESS not in TI_MOVES[TI.UP_FOR_RETRY] - marks
 
 
 def test_illegal_moves_are_refused() -> None:
