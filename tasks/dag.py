@@ -118,6 +118,7 @@ class DAG:
         max_active_tasks: int = 32,
         default_args: dict[str, Any] | None = None,
         description: str | None = None,
+        dagrun_timeout: timedelta | None = None,
     ) -> None:
         if not isinstance(dag_id, str) or not DAG_ID_RE.match(dag_id):
             raise DagDefinitionError(
@@ -138,6 +139,11 @@ class DAG:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise DagDefinitionError(f"DAG '{dag_id}': {name} must be an int >= 1")
+        if dagrun_timeout is not None and (
+            not isinstance(dagrun_timeout, timedelta) or dagrun_timeout <= timedelta(0)
+        ):
+            raise DagDefinitionError(f"DAG '{dag_id}': dagrun_timeout must be a positive timedelta")
+        self.dagrun_timeout = dagrun_timeout
         if default_args is not None and not isinstance(default_args, dict):
             raise DagDefinitionError(f"DAG '{dag_id}': default_args must be a dict")
         self.catchup = bool(catchup)

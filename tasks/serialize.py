@@ -51,6 +51,8 @@ def serialize_task(task: Task) -> dict[str, Any]:
         "priority_weight": task.priority_weight,
         "is_branch": task.is_branch,
     }
+    if task.queued_timeout is not None:  # only when set: other DAGs keep their version hash
+        spec["queued_timeout"] = _seconds(task.queued_timeout)
     if isinstance(task, CeleryTask):
         spec["celery"] = {
             "name": task.name,
@@ -67,7 +69,7 @@ def serialize_dag(dag: DAG) -> dict[str, Any]:
     schedule: Any = dag.schedule
     if isinstance(schedule, timedelta):
         schedule = {"seconds": schedule.total_seconds()}
-    return {
+    spec: dict[str, Any] = {
         "dag_id": dag.dag_id,
         "fileloc": dag.fileloc,
         "description": dag.description,
@@ -79,6 +81,9 @@ def serialize_dag(dag: DAG) -> dict[str, Any]:
         "max_active_tasks": dag.max_active_tasks,
         "tasks": {task_id: serialize_task(t) for task_id, t in dag.tasks.items()},
     }
+    if dag.dagrun_timeout is not None:  # only when set: other DAGs keep their version hash
+        spec["dagrun_timeout"] = _seconds(dag.dagrun_timeout)
+    return spec
 
 
 def version_hash(serialized: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "retry_exponential_backoff": False,
     "max_retry_delay": None,
     "execution_timeout": None,
+    "queued_timeout": None,
     "queue": "default",
     "pool": None,
     "pool_slots": 1,
@@ -75,7 +76,7 @@ def _resolve_options(task_id: str, dag: DAG, explicit: dict[str, Any]) -> dict[s
         merged["retry_delay"] = _as_timedelta(
             "retry_delay", merged["retry_delay"], optional=False, positive=False
         )
-        for name in ("max_retry_delay", "execution_timeout"):
+        for name in ("max_retry_delay", "execution_timeout", "queued_timeout"):
             merged[name] = _as_timedelta(name, merged[name], optional=True, positive=True)
         for name in ("queue", "pool"):
             value = merged[name]
@@ -144,6 +145,9 @@ class Task:
         self.retry_exponential_backoff: bool = opts["retry_exponential_backoff"]
         self.max_retry_delay: timedelta | None = opts["max_retry_delay"]
         self.execution_timeout: timedelta | None = opts["execution_timeout"]
+        self.queued_timeout: timedelta | None = opts["queued_timeout"]
+        """Schedule-to-start: a try no worker started within it after its queueing is
+        failed or retried (a re-publish of its message does not extend it)."""
         self.queue: str = opts["queue"]
         self.pool: str | None = opts["pool"]
         self.pool_slots: int = opts["pool_slots"]

@@ -134,6 +134,9 @@ class TaskInstance(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     scheduled_at: Mapped[dt.datetime | None]
     queued_at: Mapped[dt.datetime | None]
+    published_at: Mapped[dt.datetime | None]
+    """When the queued sweep last published this try's message again (NULL: never, or a
+    previous try's: only a time after `queued_at` counts)."""
     start_date: Mapped[dt.datetime | None]
     end_date: Mapped[dt.datetime | None]
     next_retry_at: Mapped[dt.datetime | None]

@@ -546,8 +546,11 @@ def fail_try(
     task_spec: Mapping[str, Any] | None,
     now: dt.datetime,
     error: str,
+    *,
+    expect: TaskInstanceState = TI.RUNNING,
 ) -> TaskInstanceState | None:
-    """running -> up_for_retry (tries left and a known task) or failed, on `ti`'s attempt.
+    """`expect` (running, or queued for a `queued_timeout`) -> up_for_retry (tries left
+    and a known task) or failed, on `ti`'s attempt.
 
     The retry waits `retry_delay_for` the task. Returns the state written, None if
     the compare-and-set lost (the try moved meanwhile).
@@ -559,6 +562,6 @@ def fail_try(
         new = TI.UP_FOR_RETRY
         values["next_retry_at"] = now + retry_delay_for(dict(task_spec), ti.try_number)
     won = move_ti(
-        session, ti.id, new, expect=[TI.RUNNING], now=now, attempt_id=ti.attempt_id, values=values
+        session, ti.id, new, expect=[expect], now=now, attempt_id=ti.attempt_id, values=values
     )
     return new if won else None

@@ -36,7 +36,10 @@ from sluice.scheduler.jobs.celery_poller import poll_once
 from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.scheduling import spans
+from sluice.scheduler.jobs.stopping import stop_tries
+from sluice.scheduler.scheduling.cancelling import cancel_runs
 from sluice.scheduler.scheduling.dagrun import update_state
+from sluice.scheduler.scheduling.timeouts import run_timeout_error
 from sluice.scheduler.scheduling.queueing import fail_dead_running, queue_scheduled, requeue_expired
 
 log = logging.getLogger("sluice.job")
@@ -98,6 +101,8 @@ class DagRunJob:
         self._left_behind = False
         self._woken = False
         self._pending_news: set[int] = set()
+        self._to_stop: list[str] = []
+        self._to_revoke: list[str] = []
         self._started_now: set[int] = set()
         self._over_limit: set[int] = set()
         self._look_at_everything = True
@@ -285,7 +290,11 @@ class DagRunJob:
                 continue
             if tracing and run.span_status == SpanStatus.NEEDS_CONTINUANCE:
                 spans.continue_run(session, run, self.job_id, now)
+            if self.timed_out(session, run, dag, now):
+                result.runs_finished += 1
+                continue
             decision = update_state(session, run, dag, now)
+            self._to_stop += decision.stop
             if tracing:
                 finished = None if decision.finished is None else str(decision.finished)
                 spans.finish_spans(session, self.tracing, run, self.job_id, now, finished)
@@ -295,6 +304,24 @@ class DagRunJob:
                 log.info("run %s.%s %s", run.dag_id, run.run_id, decision.finished)
         result.runs_examined += len(runs)
         result.more_runs = len(runs) >= limit
+
+    def timed_out(self, session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> bool:
+        """End `run` as a cancel does if it is past its `dagrun_timeout` (`timeouts`),
+        its tries stopped after the commit; whether it was."""
+        error = run_timeout_error(run, dag.serialized, now)
+        if error is None:
+            return False
+        done = cancel_runs(session, [run.id], now, error=error)
+        self._to_stop += done.attempts
+        self._to_revoke += done.external_ids
+        log.warning("run %s.%s failed: %s", run.dag_id, run.run_id, error)
+        return done.runs > 0
+
+    def stop_taken_tries(self) -> None:
+        """After the commit: stop the tries a timeout took (`jobs.stopping`)."""
+        if self._to_stop or self._to_revoke:
+            stop_tries(self.settings, self._to_stop, self._to_revoke)
+            self._to_stop, self._to_revoke = [], []
 
     def queue(self, session: Session, now: dt.datetime, result: TickResult) -> list[RunMessage]:
         """Queue scheduled TIs within the limits; the messages are sent after the commit.
@@ -340,6 +367,7 @@ class DagRunJob:
             self._pending_news = set()
         self._started_now = set()
         self._over_limit = set()
+        self._to_stop, self._to_revoke = [], []  # only what this pass's commit took
         with transaction(self.factory) as session:
             self.start_or_create(session, now, result)
             if only is not None:
@@ -347,6 +375,7 @@ class DagRunJob:
             self.examine_runs(session, now, result, only)
             messages = self.queue(session, now, result)
         self._runs_finished_last_pass = result.runs_finished > 0
+        self.stop_taken_tries()
         if self._over_limit:  # first: another scheduler may take them while this one sends
             self.hand_over(self._over_limit)
         self.after_commit(messages, now)

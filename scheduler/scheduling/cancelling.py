@@ -38,8 +38,11 @@ class Cancelled:
     """The external Celery tasks of the CeleryTask tries that were running."""
 
 
-def cancel_runs(session: Session, run_pks: Sequence[int], now: dt.datetime) -> Cancelled:
-    """End the unfinished runs among `run_pks` and their unfinished TIs (module doc)."""
+def cancel_runs(
+    session: Session, run_pks: Sequence[int], now: dt.datetime, error: str = CANCELLED
+) -> Cancelled:
+    """End the unfinished runs among `run_pks` and their unfinished TIs (module doc);
+    `error` is the stopped tries' error."""
     done = Cancelled()
     runs = session.scalars(
         select(DagRun)
@@ -79,7 +82,7 @@ def cancel_runs(session: Session, run_pks: Sequence[int], now: dt.datetime) -> C
             TI.FAILED,
             expect=[TI.QUEUED, TI.RUNNING, TI.UP_FOR_RETRY],
             now=now,
-            values={"error": CANCELLED, "next_retry_at": None},
+            values={"error": error, "next_retry_at": None},
         )
         if move_run(session, run.id, DagRunState.FAILED, expect=[run.state], now=now):
             done.runs += 1

@@ -22,6 +22,7 @@ from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
 from sluice.scheduler.core.transitions import move_run, move_tis
 from sluice.scheduler.scheduling.deps import TiView, decide_run, run_outcome
+from sluice.scheduler.scheduling.timeouts import fail_queued_past_timeout
 
 _TIS = TaskInstance.__table__.c
 _RUNS = DagRun.__table__
@@ -185,6 +186,8 @@ class RunDecision:
     skipped: int = 0
     upstream_failed: int = 0
     finished: DagRunState | None = None
+    stop: list[str] = field(default_factory=list)
+    """Attempts of tries failed past their `queued_timeout`, to revoke after the commit."""
 
 
 def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> RunDecision:
@@ -198,8 +201,9 @@ def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> R
     tis = [
         TiView(id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4]) for r in rows
     ]
-    decisions = decide_run(dag.serialized, dag.version_hash, tis, now)
     outcome = RunDecision()
+    tis, outcome.stop = fail_queued_past_timeout(session, dag.serialized, tis, now)
+    decisions = decide_run(dag.serialized, dag.version_hash, tis, now)
     moved: dict[int, TI] = {}
     retries = set(decisions.retries)
     for new, ids in decisions.moves.items():

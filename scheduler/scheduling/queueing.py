@@ -131,7 +131,8 @@ def requeue_expired(
 ) -> list[RunMessage]:
     """TIs queued longer than `queued_timeout` with no worker: publish again, same attempt_id.
 
-    The queued_at stamp is renewed so the next sweep waits a full timeout again.
+    `published_at` is stamped so the next sweep waits a full timeout again; `queued_at`
+    stays the try's queueing, from which a task's `queued_timeout` counts.
     """
     cutoff = now - dt.timedelta(seconds=queued_timeout)
     expired = lock_expired_queued(session, cutoff, limit, runs)
@@ -140,7 +141,7 @@ def requeue_expired(
         session.execute(
             update(TaskInstance)
             .where(TaskInstance.id.in_([ti.id for ti in expired]), TaskInstance.state == TI.QUEUED)
-            .values(queued_at=now)
+            .values(published_at=now)
             .execution_options(synchronize_session=False)
         )
         log.warning("re-publishing %d TIs queued for over %ss", len(messages), queued_timeout)

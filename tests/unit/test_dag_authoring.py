@@ -186,6 +186,8 @@ def test_nested_dag_contexts() -> None:
         ({"dag_id": "d", "schedule": "@daily", "start_date": datetime(2026, 1, 1)}, "naive"),  # noqa: DTZ001
         ({"dag_id": "d", "start_date": START, "end_date": START - timedelta(1)}, "before"),
         ({"dag_id": "d", "max_active_runs": 0}, "max_active_runs"),
+        ({"dag_id": "d", "dagrun_timeout": timedelta(0)}, "dagrun_timeout must be a positive"),
+        ({"dag_id": "d", "dagrun_timeout": 60}, "dagrun_timeout must be a positive timedelta"),
     ],
 )
 def test_dag_validation_on_construction(kwargs: dict[str, object], message: str) -> None:
@@ -237,6 +239,8 @@ def test_bad_task_options() -> None:
             Task("d d", python_callable=_noop)
         with pytest.raises(DagDefinitionError, match="not only dots"):
             Task("..", python_callable=_noop)
+        with pytest.raises(DagDefinitionError, match="queued_timeout must be positive"):
+            Task("f", python_callable=_noop, queued_timeout=timedelta(0))
         assert Task("v1..2", python_callable=_noop).task_id == "v1..2"
         assert Task("e", python_callable=_noop, trigger_rule="one_success").trigger_rule == (
             TriggerRule.ONE_SUCCESS
@@ -395,3 +399,14 @@ def test_loader_validates_and_rejects_duplicates(tmp_path: Path) -> None:
     """)
     )
     assert [d.dag_id for d in load_file(factory)] == ["made_0", "made_1", "made_2"]
+
+
+def test_timeouts_are_serialized_only_when_set() -> None:
+    plain = serialize_dag(_spec_dag())
+    assert "dagrun_timeout" not in plain
+    assert all("queued_timeout" not in t for t in plain["tasks"].values())
+    with DAG("timed", dagrun_timeout=timedelta(minutes=5)) as dag:
+        Task("t", python_callable=_noop, queued_timeout=timedelta(seconds=30))
+    spec = serialize_dag(dag)
+    assert spec["dagrun_timeout"] == 300.0
+    assert spec["tasks"]["t"]["queued_timeout"] == 30.0

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Row,
     Select,
     and_,
+    case,
     bindparam,
     exists,
     func,
@@ -290,14 +291,24 @@ def _scheduled_statement(
     return built(f"lock scheduled TIs of {name_of(runs)}{skips}", stmt)
 
 
+def last_published(ti: Any) -> ColumnElement[Any]:
+    """When a queued try's message was last published: its re-publish, if after its
+    queueing, else its queueing (`ti`: the TaskInstance class)."""
+    return case(
+        (ti.published_at > ti.queued_at, ti.published_at),
+        else_=ti.queued_at,
+    )
+
+
 def lock_expired_queued(
     session: Session, cutoff: dt.datetime, limit: int, runs: ColumnElement[bool]
 ) -> Sequence[TaskInstance]:
-    """TIs of runs matching `runs` queued before `cutoff` and never claimed, SKIP LOCKED."""
+    """TIs of runs matching `runs` queued (or last re-published) before `cutoff` and
+    never claimed, SKIP LOCKED."""
     stmt = (
         select(TaskInstance)
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
-        .where(TaskInstance.state == TI.QUEUED, TaskInstance.queued_at < cutoff, runs)
+        .where(TaskInstance.state == TI.QUEUED, last_published(TaskInstance) < cutoff, runs)
         .order_by(TaskInstance.queued_at, TaskInstance.id)
         .limit(limit)
         .with_for_update(of=TaskInstance, skip_locked=True)
