@@ -26,10 +26,10 @@ from urllib.parse import urlparse
 from celery import Celery
 
 from sluice.broker.app import settings_of
-from sluice.broker.queues import RUN_TASK_NAME, celery_queue
+from sluice.broker.queues import CALLBACK_TASK_NAME, RUN_TASK_NAME, celery_queue
 from sluice.broker.trace_headers import HeadersLast, carrying
 from sluice.scheduler.core.deployment import HEADER as DEPLOYMENT_HEADER
-from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.messages import CallbackMessage, RunMessage
 
 
 def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
@@ -58,6 +58,32 @@ def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
                     shadow=f"{message.dag_id}.{message.task_id}",
                     headers=headers,
                 )
+
+
+def publish_callbacks(app: Celery, messages: Sequence[CallbackMessage]) -> None:
+    """Send every due callback's message to the callback queue through one producer (the
+    Celery task id is the callback's token, as a try's is its attempt id)."""
+    if not messages:
+        return
+    settings = settings_of(app)
+    queue = celery_queue(settings.namespace, settings.callback_queue)
+    declare: list[Any] | None = [] if _lists_are_queues(app) else None
+    deployment = app.conf.get(DEPLOYMENT_HEADER)
+    headers = {DEPLOYMENT_HEADER: deployment} if deployment else None
+    with app.producer_or_acquire() as producer, producer.batch():
+        for message in messages:
+            kwargs = message.to_kwargs()
+            app.send_task(
+                CALLBACK_TASK_NAME,
+                kwargs=kwargs,
+                argsrepr="()",
+                kwargsrepr=repr(kwargs),
+                declare=declare,
+                task_id=message.token,
+                queue=queue,
+                producer=producer,
+                headers=headers,
+            )
 
 
 _LIST_BROKERS = ("redis", "rediss", "sentinel", "memory")

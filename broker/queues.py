@@ -10,6 +10,9 @@ from __future__ import annotations
 RUN_TASK_NAME = "sluice.run_task_instance"
 """The Celery task name of the worker-side runner (see `broker.worker.task`)."""
 
+CALLBACK_TASK_NAME = "sluice.run_callback"
+"""The Celery task name of the worker-side callback runner (`broker.worker.callbacks`)."""
+
 DEFAULT_QUEUE = "default"
 
 

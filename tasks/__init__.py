@@ -16,6 +16,7 @@ from sluice.tasks.errors import (
     TaskStopped,
     TaskTimeout,
 )
+from sluice.tasks.notifiers import Webhook
 from sluice.tasks.task import ShellTask, Task, task
 from sluice.tasks.trigger_rules import TriggerRule
 
@@ -32,5 +33,6 @@ __all__ = [
     "TaskTimeout",
     "TriggerRule",
     "Upstream",
+    "Webhook",
     "task",
 ]

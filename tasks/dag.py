@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from croniter import croniter
 
+from sluice.tasks.callbacks import Callback, check_callback
 from sluice.tasks.errors import DagDefinitionError
 
 if TYPE_CHECKING:
@@ -119,6 +120,10 @@ class DAG:
         default_args: dict[str, Any] | None = None,
         description: str | None = None,
         dagrun_timeout: timedelta | None = None,
+        on_success_callback: Callback | None = None,
+        on_failure_callback: Callback | None = None,
+        on_deadline_missed: Callback | None = None,
+        deadline: timedelta | None = None,
     ) -> None:
         if not isinstance(dag_id, str) or not DAG_ID_RE.match(dag_id):
             raise DagDefinitionError(
@@ -144,6 +149,22 @@ class DAG:
         ):
             raise DagDefinitionError(f"DAG '{dag_id}': dagrun_timeout must be a positive timedelta")
         self.dagrun_timeout = dagrun_timeout
+        if deadline is not None and (
+            not isinstance(deadline, timedelta) or deadline <= timedelta(0)
+        ):
+            raise DagDefinitionError(f"DAG '{dag_id}': deadline must be a positive timedelta")
+        self.deadline = deadline
+        """A run still unfinished this long after it was queued fires on_deadline_missed."""
+        try:
+            self.callbacks: dict[str, Callback | None] = {
+                "on_success_callback": check_callback("on_success_callback", on_success_callback),
+                "on_failure_callback": check_callback("on_failure_callback", on_failure_callback),
+                "on_deadline_missed": check_callback("on_deadline_missed", on_deadline_missed),
+            }
+        except DagDefinitionError as exc:
+            raise DagDefinitionError(f"DAG '{dag_id}': {exc}") from None
+        if on_deadline_missed is not None and deadline is None:
+            raise DagDefinitionError(f"DAG '{dag_id}': on_deadline_missed needs a deadline")
         if default_args is not None and not isinstance(default_args, dict):
             raise DagDefinitionError(f"DAG '{dag_id}': default_args must be a dict")
         self.catchup = bool(catchup)

@@ -12,6 +12,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from sluice.tasks.callbacks import kinds_set
 from sluice.tasks.celery_task import CeleryTask, to_json
 from sluice.tasks.dag import DAG
 from sluice.tasks.task import Task
@@ -53,6 +54,8 @@ def serialize_task(task: Task) -> dict[str, Any]:
     }
     if task.queued_timeout is not None:  # only when set: other DAGs keep their version hash
         spec["queued_timeout"] = _seconds(task.queued_timeout)
+    if any(task.callbacks.values()):
+        spec["callbacks"] = kinds_set(task.callbacks)
     if isinstance(task, CeleryTask):
         spec["celery"] = {
             "name": task.name,
@@ -83,6 +86,10 @@ def serialize_dag(dag: DAG) -> dict[str, Any]:
     }
     if dag.dagrun_timeout is not None:  # only when set: other DAGs keep their version hash
         spec["dagrun_timeout"] = _seconds(dag.dagrun_timeout)
+    if dag.deadline is not None:
+        spec["deadline"] = _seconds(dag.deadline)
+    if any(dag.callbacks.values()):
+        spec["callbacks"] = kinds_set(dag.callbacks)
     return spec
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
 from sluice.tasks.dag import DAG, DAG_ID_RE, current_dag
 from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.trigger_rules import TriggerRule
@@ -29,6 +30,9 @@ TASK_DEFAULTS: dict[str, Any] = {
     "pool_slots": 1,
     "priority_weight": 1,
     "trigger_rule": TriggerRule.ALL_SUCCESS,
+    "on_success_callback": None,
+    "on_failure_callback": None,
+    "on_retry_callback": None,
 }
 
 _Deps = TypeVar("_Deps", bound="Task | list[Task] | tuple[Task, ...] | set[Task]")
@@ -82,6 +86,8 @@ def _resolve_options(task_id: str, dag: DAG, explicit: dict[str, Any]) -> dict[s
             value = merged[name]
             if not (value is None and name == "pool") and (not isinstance(value, str) or not value):
                 raise DagDefinitionError(f"{name} must be a non-empty string, got {value!r}")
+        for name in TASK_KINDS:
+            merged[name] = check_callback(name, merged[name])
     except DagDefinitionError as exc:
         raise DagDefinitionError(f"task '{task_id}': {exc}") from None
     merged["retry_exponential_backoff"] = bool(merged["retry_exponential_backoff"])
@@ -153,6 +159,8 @@ class Task:
         self.pool_slots: int = opts["pool_slots"]
         self.priority_weight: int = opts["priority_weight"]
         self.trigger_rule: TriggerRule = opts["trigger_rule"]
+        self.callbacks: dict[str, Callback | None] = {name: opts[name] for name in TASK_KINDS}
+        """Option name (`on_failure_callback`, …) → the callback set, or None."""
         self.upstream_task_ids: set[str] = set()
         self.downstream_task_ids: set[str] = set()
         dag.add_task(self)

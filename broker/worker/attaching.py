@@ -7,7 +7,7 @@ What attach changes on the user's app, and nothing else:
 - adds `"json"` to `accept_content` if it is missing (Sluice's messages are JSON).
 The app's own tasks, routes, queues, serializers and result settings stay as they were.
 Sluice's queues are `<namespace>.<queue>` (`broker.queues`); start the user's workers with
-`-Q their_queue,sluice.default` to serve both.
+`-Q their_queue,sluice.default,sluice.callbacks` to serve both (and callbacks).
 
 Refused with `AttachError` (one line), because Sluice cannot work with them:
 - `task_always_eager`: tasks would run inside the publisher, with no worker and no claim;

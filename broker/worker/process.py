@@ -21,9 +21,14 @@ def worker_argv(
     concurrency: int,
     pool: str = "prefork",
     loglevel: str = "INFO",
+    callbacks: bool = True,
 ) -> list[str]:
-    """The `celery worker` arguments for Sluice queues `queues` (default: "default")."""
-    names = [celery_queue(settings.namespace, q) for q in (queues or [DEFAULT_QUEUE])]
+    """The `celery worker` arguments for Sluice queues `queues` (default: "default"),
+    and the callback queue unless `callbacks` is False."""
+    wanted = list(queues or [DEFAULT_QUEUE])
+    if callbacks and settings.callback_queue not in wanted:
+        wanted.append(settings.callback_queue)
+    names = [celery_queue(settings.namespace, q) for q in wanted]
     return [
         "worker",
         "-Q",
@@ -47,7 +52,8 @@ def start_worker(
     concurrency: int,
     pool: str = "prefork",
     loglevel: str = "INFO",
+    callbacks: bool = True,
 ) -> None:
     """Run a worker in this process until it is stopped (SIGTERM: warm shutdown)."""
     app = create_worker_app(settings)
-    app.worker_main(worker_argv(settings, queues, concurrency, pool, loglevel))
+    app.worker_main(worker_argv(settings, queues, concurrency, pool, loglevel, callbacks))

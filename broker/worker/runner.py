@@ -63,8 +63,7 @@ from sluice.scheduler.core.transitions import short_error, ti_move_returning
 from sluice.scheduler.scheduling.downstream import FollowUp
 from sluice.scheduler.scheduling.plans import decidable, wide_fan_in
 from sluice.tasks.celery_task import CeleryTask
-from sluice.tasks.errors import Skip
-from sluice.tasks.errors import TaskStopped
+from sluice.tasks.errors import Skip, TaskStopped
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
 from sluice.tasks.serialize import retry_delay_for
 
@@ -407,7 +406,7 @@ def _send_external(
 ) -> str:
     """Send a CeleryTask's external task, its spans children of the TI's span (the
     message's `trace`, read from the request by the worker task)."""
-    app = _sending_app(ctx)
+    app = sending_app(ctx)
     with app.producer_or_acquire() as producer:
         sender = HeadersLast(producer)
         with carrying(sender, msg.trace) as headers:
@@ -417,7 +416,7 @@ def _send_external(
 _fallback_apps: dict[Settings, Any] = {}
 
 
-def _sending_app(ctx: WorkerContext) -> Any:
+def sending_app(ctx: WorkerContext) -> Any:
     """The Celery app that sends a CeleryTask's task: the app of the running Sluice task
     (the user's app under `sluice.attach`), else a Sluice app for `ctx.settings` (a local run).
     """
@@ -454,7 +453,7 @@ def _defer(
 
     if not retrying(write):
         log.info("%s moved meanwhile: revoking Celery task %s", _what(msg), external_id)
-        _sending_app(ctx).control.revoke(external_id)
+        sending_app(ctx).control.revoke(external_id)
         return Outcome.STALE
     return Outcome.DEFERRED
 

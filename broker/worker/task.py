@@ -1,4 +1,5 @@
-"""The Celery task `sluice.run_task_instance`: ids in, one `run_task_instance` call.
+"""The Celery tasks `sluice.run_task_instance` (ids in, one `run_task_instance` call) and
+`sluice.run_callback` (one due callback, `broker.worker.callbacks`).
 
 Invariants: the `WorkerContext` (engine, DAG cache, waker) belongs to one process.
 It is keyed by `os.getpid()` and built in the process that runs tasks: at
@@ -25,15 +26,16 @@ from celery.signals import worker_process_init
 from sluice.broker.app import settings_of
 from sluice.broker.kombu_fixes import guard_closed_redis_transport
 from sluice.broker.publisher import publish
-from sluice.broker.queues import RUN_TASK_NAME
+from sluice.broker.queues import CALLBACK_TASK_NAME, RUN_TASK_NAME
 from sluice.broker.trace_headers import incoming_carrier
 from sluice.broker.wakeup import waker_for
+from sluice.broker.worker.callbacks import run_callback_message
 from sluice.broker.worker.runner import WorkerContext, run_task_instance
 from sluice.broker.worker.tracing import annotate
 from sluice.scheduler.core.db import make_engine, make_session_factory
 from sluice.scheduler.core.deployment import HEADER as DEPLOYMENT_HEADER
 from sluice.scheduler.core.deployment import deployment_id
-from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.messages import CallbackMessage, RunMessage
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.tracing import tracing_configured
 from sluice.tasks.loader import DagCache
@@ -60,6 +62,16 @@ def register(app: Celery) -> None:
         outcome = run_task_instance(context, msg)
         annotate(msg, state=outcome.value)
         return outcome.value
+
+    @app.task(name=CALLBACK_TASK_NAME, bind=True, acks_late=True, ignore_result=True, shared=False)
+    def run_callback_task(self: Task, **kwargs: Any) -> str:
+        msg = CallbackMessage.from_kwargs(kwargs)
+        context = context_for(self.app)
+        theirs = getattr(self.request, DEPLOYMENT_HEADER, None)
+        if theirs and context.deployment and theirs != context.deployment:
+            time.sleep(STRANGER_DELAY)  # another deployment's: back to the queue, for its own
+            raise Reject(f"callback message of deployment {theirs}", requeue=True)
+        return run_callback_message(context, msg)
 
 
 STRANGER_DELAY = 1.0

@@ -1,8 +1,14 @@
-"""An example DAG: extract, two transforms in parallel, a branch, and a load."""
+"""An example DAG: extract, two transforms in parallel, a branch, a load, and a callback
+at the run's end (it runs on a worker; `Webhook()` would post it to $SLUICE_WEBHOOK_URL)."""
 
 from datetime import UTC, datetime, timedelta
 
 from sluice import DAG, ShellTask, TriggerRule, task
+
+
+def finished(context):
+    print(f"callback: {context['dag_id']} {context['run_id']} ended {context['state']}")
+
 
 with DAG(
     "example_etl",
@@ -10,6 +16,8 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=4,
+    on_success_callback=finished,
+    on_failure_callback=finished,
 ) as dag:
 
     @task

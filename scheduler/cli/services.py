@@ -40,6 +40,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--concurrency", type=int, default=4)
     p.add_argument("--pool", default="prefork", choices=["prefork", "threads", "solo"])
     p.add_argument("--loglevel", default="INFO")
+    p.add_argument(
+        "--without-callbacks",
+        action="store_true",
+        help="do not also serve the callback queue (SLUICE_CALLBACK_QUEUE, 'callbacks')",
+    )
     p.set_defaults(func=worker)
 
     pools = sub.add_parser("pools", help="list and set pools")
@@ -72,7 +77,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
     if args.num_loops is not None:
         check_int(args.num_loops, "--num-loops", 0, INT_MAX)
     from sluice.broker.app import create_app
-    from sluice.broker.publisher import publish
+    from sluice.broker.publisher import publish, publish_callbacks
     from sluice.broker.wakeup import waker_for
     from sluice.scheduler.core.deployment import HEADER, deployment_id
     from sluice.scheduler.jobs.scheduler_job import SchedulerJob
@@ -91,6 +96,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
         waker,
         tracing=Tracing("sluice-scheduler"),
         metrics=metrics,
+        publish_callbacks=lambda messages: publish_callbacks(app, messages),
     )
     install_stop_handlers(job)
     try:
@@ -109,7 +115,14 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise CliError("-c must be at least 1")
     cli.factory  # noqa: B018 - fail early with one line if the schema is missing
-    start_worker(cli.settings, queues, args.concurrency, pool=args.pool, loglevel=args.loglevel)
+    start_worker(
+        cli.settings,
+        queues,
+        args.concurrency,
+        pool=args.pool,
+        loglevel=args.loglevel,
+        callbacks=not args.without_callbacks,
+    )
     return 0
 
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+import time
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.tasks_cmd import print_states, ti_rows
+from sluice.scheduler.core.callback_kinds import Status
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.migrate import upgrade
-from sluice.scheduler.core.models import Dag, DagRun
+from sluice.scheduler.core.models import Dag, DagRun, DueCallback
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 
@@ -38,14 +40,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def all_queues(cli: Cli) -> list[str]:
     with cli.factory() as session:
         specs = session.scalars(select(Dag.serialized).where(Dag.is_active.is_(True))).all()
-    queues = {"default"}
+    queues = {"default", cli.settings.callback_queue}
     for spec in specs:
         queues.update(t.get("queue") or "default" for t in spec["tasks"].values())
     return sorted(queues)
 
 
 def standalone(cli: Cli, args: argparse.Namespace) -> int:
-    from sluice.broker.publisher import publish
+    from sluice.broker.publisher import publish, publish_callbacks
     from sluice.broker.wakeup import waker_for
     from sluice.broker.worker.embedded import EmbeddedBroker
     from sluice.scheduler.cli.services import install_stop_handlers
@@ -84,6 +86,7 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         lambda messages: publish(embedded.app, messages),
         waker,
         tracing=tracing,
+        publish_callbacks=lambda messages: publish_callbacks(embedded.app, messages),
     )
     install_stop_handlers(job)
     done = threading.Event()
@@ -105,17 +108,31 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         return 0 if final.state == DagRunState.SUCCESS else 1
 
 
+CALLBACK_GRACE_SECONDS = 10.0
+"""How long `--trigger` waits, once its run has ended, for the run's callbacks to run."""
+
+
 def _stop_when_finished(cli: Cli, job: Any, run_pk: int, done: threading.Event) -> None:
-    """Wrap the job's tick so the loop stops once the triggered run is finished."""
+    """Wrap the job's tick so the loop stops once the triggered run is finished and its
+    callbacks have run (or `CALLBACK_GRACE_SECONDS` after its end: they stay due for the
+    next start)."""
     tick = job.tick
+    ended: list[float] = []
 
     def tick_and_check(now: Any) -> Any:
         result = tick(now)
         with cli.factory() as session:
             state = session.scalar(select(DagRun.state).where(DagRun.id == run_pk))
+            waiting = state in RUN_TERMINAL and session.scalar(
+                select(func.count())
+                .select_from(DueCallback)
+                .where(DueCallback.dag_run_id == run_pk, DueCallback.status.in_(Status.UNFINISHED))
+            )
         if state in RUN_TERMINAL:
-            job.stopping = True
-            done.set()
+            ended.append(time.monotonic())
+            if not waiting or ended[-1] - ended[0] > CALLBACK_GRACE_SECONDS:
+                job.stopping = True
+                done.set()
         return result
 
     job.tick = tick_and_check

@@ -23,6 +23,7 @@ from sluice.scheduler.cli.render import cell, visible
 from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, Job, TaskInstance
+from sluice.scheduler.core.queries.callbacks import counts as callback_counts
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import DagRunState, JobState, TaskInstanceState
 
@@ -41,7 +42,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def read_status(session: Session, settings: Settings, now: dt.datetime) -> dict[str, Any]:
-    """Jobs still marked running, runs by state, TIs by queue and state (plain SELECTs)."""
+    """Jobs still marked running, runs by state, TIs by queue and state, callbacks by
+    status (plain SELECTs)."""
     jobs = session.scalars(
         select(Job).where(Job.state == JobState.RUNNING).order_by(Job.job_type, Job.id)
     ).all()
@@ -73,6 +75,7 @@ def read_status(session: Session, settings: Settings, now: dt.datetime) -> dict[
         ],
         "runs": runs,
         "task_instances": {q: tis[q] for q in sorted(tis)},
+        "callbacks": callback_counts(session),
     }
 
 
@@ -130,6 +133,11 @@ def print_status(
         tis.add_row(cell(queue), *(cell(by_state.get(s, 0)) for s in used))
     out.print("[bold]Task instances by queue and state[/]")
     out.print(tis)
+
+    callbacks = Table(*report["callbacks"])
+    callbacks.add_row(*(cell(n) for n in report["callbacks"].values()))
+    out.print("[bold]Callbacks by status[/]")
+    out.print(callbacks)
 
     workers = report["workers"]
     table = Table("queue", "workers")

@@ -215,9 +215,7 @@ def queue_reasons(subject: Subject) -> list[Reason]:
     waited = (now - ti.queued_at).total_seconds() if ti.queued_at else 0.0
     published = max(ti.queued_at, ti.published_at) if ti.queued_at and ti.published_at else None
     published = published or ti.queued_at
-    republish_at = (
-        published + dt.timedelta(seconds=settings.queued_timeout) if published else None
-    )
+    republish_at = published + dt.timedelta(seconds=settings.queued_timeout) if published else None
     workers = None if subject.workers is None else subject.workers.get(ti.queue, [])
     detail = f"it waits in Celery queue {name!r} since {duration(waited)} ago for a worker"
     if workers:

@@ -33,7 +33,6 @@ from sluice.scheduler.scheduling.marking import (
 )
 
 
-
 class RunFinished(InputError):
     """The operation needs an unfinished run, and this one has ended (a 409 in the API)."""
 

@@ -48,3 +48,27 @@ class RunMessage:
             if not isinstance(value, want) or isinstance(value, bool):
                 raise MessageError(f"bad run message: {name} must be {type_name}, got {value!r}")
         return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class CallbackMessage:
+    """Run due callback `callback_id` once: its publish `token` is what a worker claims,
+    so a message published again (a lost one) leaves the older one stale."""
+
+    callback_id: int
+    token: str
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return {"callback_id": self.callback_id, "token": self.token}
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> CallbackMessage:
+        """Parse a message body; raises MessageError if it is not exactly the two fields."""
+        callback_id, token = kwargs.get("callback_id"), kwargs.get("token")
+        if set(kwargs) != {"callback_id", "token"} or not (
+            isinstance(callback_id, int)
+            and not isinstance(callback_id, bool)
+            and isinstance(token, str)
+        ):
+            raise MessageError(f"bad callback message: {sorted(kwargs)}")
+        return cls(callback_id, token)

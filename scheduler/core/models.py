@@ -105,12 +105,17 @@ class DagRun(Base):
     started_by_job_id: Mapped[int | None] = mapped_column(ID)
     context_carrier: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     span_status: Mapped[SpanStatus] = mapped_column(String(20), default=SpanStatus.NOT_STARTED)
+    callback_mask: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Which of the run's ends have a DAG callback (`core.callback_kinds.BITS`)."""
+    deadline_at: Mapped[dt.datetime | None]
+    """When the run misses its DAG's deadline if still unfinished; NULL once fired."""
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", name="uq_dag_run_dag_id_run_id"),
         UniqueConstraint("dag_id", "logical_date", name="uq_dag_run_dag_id_logical_date"),
         Index("ix_dag_run_state_decision", "state", "last_scheduling_decision"),
         Index("ix_dag_run_dag_state", "dag_id", "state"),
+        Index("ix_dag_run_deadline_at", "deadline_at"),
     )
 
 
@@ -148,6 +153,8 @@ class TaskInstance(Base):
     error: Mapped[str | None] = mapped_column(Text)
     external_id: Mapped[str | None] = mapped_column(String(250))
     """The Celery task id a CeleryTask try waits on (`tasks.celery_task.external_id_for`)."""
+    callback_mask: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Which of the TI's state moves have a task callback (`core.callback_kinds.BITS`)."""
 
     __table_args__ = (
         UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),
@@ -197,6 +204,41 @@ class AuditEvent(Base):
     detail: Mapped[str | None] = mapped_column(String(1000))
 
     __table_args__ = (Index("ix_audit_log_dag_run", "dag_id", "run_id"),)
+
+
+class DueCallback(Base):
+    """One callback due for one state move (a TI's try, a run's end, a missed deadline).
+
+    Inserted in the statement that writes the state (database triggers, migration 0009)
+    or, for a deadline, in the scheduler's transaction; `dedup_key` is unique per TI, try
+    and kind (per run, kind and queueing for a run), so it exists once whatever writes
+    the state. Its delivery (`status`) moves by compare-and-set on `token`
+    (`core.queries.callbacks`).
+    """
+
+    __tablename__ = "callback"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    dedup_key: Mapped[str] = mapped_column(String(300), unique=True)
+    kind: Mapped[str] = mapped_column(String(30))
+    dag_id: Mapped[str] = mapped_column(String(250))
+    run_id: Mapped[str] = mapped_column(String(250))
+    task_id: Mapped[str | None] = mapped_column(String(250))
+    dag_run_id: Mapped[int | None] = mapped_column(ID)
+    ti_id: Mapped[int | None] = mapped_column(ID)
+    try_number: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(20))
+    status: Mapped[str] = mapped_column(String(20), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    token: Mapped[str | None] = mapped_column(String(36))
+    created_at: Mapped[dt.datetime | None]
+    next_attempt_at: Mapped[dt.datetime | None]
+    published_at: Mapped[dt.datetime | None]
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_callback_status_next", "status", "next_attempt_at"),)
 
 
 class Deployment(Base):

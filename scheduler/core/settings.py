@@ -88,6 +88,17 @@ class Settings:
     """Most bytes of one try's output copied to the worker's own stdout."""
     backfill_confirm_runs: int = 1000
     """A backfill of more runs than this asks first (`--yes` skips the question)."""
+    callback_queue: str = "callbacks"
+    """The Sluice queue callbacks are delivered on (`sluice worker` consumes it too)."""
+    callback_max_attempts: int = 5
+    """Times a callback that raises is run before it is given up as `failed`."""
+    callback_retry_delay: float = 10.0
+    """Seconds before a callback that raised runs again, doubled at each attempt."""
+    callback_timeout: float = 300.0
+    """Seconds a callback may run; a running one not finished by then (its worker lost)
+    is run again."""
+    base_url: str = "http://127.0.0.1:8080"
+    """Where the web UI is reached: callbacks' `url` links point there."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -117,6 +128,15 @@ class Settings:
             backfill_confirm_runs=env_int(
                 env, "SLUICE_BACKFILL_CONFIRM_RUNS", base.backfill_confirm_runs
             ),
+            callback_queue=env.get("SLUICE_CALLBACK_QUEUE") or base.callback_queue,
+            callback_max_attempts=env_int(
+                env, "SLUICE_CALLBACK_MAX_ATTEMPTS", base.callback_max_attempts
+            ),
+            callback_retry_delay=_float(
+                env, "SLUICE_CALLBACK_RETRY_DELAY", base.callback_retry_delay
+            ),
+            callback_timeout=_float(env, "SLUICE_CALLBACK_TIMEOUT", base.callback_timeout),
+            base_url=(env.get("SLUICE_BASE_URL") or base.base_url).rstrip("/"),
         )
         if settings.task_log_max_bytes < 1024:
             raise ConfigError(

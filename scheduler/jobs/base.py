@@ -35,12 +35,12 @@ from sluice.scheduler.core.transitions import move_run, move_runs
 from sluice.scheduler.jobs.celery_poller import poll_once
 from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.periodic import Every
-from sluice.scheduler.scheduling import spans
 from sluice.scheduler.jobs.stopping import stop_tries
+from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.cancelling import cancel_runs
 from sluice.scheduler.scheduling.dagrun import update_state
-from sluice.scheduler.scheduling.timeouts import run_timeout_error
 from sluice.scheduler.scheduling.queueing import fail_dead_running, queue_scheduled, requeue_expired
+from sluice.scheduler.scheduling.timeouts import run_timeout_error
 
 log = logging.getLogger("sluice.job")
 

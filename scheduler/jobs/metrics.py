@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Pool, TaskInstance
+from sluice.scheduler.core.queries.callbacks import counts as callback_counts
 from sluice.scheduler.core.queries.tis import used_slots_by_pool
 from sluice.scheduler.core.settings import ConfigError, Settings
 from sluice.scheduler.core.states import TI, TI_UNFINISHED
@@ -232,6 +233,16 @@ class SchedulerMetrics:
             "sluice.pool.slots.free", [observe_free], "1", "slots left in each pool"
         )
 
+        def observe_callbacks(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(n, {"status": s}) for s, n in self._callback_counts().items()]
+
+        meter.create_observable_gauge(
+            "sluice.callbacks",
+            [observe_callbacks],
+            "1",
+            "callbacks by status: pending, queued, running, delivered, failed",
+        )
+
     # -- what the loop calls -----------------------------------------------------------------
     def record_tick(self, result: TickResult, seconds: float) -> None:
         """After each tick: its duration and counts; now and then, queued → running delays.
@@ -336,6 +347,15 @@ class SchedulerMetrics:
             for queue in sorted(self._queues_seen)
             for state in sorted(TI_UNFINISHED)
         ]
+
+    def _callback_counts(self) -> dict[str, int]:
+        """Callbacks by status (`core.queries.callbacks.counts`)."""
+        try:
+            with self.factory() as session:
+                return callback_counts(session)
+        except Exception as exc:
+            log.warning("metrics: counting callbacks failed: %s", _short(exc))
+            return {}
 
     def _pool_slots(self) -> dict[str, tuple[int, int]]:
         """Pool → (used, free) slots, counted as `queue_scheduled` counts them.

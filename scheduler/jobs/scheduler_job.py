@@ -33,6 +33,7 @@ from sluice.scheduler.core.queries.runs import (
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import RunType
 from sluice.scheduler.jobs.base import DagRunJob, TickResult
+from sluice.scheduler.jobs.callbacks import CallbackDelivery, PublishCallbacks
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.dagbag import next_run_fields, sync_dag_folder
@@ -82,9 +83,17 @@ class DagFolderParser:
 class SchedulerJob(DagRunJob):
     job_type = "scheduler"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, publish_callbacks: PublishCallbacks | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._parser: DagFolderParser | None = None
+        self.callbacks = (
+            None
+            if publish_callbacks is None
+            else CallbackDelivery(self.settings, self.factory, publish_callbacks)
+        )
+        """Publishes due callbacks (None: this job leaves them to other schedulers)."""
         self._dag_syncs = Every(self.settings.dag_refresh_interval)
         self._start_checks = Every(1.0)
         self._create_checks = Every(1.0)
@@ -99,6 +108,8 @@ class SchedulerJob(DagRunJob):
         self.sweep(now, result)
         self.release_dead_jobs(now, result)
         self.end_owned_spans(now)
+        if self.callbacks is not None:
+            self.callbacks.step(now)
         return result
 
     def hand_over(self, runs: set[int]) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from sluice.scheduler.core.callback_kinds import mask_of
 from sluice.scheduler.core.models import DEFAULT_POOL, Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
@@ -78,7 +79,17 @@ def ti_values(spec: dict[str, Any], task_id: str) -> dict[str, Any]:
         "pool_slots": int(task.get("pool_slots") or 1),
         "priority_weight": int(task.get("priority_weight") or 1),
         "max_tries": int(task.get("retries") or 0) + 1,
+        "callback_mask": mask_of(task.get("callbacks") or ()),
     }
+
+
+def deadline_of(spec: dict[str, Any], queued_at: dt.datetime) -> dt.datetime | None:
+    """When a run queued at `queued_at` misses its DAG's `deadline` (None: no deadline or
+    no `on_deadline_missed` to call)."""
+    deadline = spec.get("deadline")
+    if deadline is None or "on_deadline_missed" not in (spec.get("callbacks") or ()):
+        return None
+    return queued_at + dt.timedelta(seconds=float(deadline))
 
 
 def create_dagrun(
@@ -113,6 +124,8 @@ def create_dagrun(
         queued_at=now,
         claimed_by_job_id=claimed_by_job_id,
         context_carrier=new_carrier(),
+        callback_mask=mask_of(dag.serialized.get("callbacks") or ()),
+        deadline_at=deadline_of(dag.serialized, now),
     )
     session.add(run)
     try:

@@ -9,7 +9,7 @@ from celery import Celery
 
 from sluice import DAG, CeleryTask, Upstream, task
 from sluice.broker.app import settings_of
-from sluice.broker.queues import RUN_TASK_NAME
+from sluice.broker.queues import CALLBACK_TASK_NAME, RUN_TASK_NAME
 from sluice.broker.worker.attaching import AttachError, attach
 from sluice.scheduler.core.settings import Settings
 from sluice.tasks.celery_task import external_id_for, resolve
@@ -34,6 +34,7 @@ def test_attach_registers_sluice_and_keeps_the_users_settings() -> None:
 
     assert RUN_TASK_NAME in app.tasks and "their_module.add" in app.tasks
     assert app.tasks[RUN_TASK_NAME].acks_late is True
+    assert app.tasks[CALLBACK_TASK_NAME].acks_late is True  # callbacks run on their workers
     assert settings_of(app) == SETTINGS
     assert list(app.conf.accept_content) == ["pickle", "json"]
     assert app.conf.task_serializer == "pickle"

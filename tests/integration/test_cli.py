@@ -117,6 +117,9 @@ def test_standalone_runs_the_example_dag_on_sqlite(tmp_path: Path) -> None:
         "done": "success",
     }
     assert done.stdout.strip().endswith("success")
+    # the run's callback ran once, on the embedded worker, before standalone exited
+    run_id = done.stdout.strip().splitlines()[-1].split()[1].rstrip(":")
+    assert done.stdout.count(f"callback: example_etl {run_id} ended success") == 1
 
 
 def test_sluice_help_runs() -> None:

@@ -19,8 +19,16 @@ from sluice import DAG, task
 
 MARKS = Path({marks!r})
 
-with DAG("too_long", schedule=None, dagrun_timeout=timedelta(seconds=3)) as dag:
-    @task
+
+def alert(context):
+    with open(MARKS / "alerts", "a") as out:
+        out.write(f"{{context['kind']}} {{context['task_id']}} {{context['try_number']}}\\n")
+
+
+with DAG(
+    "too_long", schedule=None, dagrun_timeout=timedelta(seconds=3), on_failure_callback=alert
+) as dag:
+    @task(on_failure_callback=alert)
     def slow():
         (MARKS / "slow-started").write_text("")
         for tick in range(600):
@@ -34,7 +42,10 @@ with DAG("too_long", schedule=None, dagrun_timeout=timedelta(seconds=3)) as dag:
     slow >> after
 
 with DAG("unserved", schedule=None) as other:
-    @task(queue="nowhere", queued_timeout=timedelta(seconds=2), retries=1, retry_delay=0)
+    @task(
+        queue="nowhere", queued_timeout=timedelta(seconds=2), retries=1, retry_delay=0,
+        on_retry_callback=alert, on_failure_callback=alert,
+    )
     def waits():
         (MARKS / "waits-ran").write_text("")
 """
@@ -76,6 +87,16 @@ def test_run_and_queued_timeouts(sluice: Sluice, tmp_path: Path) -> None:
     assert not (marks / "waits-ran").exists()
     assert sluice.db_task_states("unserved", unserved)["waits"]["state"] == "failed"
     assert not (marks / "slow-finished").exists() and not (marks / "after").exists()
+    # and the failures' alerts ran, once each
+    expected = [
+        "on_failure None None",
+        "on_failure slow 1",
+        "on_failure waits 2",
+        "on_retry waits 1",
+    ]
+    alerts = marks / "alerts"
+    wait_until(lambda: alerts.exists() and len(alerts.read_text().splitlines()) >= 4, timeout=20)
+    assert sorted(alerts.read_text().splitlines()) == expected
 
 
 def worker_logs(sluice: Sluice) -> str:
