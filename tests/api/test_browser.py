@@ -142,7 +142,7 @@ def test_trigger_from_the_ui_and_read_the_log(browser: Any, sluice: Sluice, tmp_
             health = json.loads(response.read())
         assert health["status"] == "ok", health
         assert health["schedulers_alive"] == 1 and health["workers"]["ok"] is True
-        assert health["workers"]["seen"][0]["queues"] == ["default"]
+        assert health["workers"]["seen"][0]["queues"] == ["callbacks", "default"]
 
 
 def _put_note(url: str, note: str) -> None:
@@ -209,3 +209,34 @@ def _walk_through(page: Any, base: str, expect: Any) -> None:
     hello = page.locator('button.cell[data-task="hello"][data-run="ui-run-1"]')
     expect(hello).to_have_attribute("title", "hello in ui-run-1: success, try 2", timeout=30_000)
     expect(page.locator('th[data-run="ui-run-1"]')).to_have_attribute("data-state", "success")
+
+    # A note typed in the panel is saved and shown, as text.
+    page.fill("#note-text", "typed <i>here</i>")
+    page.locator("#note-form button").click()
+    expect(page.locator("#ops-result")).to_contain_text("Saved the note on task hello")
+    expect(page.locator("#panel-note")).to_contain_text("typed <i>here</i>")
+
+    # Mark it failed with its downstream (two clicks: the first only says what it will do).
+    page.check("#clear-downstream")
+    page.click("#mark-failed")
+    expect(page.locator("#mark-failed")).to_contain_text("Click again to mark hello failed")
+    page.click("#mark-failed")
+    expect(page.locator("#clear-result")).to_contain_text("Marked 2 task instance(s) failed")
+    expect(hello).to_have_attribute("data-state", "failed", timeout=30_000)
+    expect(page.locator('th[data-run="ui-run-1"]')).to_have_attribute(
+        "data-state", "failed", timeout=30_000
+    )
+
+    # Cancel a run that has ended: refused, said in one line, nothing changes.
+    page.click("#run-cancel")
+    page.click("#run-cancel")
+    expect(page.locator("#ops-result")).to_contain_text("has already ended (failed)")
+
+    # Mark the run success: every task instance with it, and the grid follows.
+    page.click("#run-mark-success")
+    page.click("#run-mark-success")
+    expect(page.locator("#ops-result")).to_contain_text("Marked the run success")
+    expect(hello).to_have_attribute("data-state", "success", timeout=30_000)
+    expect(page.locator('th[data-run="ui-run-1"]')).to_have_attribute(
+        "data-state", "success", timeout=30_000
+    )

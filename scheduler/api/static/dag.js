@@ -159,7 +159,10 @@
     if (node) { node.classList.add("selected"); node.setAttribute("aria-pressed", "true"); }
     $("panel").hidden = false;
     $("clear-result").textContent = "";
-    resetClear();
+    $("ops-result").textContent = "";
+    $("note-text").value = "";
+    $("run-note-text").value = "";
+    disarmAll();
     loadPanel(true);
   }
 
@@ -249,32 +252,86 @@
     }
   }
 
-  let clearArmed = null;
-  function resetClear() {
-    clearTimeout(clearArmed);
-    clearArmed = null;
-    $("clear").textContent = "Clear";
+  /* Buttons that act on a second click within 5 s; the first click says what will happen. */
+  const disarms = [];
+  function disarmAll() { disarms.forEach((disarm) => disarm()); }
+  function confirmed(button, what, act) {
+    const label = button.textContent;
+    let armed = null;
+    const disarm = () => { clearTimeout(armed); armed = null; button.textContent = label; };
+    disarms.push(disarm);
+    button.addEventListener("click", async () => {
+      if (!selected) return;
+      if (!armed) {
+        disarmAll();
+        button.textContent = "Click again to " + what();
+        armed = setTimeout(disarm, 5000);
+        return;
+      }
+      disarm();
+      await act();
+    });
   }
 
-  $("clear").addEventListener("click", async () => {
-    if (!selected) return;
-    if (!clearArmed) {
-      $("clear").textContent = "Click again to clear " + selected.taskId;
-      clearArmed = setTimeout(resetClear, 5000);
-      return;
-    }
-    resetClear();
-    const path = dagPath + "/runs/" + encodeURIComponent(selected.runId) + "/tasks/" + encodeURIComponent(selected.taskId) + "/clear";
+  function tiPathOf(sel) {
+    return dagPath + "/runs/" + encodeURIComponent(sel.runId) + "/tasks/" + encodeURIComponent(sel.taskId);
+  }
+  function runPathOf(sel) { return dagPath + "/runs/" + encodeURIComponent(sel.runId); }
+
+  async function operate(out, call, said) {
     try {
-      const out = await S.api("POST", path, { downstream: $("clear-downstream").checked });
-      S.setStatus($("clear-result"), "Cleared " + out.cleared + " task instance(s); the run is " + out.run_state + ".", "ok");
+      const answer = await call();
+      S.setStatus(out, said(answer), "ok");
       selected.tryNumber = null;
       selected.finished = false;
       await refresh();
     } catch (e) {
-      S.setStatus($("clear-result"), e.message, "error");
+      S.setStatus(out, e.message, "error");
     }
-  });
+  }
+
+  confirmed($("clear"), () => "clear " + selected.taskId, () => operate($("clear-result"),
+    () => S.api("POST", tiPathOf(selected) + "/clear", { downstream: $("clear-downstream").checked }),
+    (out) => "Cleared " + out.cleared + " task instance(s); the run is " + out.run_state + "."));
+
+  for (const id of ["mark-success", "mark-failed", "mark-skipped"]) {
+    const state = $(id).dataset.state;
+    confirmed($(id), () => "mark " + selected.taskId + " " + state, () => operate($("clear-result"),
+      () => S.api("POST", tiPathOf(selected) + "/mark", {
+        state, downstream: $("clear-downstream").checked, upstream: $("mark-upstream").checked,
+      }),
+      (out) => "Marked " + out.marked.length + " task instance(s) " + state + " (" + out.marked.join(", ") +
+        "); " + out.stopped + " running tries stopped; the run is " + out.run_state + "."));
+  }
+
+  confirmed($("run-cancel"), () => "cancel run " + selected.runId, () => operate($("ops-result"),
+    () => S.api("POST", runPathOf(selected) + "/cancel"),
+    (run) => "Cancelled run " + run.run_id + ": it is " + run.state + "."));
+
+  for (const id of ["run-mark-success", "run-mark-failed"]) {
+    const state = $(id).dataset.state;
+    confirmed($(id), () => "mark run " + selected.runId + " " + state, () => operate($("ops-result"),
+      () => S.api("POST", runPathOf(selected) + "/mark", { state }),
+      (out) => "Marked the run " + out.run_state + " with " + out.marked.length + " task instance(s); " +
+        out.stopped + " running tries stopped."));
+  }
+
+  function noteForm(form, input, pathOf, what) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      if (!selected) return;
+      try {
+        await S.api("PUT", pathOf(selected) + "/note", { note: input.value });
+        S.setStatus($("ops-result"), "Saved the note on " + what() + ".", "ok");
+        input.value = "";
+        loadPanel(false);
+      } catch (e) {
+        S.setStatus($("ops-result"), e.message, "error");
+      }
+    });
+  }
+  noteForm($("note-form"), $("note-text"), tiPathOf, () => "task " + selected.taskId);
+  noteForm($("run-note-form"), $("run-note-text"), runPathOf, () => "run " + selected.runId);
 
   $("panel-close").addEventListener("click", () => {
     selected = null;
