@@ -67,6 +67,10 @@ class TickResult:
         return bool(self.runs_created or self.runs_finished or self.more_runs)
 
 
+STOP_CHECK = 1.0
+"""Seconds between two looks at `stopping` while a job waits for a wake-up."""
+
+
 class JobLost(RuntimeError):
     """This job's row was marked dead by another job while it was still running."""
 
@@ -140,9 +144,18 @@ class DagRunJob:
                     backoff = min(backoff * 2, 10.0)
                     continue
                 if not result.busy and not self.stopping:
-                    self.waker.wait(self.settings.loop_interval)
+                    self.wait(self.settings.loop_interval)
         finally:
             self.on_exit()
+
+    def wait(self, seconds: float) -> None:
+        """Wait for a wake-up at most `seconds`, looking at `stopping` (set by a signal
+        handler) every `STOP_CHECK` seconds, so a stop never waits out a long interval."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.waker.wait(min(left, STOP_CHECK)):
+                return
 
     def on_exit(self) -> None:
         try:
