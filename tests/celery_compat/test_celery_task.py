@@ -241,9 +241,13 @@ def test_a_local_backfill_waits_for_their_task_without_a_scheduler(sluice: Sluic
     assert rows == {"extract": "40", "add": "42", "report": "43"}
 
 
-def test_clearing_a_running_celery_task_revokes_its_external_task(sluice: Sluice) -> None:
-    """`sluice tasks clear` of a CeleryTask try that is waiting on its external task
-    revokes that task on the user's workers (its result would be ignored anyway)."""
+@pytest.mark.parametrize("operation", ["clear", "cancel"])
+def test_clearing_or_cancelling_a_running_celery_task_revokes_its_external_task(
+    sluice: Sluice, operation: str
+) -> None:
+    """`sluice tasks clear` of a CeleryTask try that is waiting on its external task, or
+    `sluice dags cancel` of its run, revokes that task on the user's workers (its result
+    would be ignored anyway)."""
     write_dag(
         sluice,
         "slow_one",
@@ -270,7 +274,11 @@ def test_clearing_a_running_celery_task_revokes_its_external_task(sluice: Sluice
     finally:
         engine.dispose()
 
-    sluice.ok("tasks", "clear", "slow_one", run_id, "--task", "nap")
+    if operation == "clear":
+        sluice.ok("tasks", "clear", "slow_one", run_id, "--task", "nap")
+    else:
+        sluice.ok("dags", "cancel", "slow_one", run_id)
+        assert sluice.db_run_state("slow_one", run_id) == "failed"
 
     def flagged() -> bool:
         logs = "\n".join(p.read_text() for p in sluice.log_dir.glob("their-worker-*.log"))

@@ -17,6 +17,7 @@ from tests.procs import Sluice, wait_until
 
 DAG = """
 import time
+from datetime import timedelta
 from pathlib import Path
 from sluice import DAG, task
 
@@ -37,6 +38,19 @@ with DAG("cancel_me", schedule=None) as dag:
         (MARKS / "after").write_text("")
 
     slow >> after
+
+
+def alert(context):
+    with open(MARKS / "alerts", "a") as out:
+        out.write(context["kind"] + " " + context["error"] + "\\n")
+
+
+with DAG("times_out", schedule=None) as timed:
+    @task(execution_timeout=timedelta(seconds=1), on_failure_callback=alert)
+    def too_slow():
+        for tick in range(int(60 / STEP)):
+            time.sleep(STEP)
+        (MARKS / "too-slow-finished").write_text("")
 """
 
 
@@ -94,6 +108,20 @@ def test_cancel_stops_the_running_try_and_fails_the_run(sluice: Sluice, tmp_path
     wait_until(lambda: (marks / "slow-started").exists(), timeout=30)
     sluice.ok("dags", "cancel", "cancel_me", again)
     assert sluice.db_run_state("cancel_me", again) == "failed"
+    assert_timeout_stops_and_alerts(sluice, marks)
+
+
+def assert_timeout_stops_and_alerts(sluice: Sluice, marks: Path) -> None:
+    """A task past its execution_timeout of 1 s is stopped, fails, and its alert runs once."""
+    run_id = sluice.trigger("times_out")
+    assert sluice.wait_run("times_out", run_id, timeout=30) == "failed"
+    ti = sluice.db_task_states("times_out", run_id)["too_slow"]
+    assert "timed out after 1s" in ti["error"]
+    alerts = marks / "alerts"
+    wait_until(alerts.exists, timeout=20)
+    [line] = alerts.read_text().splitlines()
+    assert line.startswith("on_failure TaskTimeout: task 'too_slow' timed out after 1s")
+    assert not (marks / "too-slow-finished").exists()
 
 
 def assert_cancelled(sluice: Sluice, marks: Path, run_id: str) -> None:
@@ -140,6 +168,8 @@ def test_cancel_stops_a_try_in_a_threads_or_solo_worker(
     again = sluice.trigger("cancel_me")
     wait_until(lambda: (marks / "slow-started").exists(), timeout=10)
     sluice.ok("dags", "cancel", "cancel_me", again)
+    # ... and execution_timeout stops a task in this pool too, and alerts
+    assert_timeout_stops_and_alerts(sluice, marks)
 
 
 def test_cancel_refuses_what_it_cannot_cancel_and_changes_nothing(
