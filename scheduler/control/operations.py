@@ -2,7 +2,8 @@
 
 Both front ends call these functions (and `scheduling.clearing`), so a run cleared from
 the browser is cleared exactly as `sluice tasks clear` clears it. The functions that take
-a session never commit: the caller owns the transaction.
+a session never commit: the caller owns the transaction. Celery and Redis are imported
+by the functions that use them, so a CLI command that needs neither starts faster.
 """
 
 from __future__ import annotations
@@ -14,14 +15,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.broker.wakeup import waker_for
 from sluice.scheduler.control.inputs import InputError, check_note
 from sluice.scheduler.core.models import AuditEvent, Dag, DagRun
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import DagRunState, RunType, TaskInstanceState
-from sluice.scheduler.jobs import stopping
-from sluice.scheduler.jobs.celery_poller import revoke_ids
 from sluice.scheduler.scheduling.cancelling import Cancelled, cancel_runs
 from sluice.scheduler.scheduling.clearing import UnknownTask
 from sluice.scheduler.scheduling.dagrun import create_dagrun
@@ -65,6 +63,8 @@ def revoke_external_tasks(settings: Settings, task_ids: Sequence[str]) -> None:
     Best-effort: a broker error is logged, never raised."""
     if not task_ids:
         return
+    from sluice.scheduler.jobs.celery_poller import revoke_ids  # Celery: only when needed
+
     revoke_ids(settings, task_ids)
 
 
@@ -79,6 +79,8 @@ class UnknownTaskId(InputError):
 def wake_schedulers(settings: Settings, run_pk: int | None = None) -> None:
     """Wake every scheduler of the deployment now, naming the run with news if given
     (best-effort: never raises)."""
+    from sluice.broker.wakeup import waker_for  # Redis: only when needed
+
     waker = waker_for(settings)
     try:
         waker.wake(run_pk)
@@ -112,6 +114,10 @@ def cancel_run(session: Session, run: DagRun, *, who: str, now: dt.datetime) -> 
 
 def stop_tries(settings: Settings, done: Cancelled | Marked) -> None:
     """After the commit that ended them: stop the tries `done` took (`jobs.stopping`)."""
+    if not done.attempts and not done.external_ids:
+        return
+    from sluice.scheduler.jobs import stopping  # Celery: only when there is a try to stop
+
     stopping.stop_tries(settings, done.attempts, done.external_ids)
 
 
