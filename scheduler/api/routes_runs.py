@@ -19,7 +19,7 @@ from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
 from sluice.scheduler.api.responses import errors
-from sluice.scheduler.api.routes_tasks import mark_out
+from sluice.scheduler.api.routes_tasks import apply_mark
 from sluice.scheduler.api.schemas import (
     MarkOut,
     NoteIn,
@@ -141,16 +141,14 @@ def mark_run(
     """Mark the run `success` or `failed` with its task instances, as `sluice dags mark`
     does: the tries it takes are stopped. 409 if the run is in that state already."""
     _, run = find_run(session, dag_id, run_id)
-    try:
-        done = operations.mark_a_run(
+    return apply_mark(
+        session,
+        state.settings,
+        run,
+        lambda: operations.mark_a_run(
             session, run, DagRunState(body.state), who=API_USER, now=utcnow()
-        )
-        session.commit()
-    except operations.NothingToMark as exc:
-        session.rollback()
-        raise ApiError(409, str(exc)) from None
-    operations.after_mark(state.settings, run, done)
-    return mark_out(session, run, done)
+        ),
+    )
 
 
 @router.put(

@@ -6,6 +6,7 @@ tasks clear` does, and wakes the schedulers the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -37,6 +38,7 @@ from sluice.scheduler.control.operations import revoke_external_tasks, wake_sche
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
+from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.clearing import clear_task_instances
 from sluice.scheduler.scheduling.marking import Marked
@@ -205,8 +207,11 @@ def mark_task(
     `failed` or `skipped`, as `sluice tasks mark` does: the tries it takes are stopped,
     and a success starts the downstream it makes ready. 409 if all are in that state."""
     dag, run, ti = find_ti(session, dag_id, run_id, task_id)
-    try:
-        done = operations.mark_tasks(
+    return apply_mark(
+        session,
+        state.settings,
+        run,
+        lambda: operations.mark_tasks(
             session,
             run,
             dag,
@@ -216,16 +221,22 @@ def mark_task(
             downstream=body.downstream,
             who=API_USER,
             now=utcnow(),
-        )
+        ),
+    )
+
+
+def apply_mark(
+    session: Session, settings: Settings, run: DagRun, mark: Callable[[], Marked]
+) -> MarkOut:
+    """Run `mark` in the request's transaction and commit it (409 and nothing written if
+    there was nothing to mark), then stop the tries it took and wake the schedulers."""
+    try:
+        done = mark()
         session.commit()
     except operations.NothingToMark as exc:
         session.rollback()
         raise ApiError(409, str(exc)) from None
-    operations.after_mark(state.settings, run, done)
-    return mark_out(session, run, done)
-
-
-def mark_out(session: Session, run: DagRun, done: Marked) -> MarkOut:
+    operations.after_mark(settings, run, done)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
     assert run_state is not None
     return MarkOut(marked=done.task_ids, stopped=len(done.attempts), run_state=run_state)
