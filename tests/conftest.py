@@ -22,7 +22,19 @@ PG_ADMIN_URL = os.environ.get(
 REDIS_HOST = os.environ.get("SLUICE_TEST_REDIS_HOST", "127.0.0.1")
 IN_CI = os.environ.get("CI") == "true"
 
-_redis_dbs = itertools.cycle(range(1, 14))  # 14 and 15 belong to the benchmarks
+
+def _redis_db_range() -> range:
+    """The Redis dbs this test process gives out: 1 to 13 (14 and 15 belong to the
+    benchmarks), split between pytest-xdist workers so two tests never share one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", … under -n
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count <= 1:
+        return range(1, 14)
+    index = int(worker[2:])
+    return range(1 + index, 14, count)
+
+
+_redis_dbs = itertools.cycle(_redis_db_range())
 
 
 def _unavailable(reason: str) -> None:

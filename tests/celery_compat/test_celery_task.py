@@ -10,6 +10,7 @@ itself, with no scheduler running.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -35,9 +36,14 @@ def their_worker(sluice: Sluice, queues: str | None = None) -> subprocess.Popen[
     log = open(sluice.log_dir / f"their-worker-{len(sluice.procs)}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.celery_compat.their_worker", "worker"]
-        + ["-Q", queues or f"{THEIR_QUEUE},{sluice.namespace}.default", "-c", "4", "-l", "INFO"]
+        + ["-Q", queues or f"{THEIR_QUEUE},{sluice.namespace}.default,{sluice.namespace}.callbacks"]
+        + ["-c", "4", "-l", "INFO"]
         + ["--without-mingle", "--without-gossip", "--without-heartbeat"],
-        env={**sluice.env, "THEIR_BROKER_URL": sluice.broker_url},
+        env={
+            **sluice.env,
+            "THEIR_BROKER_URL": sluice.broker_url,
+            "THEIR_CALLBACK_LOG": str(sluice.log_dir / "their-callbacks.jsonl"),
+        },
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -92,7 +98,7 @@ def test_dag_mixes_python_tasks_and_their_task_on_one_worker(
         sluice,
         "mixed",
         """
-        with DAG("mixed", schedule=None) as dag:
+        with DAG("mixed", schedule=None, on_success_callback="their_module.record") as dag:
             @task
             def extract():
                 return 20
@@ -141,6 +147,12 @@ def test_dag_mixes_python_tasks_and_their_task_on_one_worker(
     worker_log = "\n".join(p.read_text() for p in sluice.log_dir.glob("their-worker-*.log"))
     assert "Task mixed.extract[" in worker_log
     assert f"Task their_module.add[{add_ti.external_id}]" in worker_log
+    # and the run's callback, a task of their app by name, ran once on their worker
+    called = sluice.log_dir / "their-callbacks.jsonl"
+    wait_until(called.exists, timeout=20)
+    [context] = [json.loads(line) for line in called.read_text().splitlines()]
+    assert (context["dag_id"], context["run_id"], context["state"]) == ("mixed", run_id, "success")
+    assert context["kind"] == "on_success" and context["task_id"] is None
 
 
 def test_failure_retry_and_timeout(sluice: Sluice, poller: Settings, tmp_path: Path) -> None:

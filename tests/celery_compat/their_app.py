@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,12 @@ def make_app(broker_url: str, *, attach_sluice: bool = True, **conf: Any) -> Cel
     @app.task(name="their_module.boom", shared=False)
     def boom() -> None:
         raise ValueError("boom")
+
+    @app.task(name="their_module.record", shared=False)
+    def record(context: dict[str, Any]) -> None:
+        """A callback by name: append its context to the file in $THEIR_CALLBACK_LOG."""
+        with open(os.environ["THEIR_CALLBACK_LOG"], "a") as out:
+            out.write(json.dumps(context) + "\n")
 
     @app.task(name="their_module.sleep", shared=False)
     def sleep(seconds: float) -> float:

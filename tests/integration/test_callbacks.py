@@ -25,6 +25,7 @@ from tests.procs import Sluice, wait_until
 DAG = """
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 from sluice import DAG, Webhook, task
 
@@ -53,6 +54,11 @@ with DAG("alerts", schedule=None, on_failure_callback=run_failed) as dag:
         raise ValueError("boom")
 
     ok >> bad
+
+with DAG("late", schedule=None, deadline=timedelta(seconds=1), on_deadline_missed=record) as late:
+    @task
+    def takes_3s():
+        time.sleep(3)
 
 with DAG("hangs", schedule=None) as other:
     @task(on_failure_callback=record)
@@ -129,9 +135,14 @@ def test_each_callback_runs_once_with_its_context(
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("alerts")
+    late = sluice.trigger("late")
     assert sluice.wait_run("alerts", run_id) == "failed"
-    wait_until(lambda: statuses(sluice) == Counter(delivered=4), timeout=30)
-    assert kinds(marks) == EXPECTED
+    # a run past its deadline fires on_deadline_missed once, and goes on to succeed
+    assert sluice.wait_run("late", late) == "success"
+    wait_until(lambda: statuses(sluice) == Counter(delivered=5), timeout=30)
+    assert kinds(marks) == EXPECTED + Counter({("on_deadline_missed", None, None): 1})
+    [missed] = [x for x in lines(marks) if x["kind"] == "on_deadline_missed"]
+    assert (missed["run_id"], missed["state"]) == (late, "running")
     by_kind = {(x["kind"], x["task_id"]): x for x in lines(marks)}
     retry = by_kind["on_retry", "bad"]
     assert (retry["state"], retry["error"]) == ("up_for_retry", "ValueError: boom")
@@ -146,7 +157,7 @@ def test_each_callback_runs_once_with_its_context(
     assert posted["dag_id"] == "alerts" and posted["state"] == "failed"
     assert "alerts" in posted["text"] and "boom" in posted["text"]
     report = json.loads(sluice.ok("status", "--json", "--workers-timeout", "0"))
-    assert report["callbacks"]["delivered"] == 4 and report["callbacks"]["pending"] == 0
+    assert report["callbacks"]["delivered"] == 5 and report["callbacks"]["pending"] == 0
 
 
 def test_callbacks_survive_killed_workers_schedulers_and_a_flushed_broker(
@@ -183,7 +194,7 @@ def test_callbacks_survive_killed_workers_schedulers_and_a_flushed_broker(
     # a worker for callbacks comes: it runs each once
     sluice.worker()
     wait_until(lambda: statuses(sluice) == Counter(delivered=5), timeout=30)
-    assert kinds(marks) == EXPECTED + Counter({("on_failure", "hang", 1): 1})
+    assert kinds(marks) == EXPECTED + Counter({("on_failure", "hang", 1): 1})  # no deadline run
     [hang] = [x for x in lines(marks) if x["task_id"] == "hang"]
     assert "heartbeating" in hang["error"]
     # the messages published before a re-publish were stale when they came: none ran

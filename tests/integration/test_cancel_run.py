@@ -24,8 +24,13 @@ from sluice import DAG, task
 MARKS = Path({marks!r})
 STEP = {step!r}
 
+def cancelled(context):
+    with open(MARKS / "cancel-alerts", "a") as out:
+        out.write(context["kind"] + " " + context["error"] + "\\n")
+
+
 with DAG("cancel_me", schedule=None) as dag:
-    @task
+    @task(on_failure_callback=cancelled)
     def slow():
         (MARKS / "slow-started").write_text("")
         for tick in range(int(60 / STEP)):
@@ -125,6 +130,10 @@ def assert_timeout_stops_and_alerts(sluice: Sluice, marks: Path) -> None:
 
 
 def assert_cancelled(sluice: Sluice, marks: Path, run_id: str) -> None:
+    # the cancelled try's on_failure callback runs once
+    alerts = marks / "cancel-alerts"
+    wait_until(alerts.exists, timeout=20)
+    assert alerts.read_text().splitlines() == ["on_failure cancelled"]
     assert sluice.db_run_state("cancel_me", run_id) == "failed"
     states = sluice.db_task_states("cancel_me", run_id)
     assert (states["slow"]["state"], states["slow"]["error"]) == ("failed", "cancelled")

@@ -18,12 +18,18 @@ from sluice import DAG, task
 
 MARKS = Path({marks!r})
 
+
+def alert(context):
+    with open(MARKS / "alerts", "a") as out:
+        out.write(f"{{context['kind']}} {{context['task_id']}} {{context['run_id']}}\\n")
+
+
 with DAG("marked", schedule=None) as dag:
     @task
     def a():
         pass
 
-    @task
+    @task(on_failure_callback=alert)
     def b(context):
         run = context["run_id"]
         (MARKS / f"b-started-{{run}}").write_text("")
@@ -85,6 +91,9 @@ def test_marks_on_running_and_ended_runs(sluice: Sluice, tmp_path: Path) -> None
     states = sluice.db_task_states("marked", two)
     assert (states["b"]["state"], states["b"]["error"]) == ("failed", "marked failed")
     assert states["c"]["state"] == "upstream_failed"
+    # ... and b's failure callback ran once, for the mark
+    wait_until((marks / "alerts").exists, timeout=10)
+    assert (marks / "alerts").read_text().splitlines() == [f"on_failure b {two}"]
     # ... and marking b success then gives c back: it runs and the run ends success
     sluice.ok("tasks", "mark", "marked", two, "b", "--state", "success")
     wait_until(lambda: sluice.db_run_state("marked", two) == "success", timeout=5)

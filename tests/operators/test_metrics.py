@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sluice.broker.wakeup import LocalWaker
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.messages import RunMessage
+from sluice.scheduler.core.models import DueCallback
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import move_ti
 from sluice.scheduler.jobs.base import TickResult
@@ -93,6 +94,18 @@ def test_a_tick_with_real_work_shows_up_on_the_endpoint(world: World) -> None:
                 now=world.now + dt.timedelta(seconds=0.5),
             )
         metrics.record_tick(TickResult(), 0.001)
+        with transaction(world.factory) as session:  # one callback that was given up
+            session.add(
+                DueCallback(
+                    dedup_key="k",
+                    kind="on_failure",
+                    dag_id="d",
+                    run_id="r",
+                    state="failed",
+                    status="failed",
+                    attempts=5,
+                )
+            )
         samples = scrape(metrics.port)
     finally:
         metrics.shutdown()
@@ -118,6 +131,10 @@ def test_a_tick_with_real_work_shows_up_on_the_endpoint(world: World) -> None:
     assert one(samples, "sluice_task_instances", state="scheduled", queue="default") == 0
     assert one(samples, "sluice_pool_slots_used", pool="default_pool") == 5
     assert one(samples, "sluice_pool_slots_free", pool="default_pool") == 123
+    # callbacks by status, every status present
+    for status in ("pending", "queued", "running", "delivered"):
+        assert one(samples, "sluice_callbacks", status=status) == 0
+    assert one(samples, "sluice_callbacks", status="failed") == 1
 
 
 def test_off_unless_a_port_or_an_exporter_is_configured(world: World) -> None:

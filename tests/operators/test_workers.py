@@ -42,7 +42,7 @@ def test_explain_says_whether_a_real_worker_serves_the_queue(sluice: Sluice) -> 
     assert kinds == ["queued", "no_worker"], light
     assert light["reasons"][0]["served"] is False
     assert light["reasons"][0]["celery_queue"] == f"{sluice.namespace}.default"
-    assert light["reasons"][1]["queues_served"] == ["heavy"]
+    assert light["reasons"][1]["queues_served"] == ["callbacks", "heavy"]
 
     hard = json.loads(sluice.ok("tasks", "explain", "mixed", "r1", "hard", "--json"))
     assert [r["kind"] for r in hard["reasons"]] == ["queued"]
