@@ -28,6 +28,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -59,6 +60,7 @@ from sluice.scheduler.core.queries.sql import unindexed
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.text import storable
 from sluice.scheduler.core.transitions import short_error, ti_move_returning
 from sluice.scheduler.scheduling.downstream import FollowUp
 from sluice.scheduler.scheduling.plans import decidable, wide_fan_in
@@ -462,13 +464,13 @@ def _failure(msg: RunMessage, claimed: Claimed, exc: Exception) -> tuple[TI, dic
     error = error_line(exc)
     retry = claimed.try_number < claimed.max_tries
     log.warning(
-        "%s, try %s of %s, failed%s: %s",
+        "%s, try %s of %s, failed%s: %s\n%s",
         _what(msg),
         claimed.try_number,
         claimed.max_tries,
         ", will retry" if retry else "",
         error,
-        exc_info=exc,
+        cleaned_traceback(exc),
     )
     if not retry:
         return TI.FAILED, {"error": error, "next_retry_at": None}
@@ -480,6 +482,12 @@ def _retry_delay(claimed: Claimed) -> dt.timedelta:
     if claimed.spec is None:
         return dt.timedelta(0)
     return retry_delay_for(claimed.spec, claimed.try_number)
+
+
+def cleaned_traceback(exc: BaseException) -> str:
+    """The traceback of `exc` as text safe to log (a task's message may hold a NUL or a lone
+    surrogate, which a UTF-8 log stream cannot write)."""
+    return storable("".join(traceback.format_exception(exc)).rstrip())
 
 
 def error_line(exc: BaseException) -> str:
