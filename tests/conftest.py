@@ -23,15 +23,20 @@ REDIS_HOST = os.environ.get("SLUICE_TEST_REDIS_HOST", "127.0.0.1")
 IN_CI = os.environ.get("CI") == "true"
 
 
-def _redis_db_range() -> range:
-    """The Redis dbs this test process gives out: 1 to 13 (14 and 15 belong to the
-    benchmarks), split between pytest-xdist workers so two tests never share one."""
+RESERVED_REDIS_DBS = frozenset({8, 9, 11, 12, 14, 15})
+"""Dbs no fixture gives out: 8 and 9 (test_attach's apps), 11 and 12 (test_worker_runner,
+which keeps apart by namespace), 14 and 15 (the benchmarks)."""
+
+
+def _redis_db_range() -> list[int]:
+    """The Redis dbs this test process gives out, split between pytest-xdist workers so
+    that two tests running side by side never share one (each flushes its db)."""
+    free = [db for db in range(1, 14) if db not in RESERVED_REDIS_DBS]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", … under -n
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     if not worker.startswith("gw") or count <= 1:
-        return range(1, 14)
-    index = int(worker[2:])
-    return range(1 + index, 14, count)
+        return free
+    return free[int(worker[2:]) :: count]
 
 
 _redis_dbs = itertools.cycle(_redis_db_range())
