@@ -197,8 +197,9 @@ def mark_a_run(
 
 
 def after_mark(settings: Settings, run: DagRun, done: Marked) -> None:
-    """After the mark's commit: stop the tries it took, and wake the schedulers with the
-    run's news so what the mark made ready is queued now, not at the next full pass (a
-    run back in `queued` needs a pass that starts runs: a wake-up naming no run)."""
-    stop_tries(settings, done)
+    """After the mark's commit: wake the schedulers with the run's news so what the mark
+    made ready is queued now, not at the next full pass (a run back in `queued` needs a
+    pass that starts runs: a wake-up naming no run); then stop the tries it took (Celery's
+    revoke costs more than the wake-up, and the tries' state is already written)."""
     wake_schedulers(settings, None if done.reopened else run.id)
+    stop_tries(settings, done)
