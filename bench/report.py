@@ -258,6 +258,21 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
                 _check(r is not None and r <= 2, r),
             )
         )
+    if "W10" in ran:
+        v = _fig(results, "W10", "mark_to_start_median_ms")
+        hop = _fig(results, "W2", "hop_median_ms")
+        rows.append(
+            Row(
+                "W10",
+                "mark success (CLI) to its downstream's start, median, ms",
+                v,
+                hop,
+                "W2 hop (a real success)" if hop is not None else "",
+                _ratio(v, hop),
+                "≤ 100 ms",
+                _check(v is not None and v <= 100, v),
+            )
+        )
     if "W9" in ran:
         tasks = _fig(results, "W9", "tasks") or 0
         for name, label in (("dag_detail", "DAG detail"), ("grid", "grid")):

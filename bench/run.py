@@ -30,7 +30,7 @@ import redis
 from sqlalchemy.exc import OperationalError
 
 from bench import api_reads, inproc, raw_celery, standalone, workloads
-from bench.dagfiles import chain_call, fanout_call, write_dag_file
+from bench.dagfiles import chain_call, fanout_call, held_call, write_dag_file
 from bench.live import LiveEnv
 from bench.metrics import median_run, runs_of
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag, server_version
@@ -45,6 +45,7 @@ from bench.sizes import (
     DAG_W3,
     DAG_W5,
     DAG_W7,
+    DAG_W10,
     DAG_WARMUP,
     FULL,
     QUICK,
@@ -59,7 +60,7 @@ LOOP_INTERVAL = 1.0
 
 FLUSHED = "a Redis db of the bench was flushed by another process during this workload"
 
-LIVE = {"W1", "W2", "W3", "W5", "W6", "W7"}
+LIVE = {"W1", "W2", "W3", "W5", "W6", "W7", "W10"}
 NEEDS_FLOOR = {"W1", "W2", "W3", "W5"}
 
 
@@ -274,8 +275,9 @@ class Bench:
             chain_call(DAG_W2, s.w2_length),
             fanout_call(DAG_W3, s.w3_width),
             chain_call(DAG_W7, s.w7_length),
+            held_call(DAG_W10),
         ]
-        expect = [DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3, DAG_W7]
+        expect = [DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3, DAG_W7, DAG_W10]
         write_dag_file(folder / "bench_dags.py", calls)
         e2e = "W5" in want and s.w5_end_to_end
         if e2e:
@@ -319,6 +321,8 @@ class Bench:
                     pairs.close()
             if "W7" in want:
                 self.attempt(["W7"], lambda: {"W7": workloads.w7_two_schedulers(env, s, self.prof)})
+            if "W10" in want:
+                self.attempt(["W10"], lambda: {"W10": workloads.w10_mark(env, s)})
             if e2e:
                 try:
                     self.guard.arm()

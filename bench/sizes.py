@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"
@@ -12,6 +12,7 @@ DAG_W3 = "bench_w3_diamond"
 DAG_W5 = "bench_w5_big"
 DAG_W7 = "bench_w7_chain"
 DAG_W9 = "bench_w9_api"
+DAG_W10 = "bench_w10_mark"
 DAG_WARMUP = "bench_warmup"
 
 
@@ -39,6 +40,8 @@ class Sizes:
     w8_w2_length: int = 50
     w9_tasks: int = 10_000
     """Tasks of the DAG whose API reads W9 times (the DAG page of a big DAG)."""
+    w10_marks: int = 5
+    """Runs whose middle task is marked success with `sluice tasks mark` (W10)."""
     run_timeout: float = 180.0
     repeats: int = 3
     """Runs of the floor's drain, W1, W2 and W3; each reports its median run (this VM's
@@ -65,6 +68,7 @@ QUICK = Sizes(
     w8_w1_width=10,
     w8_w2_length=5,
     w9_tasks=100,
+    w10_marks=1,
     run_timeout=60.0,
     repeats=1,
 )

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sqlalchemy import text
+
 from bench.dagfiles import fanout_tasks
 from bench.live import LiveEnv
 from bench.metrics import (
@@ -26,9 +28,9 @@ from bench.metrics import (
     summary_ms,
     throughput,
 )
-from bench.procs import BenchError
+from bench.procs import BenchError, run_cli, sluice_argv, wait_until
 from bench.profiling import Profiler
-from bench.sizes import DAG_W1, DAG_W2, DAG_W3, DAG_W5, DAG_W7, DAG_WARMUP, Sizes
+from bench.sizes import DAG_W1, DAG_W2, DAG_W3, DAG_W5, DAG_W7, DAG_W10, DAG_WARMUP, Sizes
 
 Result = dict[str, Any]
 
@@ -231,3 +233,64 @@ def w7_two_schedulers(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
             "two_schedulers_phases_tasks_per_s_max": max(p["tasks_per_s"] for p in two),
         },
     }
+
+
+def w10_mark(env: LiveEnv, sizes: Sizes) -> Result:
+    """`w10_marks` runs of first >> hold >> after, one at a time: while `hold` runs, a user
+    marks it success with `sluice tasks mark` (a process, as a user runs it); from the mark
+    (its audit event, written in the mark's transaction) to the start of `after`."""
+    gaps: list[float] = []
+    cli: list[float] = []
+    for i in range(sizes.w10_marks):
+        [pk] = env.trigger(DAG_W10, 1, f"w10-{i}")
+        run_id = _run_id(env, pk)
+        wait_until(_running(env, pk, "hold"), sizes.run_timeout, "hold runs")
+        t0 = time.monotonic()
+        argv = [*sluice_argv(), "tasks", "mark", DAG_W10, run_id, "hold", "--state", "success"]
+        run_cli(argv, env.env, timeout=60)
+        cli.append(time.monotonic() - t0)
+        env.wait_runs([pk], sizes.run_timeout)
+        gaps.append(_mark_to_start_ms(env, pk))
+    gap = summary_ms(gaps)
+    return {
+        "title": f"mark a running task success ({sizes.w10_marks} runs): its downstream's start",
+        "figures": {
+            "mark_to_start_median_ms": gap["median_ms"],
+            "mark_to_start_max_ms": gap["max_ms"],
+            "cli_seconds_median": round(median(cli), 3),
+            "marks": len(gaps),
+        },
+        "runs": {"mark_to_start_ms": [round(g, 2) for g in gaps]},
+    }
+
+
+def _run_id(env: LiveEnv, pk: int) -> str:
+    with env.factory() as session:
+        return str(session.scalar(text("SELECT run_id FROM dag_run WHERE id = :pk"), {"pk": pk}))
+
+
+def _running(env: LiveEnv, pk: int, task_id: str) -> Callable[[], bool]:
+    return lambda: _state(env, pk, task_id) == "running"
+
+
+def _state(env: LiveEnv, pk: int, task_id: str) -> str | None:
+    with env.factory() as session:
+        return session.scalar(
+            text("SELECT state FROM task_instance WHERE dag_run_id = :pk AND task_id = :t"),
+            {"pk": pk, "t": task_id},
+        )
+
+
+def _mark_to_start_ms(env: LiveEnv, pk: int) -> float:
+    """From the mark of `hold` (its audit event) to the start of `after`, in ms."""
+    with env.factory() as session:
+        row = session.execute(
+            text(
+                "SELECT e.at, ti.start_date FROM audit_log e "
+                "JOIN dag_run r ON r.run_id = e.run_id AND r.dag_id = e.dag_id "
+                "JOIN task_instance ti ON ti.dag_run_id = r.id AND ti.task_id = 'after' "
+                "WHERE r.id = :pk AND e.task_id = 'hold'"
+            ),
+            {"pk": pk},
+        ).one()
+    return (row.start_date - row.at).total_seconds() * 1000.0
