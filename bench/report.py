@@ -258,21 +258,6 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
                 _check(r is not None and r <= 2, r),
             )
         )
-    if "W10" in ran:
-        v = _fig(results, "W10", "mark_to_start_median_ms")
-        hop = _fig(results, "W2", "hop_median_ms")
-        rows.append(
-            Row(
-                "W10",
-                "mark success (CLI) to its downstream's start, median, ms",
-                v,
-                hop,
-                "W2 hop (a real success)" if hop is not None else "",
-                _ratio(v, hop),
-                "≤ 100 ms",
-                _check(v is not None and v <= 100, v),
-            )
-        )
     if "W9" in ran:
         tasks = _fig(results, "W9", "tasks") or 0
         for name, label in (("dag_detail", "DAG detail"), ("grid", "grid")):
@@ -287,6 +272,21 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
                         passed=_check(v is not None and v < 200, v),
                     )
                 )
+    if "W10" in ran:
+        v = _fig(results, "W10", "mark_to_start_median_ms")
+        hop = _fig(results, "W2", "hop_median_ms")
+        rows.append(
+            Row(
+                "W10",
+                "mark success (CLI) to its downstream's start, median, ms",
+                v,
+                hop,
+                "W2 hop" if hop is not None else "",
+                _ratio(v, hop),
+                "≤ 100 ms",
+                _check(v is not None and v <= 100, v),
+            )
+        )
     return rows
 
 
@@ -397,6 +397,9 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "run: the DAG detail and the grid, the first request of each (cold: the DAG's task",
         "order and task list computed) and the median of five more (warm); the heap is",
         "settled and one DAG-list request made first, as `sluice api` serves.",
+        "W10: five runs of first >> hold >> after, one at a time; while `hold` runs,",
+        "`sluice tasks mark … hold --state success` (a process, as a user runs it) marks it;",
+        "the figure is from the mark's audit event to the start of `after` (database clock).",
         f"Settings: SLUICE_LOOP_INTERVAL={s['loop_interval']}, "
         f"SLUICE_DAG_REFRESH_INTERVAL=0.5, other settings at their defaults; DAGs have",
         "max_active_runs/max_active_tasks high enough that only the default pool (128 slots)",
