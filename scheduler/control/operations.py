@@ -163,16 +163,31 @@ def mark_tasks(
     except AlreadyInState as exc:
         raise NothingToMark(str(exc)) from None
     for marked in done.task_ids:
-        audit.record(
-            session,
-            who=who,
-            action=f"mark {state}",
-            dag_id=run.dag_id,
-            run_id=run.run_id,
-            task_id=marked,
-            now=now,
-        )
+        _record_mark(session, run, state, who=who, now=now, task_id=marked)
     return done
+
+
+def _record_mark(
+    session: Session,
+    run: DagRun,
+    state: str,
+    *,
+    who: str,
+    now: dt.datetime,
+    task_id: str | None = None,
+    detail: str | None = None,
+) -> None:
+    """The audit event of a mark (`mark success` …) of the run or of its task `task_id`."""
+    audit.record(
+        session,
+        who=who,
+        action=f"mark {state}",
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        task_id=task_id,
+        now=now,
+        detail=detail,
+    )
 
 
 def mark_a_run(
@@ -184,15 +199,8 @@ def mark_a_run(
         done = mark_run(session, run, state, now=now)
     except AlreadyInState as exc:
         raise NothingToMark(str(exc)) from None
-    audit.record(
-        session,
-        who=who,
-        action=f"mark {state}",
-        dag_id=run.dag_id,
-        run_id=run.run_id,
-        now=now,
-        detail=f"{len(done.task_ids)} task instances marked with it",
-    )
+    detail = f"{len(done.task_ids)} task instances marked with it"
+    _record_mark(session, run, state, who=who, now=now, detail=detail)
     return done
 
 
