@@ -5,6 +5,8 @@ changes nothing."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from tests.procs import Sluice, wait_until
+from tests.procs import SLUICE, Sluice, wait_until
 
 DAG = """
 import time
@@ -210,3 +212,53 @@ def test_cancel_refuses_what_it_cannot_cancel_and_changes_nothing(
 
 def logs(sluice: Sluice) -> str:
     return "".join(p.read_text(errors="replace") for p in sluice.log_dir.glob("*.log"))
+
+
+def test_cancel_stops_a_try_in_sluice_standalone(tmp_path: Path) -> None:
+    # Given `sluice standalone --trigger` on SQLite, its task sleeping in 0.1 s steps on
+    # the embedded (threads) worker
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (dags / "cancel_me.py").write_text(textwrap.dedent(DAG.format(marks=str(marks), step=0.1)))
+    url = f"sqlite:///{tmp_path / 'standalone.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
+    env.update(
+        SLUICE_DATABASE_URL=url,
+        SLUICE_DAGS_FOLDER=str(dags),
+        SLUICE_LOOP_INTERVAL="0.2",
+        SLUICE_HEARTBEAT_INTERVAL="0.5",
+    )
+    proc = subprocess.Popen(
+        [*SLUICE, "standalone", "--trigger", "cancel_me"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: (marks / "slow-started").exists(), timeout=60)
+        [(run_id,)] = rows(url, "SELECT run_id FROM dag_run")
+        # When the run is cancelled from another process
+        done = subprocess.run(
+            [*SLUICE, "dags", "cancel", "cancel_me", str(run_id)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        # Then the task stops, the run ends failed, and standalone exits on its own
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == 1, out
+    assert not ticking(marks)
+    assert rows(url, "SELECT state FROM dag_run") == [("failed",)]
+    tis = rows(url, "SELECT task_id, state, error FROM task_instance ORDER BY task_id")
+    assert tis == [("after", "skipped", None), ("slow", "failed", "cancelled")]
+    assert not (marks / "slow-finished").exists() and not (marks / "after").exists()
