@@ -21,44 +21,25 @@ Contract:
   leaves routing to the sending app (its ``task_routes``, then its default queue). Set it
   when Sluice's own workers send the task, whose default queue is a Sluice queue.
 
-This module imports no Celery: the app that sends is passed in (duck-typed).
+This module imports no Celery: the app that sends is passed in (duck-typed). The
+references are `sluice.tasks.arguments`'s.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from sluice.tasks.arguments import Upstream, resolve, to_json
 from sluice.tasks.dag import DAG
 from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.task import Task, _as_timedelta
 
-_TEMPLATE = re.compile(r"^\{\{\s*upstream\.([A-Za-z0-9_.-]+)\s*\}\}$")
-_MARKER_KEY = "$upstream"
+__all__ = ["CeleryTask", "Upstream", "external_id_for", "resolve", "to_json"]
+
 _EXTERNAL_NS = uuid.UUID("6d1c3c5e-6a55-4d5b-9a6e-3b8f1f4c2a10")
-
-
-class Upstream:
-    """Stands for the result of upstream task ``task_id`` in a CeleryTask's arguments."""
-
-    __slots__ = ("task_id",)
-
-    def __init__(self, task_id: str) -> None:
-        if not isinstance(task_id, str) or not task_id:
-            raise DagDefinitionError(f"Upstream() needs a task id, got {task_id!r}")
-        self.task_id = task_id
-
-    def __repr__(self) -> str:
-        return f"Upstream({self.task_id!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Upstream) and other.task_id == self.task_id
-
-    def __hash__(self) -> int:
-        return hash(("Upstream", self.task_id))
 
 
 def external_id_for(attempt_id: str) -> str:
@@ -68,44 +49,6 @@ def external_id_for(attempt_id: str) -> str:
     a new try never reads the result of an earlier one.
     """
     return str(uuid.uuid5(_EXTERNAL_NS, attempt_id))
-
-
-def _referenced(value: Any) -> str | None:
-    if isinstance(value, Upstream):
-        return value.task_id
-    if isinstance(value, str):
-        match = _TEMPLATE.match(value)
-        return match.group(1) if match else None
-    return None
-
-
-def resolve(value: Any, upstream: Mapping[str, Any], task_id: str = "?") -> Any:
-    """``value`` with every upstream reference replaced by that upstream's result."""
-    ref = _referenced(value)
-    if ref is not None:
-        if ref not in upstream:
-            known = ", ".join(sorted(upstream)) or "none"
-            raise LookupError(
-                f"celery task '{task_id}' refers to upstream '{ref}', which is not one of its "
-                f"upstream tasks ({known})"
-            )
-        return upstream[ref]
-    if isinstance(value, list | tuple):
-        return [resolve(v, upstream, task_id) for v in value]
-    if isinstance(value, dict):
-        return {k: resolve(v, upstream, task_id) for k, v in value.items()}
-    return value
-
-
-def to_json(value: Any) -> Any:
-    """The JSON form of arguments: ``Upstream(x)`` becomes ``{"$upstream": x}``."""
-    if isinstance(value, Upstream):
-        return {_MARKER_KEY: value.task_id}
-    if isinstance(value, list | tuple):
-        return [to_json(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    return value
 
 
 class CeleryTask(Task):

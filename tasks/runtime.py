@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 from typing import Any, TypeVar
 
+from sluice.tasks.arguments import resolve
 from sluice.tasks.errors import ResultError, TaskStopped, TaskTimeout
 from sluice.tasks.shell import run_shell, sluice_env
 from sluice.tasks.task import ShellTask, Task
@@ -114,11 +115,23 @@ def run_task(task: Task, context: dict[str, Any], stop: Stop | None = None) -> A
     fn = task.python_callable
     if fn is None:
         raise TypeError(f"task '{task.task_id}' has no python_callable")
-    call: Callable[[], Any] = (lambda: fn(context=context)) if _wants_context(fn) else fn
+    call = _bound(task, fn, context)
     if timeout is None and stop is None:
         return call()
     what = f"task '{task.task_id}' timed out after {timeout:g}s" if timeout else ""
     return call_with_timeout(call, timeout, what, stop)
+
+
+def _bound(task: Task, fn: Callable[..., Any], context: dict[str, Any]) -> Callable[[], Any]:
+    """`fn` called with the task's bound arguments (upstream outputs resolved from
+    `context["upstream"]`) and, if it takes it, `context`."""
+    extra = {"context": context} if _wants_context(fn) else {}
+    if task.bound_call is None:
+        return (lambda: fn(**extra)) if extra else fn
+    upstream = context.get("upstream") or {}
+    args = resolve(list(task.bound_call[0]), upstream, task.task_id)
+    kwargs = resolve(task.bound_call[1], upstream, task.task_id)
+    return lambda: fn(*args, **kwargs, **extra)
 
 
 def call_with_timeout(

@@ -52,6 +52,12 @@ def serialize_task(task: Task) -> dict[str, Any]:
         "priority_weight": task.priority_weight,
         "is_branch": task.is_branch,
     }
+    if task.bound_call is not None:  # only when called: other DAGs keep their version hash
+        args, kwargs = task.bound_call
+        spec["call"] = {
+            "args": to_json(list(args), strict=False),
+            "kwargs": to_json(kwargs, strict=False),
+        }
     if task.queued_timeout is not None:  # only when set: other DAGs keep their version hash
         spec["queued_timeout"] = _seconds(task.queued_timeout)
     if any(task.callbacks.values()):

@@ -8,10 +8,12 @@ innermost ``with DAG`` block; options are validated and normalised here (timedel
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from sluice.tasks.arguments import Upstream, references
 from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
 from sluice.tasks.dag import DAG, DAG_ID_RE, current_dag
 from sluice.tasks.errors import DagDefinitionError
@@ -94,6 +96,24 @@ def _resolve_options(task_id: str, dag: DAG, explicit: dict[str, Any]) -> dict[s
     return merged
 
 
+def _check_binding(
+    task_id: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """DagDefinitionError unless `fn` accepts `args`/`kwargs` (its `context` parameter, which
+    the worker fills, left out)."""
+    if "context" in kwargs:
+        raise DagDefinitionError(f"task '{task_id}': `context` is passed by the worker")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    params = [p for name, p in signature.parameters.items() if name != "context"]
+    try:
+        signature.replace(parameters=params).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise DagDefinitionError(f"task '{task_id}' is called with bad arguments: {exc}") from None
+
+
 def _as_tasks(other: object) -> list[Task]:
     items = list(other) if isinstance(other, list | tuple | set | frozenset) else [other]
     for item in items:
@@ -163,16 +183,50 @@ class Task:
         """Option name (`on_failure_callback`, …) → the callback set, or None."""
         self.upstream_task_ids: set[str] = set()
         self.downstream_task_ids: set[str] = set()
+        self.bound_call: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+        """The arguments the function is called with (``task(...)`` in the DAG), or None."""
         dag.add_task(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.dag.dag_id}.{self.task_id}>"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise DagDefinitionError(
-            f"'{self.task_id}' is a task, not a function: link it with >> and read upstream "
-            f"results from context['upstream'] (call .python_callable to run the function)"
-        )
+    def __call__(self, *args: Any, **kwargs: Any) -> Upstream:
+        """Inside its DAG's ``with`` block: bind the arguments the task's function will be
+        called with, once. An argument may be another task's output (``other()``, an
+        ``Upstream``), anywhere in a list or dict: that task becomes an upstream of this
+        one, and the worker passes its result. Returns this task's output."""
+        if self.kind != "python" or self.python_callable is None:
+            raise DagDefinitionError(
+                f"'{self.task_id}' is a {self.kind} task: it takes no call arguments"
+            )
+        if current_dag() is not self.dag:
+            raise DagDefinitionError(
+                f"'{self.task_id}' is a task, not a function: call it inside its DAG's "
+                "`with` block to pass it arguments (other tasks' outputs as `other()`), link "
+                "it with >>, or call .python_callable to run the function"
+            )
+        if self.bound_call is not None:
+            raise DagDefinitionError(
+                f"task '{self.task_id}' is called twice: a task's arguments are bound once "
+                "(define another task, e.g. @task(task_id=...), for a second call)"
+            )
+        _check_binding(self.task_id, self.python_callable, args, kwargs)
+        for ref in sorted(set(references([list(args), kwargs]))):
+            upstream = self.dag.tasks.get(ref)
+            if upstream is None:
+                raise DagDefinitionError(
+                    f"task '{self.task_id}' is passed the output of '{ref}', which is not a "
+                    f"task of DAG '{self.dag.dag_id}'"
+                )
+            if ref != self.task_id:
+                _link(upstream, self)
+        self.bound_call = (tuple(args), dict(kwargs))
+        return Upstream(self.task_id)
+
+    @property
+    def reads_upstream(self) -> bool:
+        """Whether running the task needs upstream results (its call arguments refer to some)."""
+        return self.bound_call is not None and any(references(list(self.bound_call)))
 
     def set_downstream(self, other: Task | Iterable[Task]) -> None:
         """Make ``other`` (a task or a list of tasks) run after this task."""

@@ -382,7 +382,7 @@ def _execute(
                 f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
             )
         takes_context = wants_context(task)
-        if isinstance(task, CeleryTask) or takes_context:
+        if isinstance(task, CeleryTask) or takes_context or task.reads_upstream:
             _read_for_context(ctx, claimed, conf=takes_context)
         if isinstance(task, CeleryTask):
             external_id = _send_external(ctx, task, claimed.context["upstream"], msg)

@@ -6,10 +6,11 @@ import json
 import textwrap
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sluice import DAG, DagDefinitionError, ShellTask, Skip, Task, TriggerRule, task
+from sluice import DAG, DagDefinitionError, ShellTask, Skip, Task, TriggerRule, Upstream, task
 from sluice.tasks.loader import DagCache, list_dag_files, load_file
 from sluice.tasks.runtime import run_task
 from sluice.tasks.serialize import retry_delay_for, serialize_dag, version_hash
@@ -259,7 +260,7 @@ def test_cycle_is_reported_with_its_tasks() -> None:
             x >> x  # noqa: B018
 
 
-def test_calling_a_task_is_a_clear_error() -> None:
+def test_calling_a_task_outside_its_dag_is_a_clear_error() -> None:
     with DAG("call"):
 
         @task
@@ -268,6 +269,67 @@ def test_calling_a_task_is_a_clear_error() -> None:
 
     with pytest.raises(DagDefinitionError, match="not a function"):
         f()
+
+
+def test_a_tasks_output_passed_as_an_argument_links_the_tasks() -> None:
+    with DAG("passing") as dag:
+
+        @task
+        def list_files() -> list[str]:
+            return ["a.csv", "b.csv"]
+
+        @task
+        def count(files: list[str], prefix: str) -> str:
+            return f"{prefix}{len(files)}"
+
+        @task
+        def report(line: str, context: dict[str, Any]) -> dict[str, Any]:
+            return {"line": line, "run": context["run_id"]}
+
+        out = report({"in": [count(list_files(), prefix="n=")]})
+    assert out == Upstream("report")
+    assert dag.tasks["count"].upstream_task_ids == {"list_files"}
+    assert dag.tasks["report"].upstream_task_ids == {"count"}
+    spec = serialize_dag(dag)["tasks"]
+    assert spec["count"]["call"] == {
+        "args": [{"$upstream": "list_files"}],
+        "kwargs": {"prefix": "n="},
+    }
+    assert spec["list_files"]["call"] == {"args": [], "kwargs": {}}
+    # the worker resolves the outputs from the upstream results
+    upstream = {"list_files": ["a.csv", "b.csv"], "count": "n=2"}
+    assert run_task(dag.tasks["count"], {"upstream": upstream}) == "n=2"
+    assert run_task(dag.tasks["report"], {"upstream": upstream, "run_id": "r1"}) == {
+        "line": {"in": ["n=2"]},
+        "run": "r1",
+    }
+    assert dag.tasks["report"].reads_upstream and not dag.tasks["list_files"].reads_upstream
+
+
+def test_bad_calls_of_a_task_are_clear_errors() -> None:
+    with DAG("bad_calls"):
+
+        @task
+        def one(x: int) -> int:
+            return x
+
+        @task
+        def free() -> int:
+            return 1
+
+        with pytest.raises(DagDefinitionError, match="called with bad arguments"):
+            one(1, 2)
+        with pytest.raises(DagDefinitionError, match="called with bad arguments"):
+            one()
+        with pytest.raises(DagDefinitionError, match="`context` is passed by the worker"):
+            one(1, context={})
+        with pytest.raises(DagDefinitionError, match="not a task of DAG 'bad_calls'"):
+            one(Upstream("nope"))
+        one(free())
+        with pytest.raises(DagDefinitionError, match="called twice"):
+            one(2)
+        with pytest.raises(DagDefinitionError, match="shell task: it takes no call arguments"):
+            ShellTask("sh", "true")()
 
 
 def test_skip_is_an_exception() -> None:
