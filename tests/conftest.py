@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -95,6 +97,42 @@ def redis_url() -> Iterator[str]:
     yield f"redis://{REDIS_HOST}:6379/{db}"
     client.flushdb()
     client.close()
+
+
+AMQP_HOST = os.environ.get("SLUICE_TEST_AMQP_HOST", "127.0.0.1")
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def amqp_url() -> Iterator[str]:
+    """A RabbitMQ vhost of its own for this test (guest may use it), deleted after."""
+    if shutil.which("rabbitmqctl") is None:
+        _unavailable("RabbitMQ's rabbitmqctl is not installed")
+    vhost = f"sluice_t_{uuid.uuid4().hex[:10]}"
+    try:
+        _rabbitmqctl("add_vhost", vhost)
+        _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        _unavailable(f"RabbitMQ not usable at {AMQP_HOST}:5672: {exc}")
+    yield f"amqp://guest:guest@{AMQP_HOST}:5672/{vhost}"
+    _rabbitmqctl("delete_vhost", vhost)
+
+
+@pytest.fixture
+def sluice_on_rabbitmq(pg_url, amqp_url, tmp_path) -> Iterator[object]:
+    """The `sluice` fixture with RabbitMQ as the broker (its own vhost)."""
+    from tests.procs import Sluice
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    runner = Sluice(pg_url, amqp_url, dags, logs)
+    yield runner
+    runner.stop_all()
 
 
 @pytest.fixture

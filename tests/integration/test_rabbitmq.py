@@ -1,0 +1,45 @@
+"""Sluice with RabbitMQ as the broker (a vhost of the test's own): a DAG with a fan-out,
+a branch and a shell task runs to success, a worker decides the hops, a task's
+callback runs once on the callback queue, and a cancel stops a running try."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+from tests.integration.test_cancel_run import DAG as CANCEL_DAG
+from tests.integration.test_cancel_run import assert_cancelled, logs
+from tests.procs import Sluice, wait_until
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dags"
+
+
+def test_a_dag_runs_and_a_run_is_cancelled_over_rabbitmq(
+    sluice_on_rabbitmq: Sluice, tmp_path: Path
+) -> None:
+    sluice = sluice_on_rabbitmq
+    assert sluice.broker_url.startswith("amqp://")
+    shutil.copy(EXAMPLES / "example_etl.py", sluice.dags_folder / "example_etl.py")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    dag = CANCEL_DAG.format(marks=str(marks), step=60.0)
+    (sluice.dags_folder / "cancel_me.py").write_text(textwrap.dedent(dag))
+    sluice.ok("dags", "list")
+    sluice.scheduler()
+    sluice.worker(concurrency=2)
+
+    # the example DAG: fan-out, branch, shell task, and its run's callback, once
+    run_id = sluice.trigger("example_etl")
+    assert sluice.wait_run("example_etl", run_id) == "success"
+    states = {t: s["state"] for t, s in sluice.db_task_states("example_etl", run_id).items()}
+    assert states["alert"] == "skipped" and states["done"] == "success"
+    said = f"callback: example_etl {run_id} ended success"
+    wait_until(lambda: said in logs(sluice), timeout=20)
+    assert logs(sluice).count(said) == 1
+
+    # a cancel stops the running try (revoked over AMQP, or stopped by its heartbeat)
+    cancelled = sluice.trigger("cancel_me")
+    wait_until(lambda: (marks / "slow-started").exists(), timeout=30)
+    sluice.ok("dags", "cancel", "cancel_me", cancelled)
+    assert_cancelled(sluice, marks, cancelled)
