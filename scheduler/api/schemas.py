@@ -150,6 +150,7 @@ class RunList(BaseModel):
 
 class TaskInstanceOut(BaseModel):
     task_id: str
+    map_index: int | None = Field(description="the index of a mapped task; null if not mapped")
     state: TaskInstanceState
     try_number: int
     max_tries: int

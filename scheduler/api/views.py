@@ -240,7 +240,9 @@ def note_from(event: AuditEvent) -> NoteOut:
 
 
 def ti_fields(ti: TaskInstance) -> dict[str, Any]:
-    return {name: getattr(ti, name) for name in TaskInstanceOut.model_fields}
+    fields = {name: getattr(ti, name) for name in TaskInstanceOut.model_fields}
+    fields["map_index"] = None if ti.map_index < 0 else ti.map_index
+    return fields
 
 
 def ti_out(ti: TaskInstance) -> TaskInstanceOut:

@@ -65,6 +65,7 @@ def ti_rows(session: Session, run: DagRun) -> list[dict[str, Any]]:
     return [
         {
             "task_id": ti.task_id,
+            "map_index": None if ti.map_index < 0 else ti.map_index,
             "state": ti.state,
             "try_number": ti.try_number,
             "max_tries": ti.max_tries,

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, inspect, text
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD = "0009"
+HEAD = "0010"
 """The newest migration's revision: raise it with every new migration."""
 
 

@@ -155,9 +155,13 @@ class TaskInstance(Base):
     """The Celery task id a CeleryTask try waits on (`tasks.celery_task.external_id_for`)."""
     callback_mask: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Which of the TI's state moves have a task callback (`core.callback_kinds.BITS`)."""
+    map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
+    """Which index of a mapped task this TI is; -1 for a task that is not mapped."""
 
     __table_args__ = (
-        UniqueConstraint("dag_run_id", "task_id", name="uq_task_instance_run_task"),
+        UniqueConstraint(
+            "dag_run_id", "task_id", "map_index", name="uq_task_instance_run_task_map"
+        ),
         Index("ix_task_instance_state_pool", "state", "pool"),
         Index("ix_task_instance_dag_state", "dag_id", "state"),
         Index("ix_task_instance_run_state", "dag_run_id", "state"),
