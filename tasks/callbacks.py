@@ -22,7 +22,7 @@ Callback = Callable[[dict[str, Any]], Any] | str
 """A callable taking the context dict, or the name of a task in the user's Celery app."""
 
 TASK_KINDS = ("on_success_callback", "on_failure_callback", "on_retry_callback")
-DAG_KINDS = ("on_success_callback", "on_failure_callback", "on_deadline_missed")
+"""The options of a task that set a callback (a DAG's: `DAG.callbacks`)."""
 
 KIND_OF_OPTION = {
     "on_success_callback": "on_success",

@@ -15,10 +15,9 @@ ON_RETRY = "on_retry"
 ON_DEADLINE_MISSED = "on_deadline_missed"
 
 BITS = {ON_SUCCESS: 1, ON_FAILURE: 2, ON_RETRY: 4}
-"""The bit of each kind a state move fires (a deadline is fired by the scheduler)."""
-
-FIRED_BY = {"success": ON_SUCCESS, "failed": ON_FAILURE, "up_for_retry": ON_RETRY}
-"""The state written → the kind of callback it fires."""
+"""The bit of each kind a state move fires (a deadline is fired by the scheduler). The
+triggers of migration 0009 map the states to them: success → on_success, failed →
+on_failure, up_for_retry → on_retry."""
 
 
 def mask_of(kinds: Iterable[str]) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
 
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -140,15 +139,6 @@ def counts(session: Session) -> dict[str, int]:
         session.execute(select(DueCallback.status, func.count()).group_by(DueCallback.status)).all()
     )
     return {status: int(found.get(status, 0)) for status in Status.ALL}
-
-
-def of_run(session: Session, dag_id: str, run_id: str) -> Sequence[DueCallback]:
-    """The callbacks of one run, oldest first."""
-    return session.scalars(
-        select(DueCallback)
-        .where(DueCallback.dag_id == dag_id, DueCallback.run_id == run_id)
-        .order_by(DueCallback.id)
-    ).all()
 
 
 def fire_deadlines(session: Session, now: dt.datetime, limit: int = 256) -> int:
