@@ -302,8 +302,26 @@ def local_waker(namespace: str) -> LocalWaker:
         return waker
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def wakeup_url(settings: Settings) -> str | None:
+    """The Redis URL wake-ups go through: `SLUICE_WAKEUP_URL`, else the broker's when it
+    is Redis; None when there is none (a RabbitMQ broker and no `SLUICE_WAKEUP_URL`)."""
+    if settings.wakeup_url:
+        return settings.wakeup_url
+    if urlparse(settings.broker_url).scheme in REDIS_SCHEMES:
+        return settings.broker_url
+    return None
+
+
 def waker_for(settings: Settings) -> Waker:
-    """The waker of a deployment: in-process when embedded, Redis pub/sub otherwise."""
+    """The waker of a deployment: in-process when embedded, Redis pub/sub otherwise; with
+    no Redis to go through, a waker of this process alone, so the schedulers rely on
+    their full pass each `SLUICE_LOOP_INTERVAL` for what other processes did."""
     if settings.embedded_broker:
         return local_waker(settings.namespace)
-    return RedisWaker(settings.broker_url, settings.namespace, batch=settings.runs_per_loop)
+    url = wakeup_url(settings)
+    if url is None:
+        return LocalWaker()
+    return RedisWaker(url, settings.namespace, batch=settings.runs_per_loop)

@@ -99,6 +99,8 @@ class Settings:
     is run again."""
     base_url: str = "http://127.0.0.1:8080"
     """Where the web UI is reached: callbacks' `url` links point there."""
+    wakeup_url: str | None = None
+    """The Redis the wake-ups go through; None: the broker's, when it is Redis."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -137,6 +139,7 @@ class Settings:
             ),
             callback_timeout=_float(env, "SLUICE_CALLBACK_TIMEOUT", base.callback_timeout),
             base_url=(env.get("SLUICE_BASE_URL") or base.base_url).rstrip("/"),
+            wakeup_url=env.get("SLUICE_WAKEUP_URL") or base.wakeup_url,
         )
         if settings.task_log_max_bytes < 1024:
             raise ConfigError(

@@ -43,3 +43,20 @@ def test_a_dag_runs_and_a_run_is_cancelled_over_rabbitmq(
     wait_until(lambda: (marks / "slow-started").exists(), timeout=30)
     sluice.ok("dags", "cancel", "cancel_me", cancelled)
     assert_cancelled(sluice, marks, cancelled)
+
+
+def test_wakeups_go_through_redis_beside_rabbitmq(
+    sluice_on_rabbitmq: Sluice, redis_url: str
+) -> None:
+    # Given RabbitMQ as the broker, Redis for the wake-ups, and a scheduler whose loop
+    # waits 30 s: only wake-ups can carry a run through quickly
+    sluice = sluice_on_rabbitmq
+    sluice.extra_env.update(SLUICE_WAKEUP_URL=redis_url, SLUICE_LOOP_INTERVAL="30")
+    shutil.copy(EXAMPLES / "example_hello.py", sluice.dags_folder / "example_hello.py")
+    sluice.ok("dags", "list")
+    sluice.scheduler()
+    sluice.worker(concurrency=1)
+    # When a run is triggered (the CLI wakes the scheduler, the worker wakes it to end it)
+    run_id = sluice.trigger("example_hello")
+    # Then it is done long before a 30 s loop would have looked
+    assert sluice.wait_run("example_hello", run_id, timeout=15) == "success"
