@@ -32,6 +32,8 @@ class Cancelled:
     """What `cancel_runs` did: runs ended, and the tries to stop after the commit."""
 
     runs: int = 0
+    task_ids: list[str] = field(default_factory=list)
+    """The task ids of the TIs it ended (skipped ones first, then failed ones, per run)."""
     attempts: list[str] = field(default_factory=list)
     """The Celery task ids of the tries that were queued or running."""
     external_ids: list[str] = field(default_factory=list)
@@ -69,14 +71,14 @@ def cancel_runs(
         done.external_ids += [
             ti.external_id for ti in started if ti.external_id and ti.state == TI.RUNNING
         ]
-        move_tis(
+        skipped = move_tis(
             session,
             [ti.id for ti in tis if ti.state in (TI.NONE, TI.SCHEDULED)],
             TI.SKIPPED,
             expect=[TI.NONE, TI.SCHEDULED],
             now=now,
         )
-        move_tis(
+        failed = move_tis(
             session,
             [ti.id for ti in started],
             TI.FAILED,
@@ -84,6 +86,8 @@ def cancel_runs(
             now=now,
             values={"error": error, "next_retry_at": None},
         )
+        task_of = {ti.id: ti.task_id for ti in tis}
+        done.task_ids += [task_of[i] for i in [*skipped, *failed]]
         if move_run(session, run.id, DagRunState.FAILED, expect=[run.state], now=now):
             done.runs += 1
         # the spans' owner ends them (a scheduler's pass no longer examines the run)

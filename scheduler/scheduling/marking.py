@@ -13,8 +13,9 @@ What a mark does, as Airflow users expect it and without its bugs:
   scheduler decides its end again from its TIs (a failed leaf marked success can end
   the run success); a running run is examined by the schedulers the caller wakes.
 - Marking a run `success` marks its TIs that are neither success nor skipped `success`;
-  marking it `failed` ends it as a cancel does (tries `failed`, the rest `skipped`),
-  with the error "marked failed". Either may be asked of an ended run of the other state.
+  marking an unfinished run `failed` ends it by `cancelling.cancel_runs` (tries `failed`,
+  the rest `skipped`), with the error "marked failed". Either may be asked of an ended
+  run of the other state (then only the run's state moves).
 
 The functions take the caller's session, lock the run's row FOR NO KEY UPDATE first (as
 every writer of a run's TIs does) and never commit.
@@ -31,8 +32,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.core.states import TI, DagRunState, SpanStatus, TaskInstanceState
+from sluice.scheduler.core.states import (
+    RUN_UNFINISHED,
+    TI,
+    DagRunState,
+    SpanStatus,
+    TaskInstanceState,
+)
 from sluice.scheduler.core.transitions import move_run, move_spans, move_tis
+from sluice.scheduler.scheduling.cancelling import cancel_runs
 from sluice.scheduler.scheduling.clearing import (
     UnknownTask,
     clear_task_instances,
@@ -189,20 +197,16 @@ def mark_run(session: Session, run: DagRun, new: DagRunState, *, now: dt.datetim
     state = _lock_run(session, run)
     if state == new:
         raise AlreadyInState(f"run {run.run_id!r} of DAG {run.dag_id!r} is already {new}")
-    tis = session.scalars(
-        select(TaskInstance).where(TaskInstance.dag_run_id == run.id).order_by(TaskInstance.id)
-    ).all()
+    if new is DagRunState.FAILED and state in RUN_UNFINISHED:  # as a cancel ends it
+        ended = cancel_runs(session, [run.id], now, error=MARKED_FAILED)
+        return Marked(ended.task_ids, ended.attempts, ended.external_ids)
+    done = Marked()
     if new is DagRunState.SUCCESS:
+        tis = session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_run_id == run.id).order_by(TaskInstance.id)
+        ).all()
         unfinished = [t for t in tis if t.state not in (TI.SUCCESS, TI.SKIPPED)]
         done = _move(session, unfinished, TI.SUCCESS, now)
-    else:
-        not_started = [t for t in tis if t.state in (TI.NONE, TI.SCHEDULED)]
-        tried = [t for t in tis if t.state in (TI.QUEUED, TI.RUNNING, TI.UP_FOR_RETRY)]
-        done = _move(session, not_started, TI.SKIPPED, now)
-        tried_done = _move(session, tried, TI.FAILED, now)
-        done.task_ids += tried_done.task_ids
-        done.attempts += tried_done.attempts
-        done.external_ids += tried_done.external_ids
     move_run(session, run.id, new, expect=[state], now=now)
     move_spans(session, DagRun, [run.id], SpanStatus.SHOULD_END, expect=[SpanStatus.ACTIVE])
     return done
