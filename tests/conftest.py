@@ -124,15 +124,7 @@ def amqp_url() -> Iterator[str]:
 @pytest.fixture
 def sluice_on_rabbitmq(pg_url, amqp_url, tmp_path) -> Iterator[object]:
     """The `sluice` fixture with RabbitMQ as the broker (its own vhost)."""
-    from tests.procs import Sluice
-
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    runner = Sluice(pg_url, amqp_url, dags, logs)
-    yield runner
-    runner.stop_all()
+    yield from _sluice_runner(pg_url, amqp_url, tmp_path)
 
 
 @pytest.fixture
@@ -150,12 +142,17 @@ def sqlite_url(tmp_path) -> str:
 @pytest.fixture
 def sluice(pg_url, redis_url, tmp_path) -> Iterator[object]:
     """`sluice` commands against this test's PostgreSQL database, Redis db and DAGs folder."""
+    yield from _sluice_runner(pg_url, redis_url, tmp_path)
+
+
+def _sluice_runner(database_url: str, broker_url: str, tmp_path) -> Iterator[object]:
+    """A `tests.procs.Sluice` with its DAGs and logs folders; its processes stopped after."""
     from tests.procs import Sluice
 
     dags = tmp_path / "dags"
     dags.mkdir()
     logs = tmp_path / "logs"
     logs.mkdir()
-    runner = Sluice(pg_url, redis_url, dags, logs)
+    runner = Sluice(database_url, broker_url, dags, logs)
     yield runner
     runner.stop_all()
