@@ -117,9 +117,10 @@ def _stop_when_finished(cli: Cli, job: Any, run_pk: int, done: threading.Event) 
     callbacks have run (or `CALLBACK_GRACE_SECONDS` after its end: they stay due for the
     next start)."""
     tick = job.tick
-    ended: list[float] = []
+    ended_at: float | None = None
 
     def tick_and_check(now: Any) -> Any:
+        nonlocal ended_at
         result = tick(now)
         with cli.factory() as session:
             state = session.scalar(select(DagRun.state).where(DagRun.id == run_pk))
@@ -129,8 +130,8 @@ def _stop_when_finished(cli: Cli, job: Any, run_pk: int, done: threading.Event) 
                 .where(DueCallback.dag_run_id == run_pk, DueCallback.status.in_(Status.UNFINISHED))
             )
         if state in RUN_TERMINAL:
-            ended.append(time.monotonic())
-            if not waiting or ended[-1] - ended[0] > CALLBACK_GRACE_SECONDS:
+            ended_at = ended_at or time.monotonic()
+            if not waiting or time.monotonic() - ended_at > CALLBACK_GRACE_SECONDS:
                 job.stopping = True
                 done.set()
         return result
