@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from sluice.tasks.arguments import resolve
 from sluice.tasks.errors import ResultError, TaskStopped, TaskTimeout
+from sluice.tasks.mapping import index_kwargs
 from sluice.tasks.shell import run_shell, sluice_env
 from sluice.tasks.task import ShellTask, Task
 
@@ -131,6 +132,11 @@ def _bound(task: Task, fn: Callable[..., Any], context: dict[str, Any]) -> Calla
     upstream = context.get("upstream") or {}
     args = resolve(list(task.bound_call[0]), upstream, task.task_id)
     kwargs = resolve(task.bound_call[1], upstream, task.task_id)
+    if task.map is not None:
+        index = context.get("map_index")
+        if index is None:
+            raise LookupError(f"task '{task.task_id}' is mapped: it runs as one of its indexes")
+        kwargs.update(index_kwargs(task.map, upstream, int(index), task.per_index))
     return lambda: fn(*args, **kwargs, **extra)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from sluice.tasks.callbacks import kinds_set
 from sluice.tasks.celery_task import CeleryTask, to_json
 from sluice.tasks.dag import DAG
+from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH, KWARGS, map_json, reference_of
 from sluice.tasks.task import Task
 
 #: Cap on an exponential-backoff retry delay when the task sets no ``max_retry_delay``.
@@ -58,6 +59,14 @@ def serialize_task(task: Task) -> dict[str, Any]:
             "args": to_json(list(args), strict=False),
             "kwargs": to_json(kwargs, strict=False),
         }
+    if task.map is not None:
+        spec["map"] = _map_spec(task)
+    for name in ("max_map_length", "max_active_tis_per_dagrun"):
+        if getattr(task, name) is not None:  # only when set: other DAGs keep their hash
+            spec[name] = getattr(task, name)
+    output = _map_output(task)
+    if output is not None:
+        spec["map_output"] = output
     if task.queued_timeout is not None:  # only when set: other DAGs keep their version hash
         spec["queued_timeout"] = _seconds(task.queued_timeout)
     if any(task.callbacks.values()):
@@ -71,6 +80,38 @@ def serialize_task(task: Task) -> dict[str, Any]:
             "queue": task.celery_queue,
         }
     return spec
+
+
+def _map_spec(task: Task) -> dict[str, Any]:
+    """A mapped task's ``map``: its mode and sources (``mapping.map_json``) and
+    ``per_index``, the mapped upstream it maps one to one (it is expanded over that
+    task's output alone), else null."""
+    assert task.map is not None
+    spec = map_json(task.map, lambda source: to_json(source, strict=False))
+    spec["per_index"] = task.per_index
+    return spec
+
+
+def _map_output(task: Task) -> dict[str, Any] | None:
+    """For a task (not itself mapped) whose output a mapped task expands over: what its
+    worker checks of its return value before it writes its success (a list or a dict;
+    with ``kwargs``, dicts of arguments; at most ``limit`` items, ``consumer``'s
+    max_map_length, the smallest). None for other tasks."""
+    if task.map is not None:
+        return None
+    consumers = [
+        t
+        for t in task.dag.tasks.values()
+        if t.map is not None and any(reference_of(src) == task.task_id for _, src in t.map.args)
+    ]
+    if not consumers:
+        return None
+    first = min(consumers, key=lambda t: (t.max_map_length or DEFAULT_MAX_MAP_LENGTH, t.task_id))
+    return {
+        "limit": first.max_map_length or DEFAULT_MAX_MAP_LENGTH,
+        "consumer": first.task_id,
+        "kwargs": any(t.map is not None and t.map.mode == KWARGS for t in consumers),
+    }
 
 
 def serialize_dag(dag: DAG) -> dict[str, Any]:

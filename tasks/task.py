@@ -17,6 +17,7 @@ from sluice.tasks.arguments import Upstream, references
 from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
 from sluice.tasks.dag import DAG, DAG_ID_RE, current_dag
 from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH, KWARGS, PRODUCT, MapSpec, reference_of
 from sluice.tasks.trigger_rules import TriggerRule
 
 #: Options every task has, with their defaults (a DAG's default_args may override them).
@@ -35,6 +36,8 @@ TASK_DEFAULTS: dict[str, Any] = {
     "on_success_callback": None,
     "on_failure_callback": None,
     "on_retry_callback": None,
+    "max_map_length": None,
+    "max_active_tis_per_dagrun": None,
 }
 
 _Deps = TypeVar("_Deps", bound="Task | list[Task] | tuple[Task, ...] | set[Task]")
@@ -84,6 +87,9 @@ def _resolve_options(task_id: str, dag: DAG, explicit: dict[str, Any]) -> dict[s
         )
         for name in ("max_retry_delay", "execution_timeout", "queued_timeout"):
             merged[name] = _as_timedelta(name, merged[name], optional=True, positive=True)
+        for name in ("max_map_length", "max_active_tis_per_dagrun"):
+            if merged[name] is not None:
+                merged[name] = _as_int(name, merged[name], 1)
         for name in ("queue", "pool"):
             value = merged[name]
             if not (value is None and name == "pool") and (not isinstance(value, str) or not value):
@@ -97,10 +103,15 @@ def _resolve_options(task_id: str, dag: DAG, explicit: dict[str, Any]) -> dict[s
 
 
 def _check_binding(
-    task_id: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    task_id: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    partial: bool = False,
 ) -> None:
     """DagDefinitionError unless `fn` accepts `args`/`kwargs` (its `context` parameter, which
-    the worker fills, left out)."""
+    the worker fills, left out); with `partial`, some may be missing (given later)."""
     if "context" in kwargs:
         raise DagDefinitionError(f"task '{task_id}': `context` is passed by the worker")
     try:
@@ -109,7 +120,8 @@ def _check_binding(
         return
     params = [p for name, p in signature.parameters.items() if name != "context"]
     try:
-        signature.replace(parameters=params).bind(*args, **kwargs)
+        bound = signature.replace(parameters=params)
+        (bound.bind_partial if partial else bound.bind)(*args, **kwargs)
     except TypeError as exc:
         raise DagDefinitionError(f"task '{task_id}' is called with bad arguments: {exc}") from None
 
@@ -184,7 +196,15 @@ class Task:
         self.upstream_task_ids: set[str] = set()
         self.downstream_task_ids: set[str] = set()
         self.bound_call: tuple[tuple[Any, ...], dict[str, Any]] | None = None
-        """The arguments the function is called with (``task(...)`` in the DAG), or None."""
+        """The arguments the function is called with (``task(...)`` in the DAG, or the
+        ``partial`` ones of a mapped task), or None."""
+        self.map: MapSpec | None = None
+        """Set by ``expand``/``expand_kwargs``: the task is mapped (``sluice.tasks.mapping``)."""
+        self.max_map_length: int | None = opts["max_map_length"]
+        """Most indexes the task may expand to (None: ``DEFAULT_MAX_MAP_LENGTH``; the
+        deployment's ``SLUICE_MAX_MAP_LENGTH`` caps it)."""
+        self.max_active_tis_per_dagrun: int | None = opts["max_active_tis_per_dagrun"]
+        """Most of the task's TIs (its indexes) queued or running at once in one run."""
         dag.add_task(self)
 
     def __repr__(self) -> str:
@@ -199,19 +219,46 @@ class Task:
             raise DagDefinitionError(
                 f"'{self.task_id}' is a {self.kind} task: it takes no call arguments"
             )
+        self._check_bindable("called")
+        _check_binding(self.task_id, self.python_callable, args, kwargs)
+        self._link_references([list(args), kwargs])
+        self.bound_call = (tuple(args), dict(kwargs))
+        return Upstream(self.task_id)
+
+    def partial(self, **kwargs: Any) -> _Partial:
+        """The fixed arguments of a mapped task: ``t.partial(table="raw").expand(path=...)``."""
+        return _Partial(self, kwargs)
+
+    def expand(self, **kwargs: Any) -> Upstream:
+        """Map the task: one task instance per item of each named argument's list (a
+        literal list or dict, or an upstream's output), their cross product when several
+        are named. Returns the mapped task's output (its results as a list, in map-index
+        order, to a task that takes it; one by one to a task expanded over it alone)."""
+        return _Partial(self, {}).expand(**kwargs)
+
+    def expand_kwargs(self, source: Any) -> Upstream:
+        """Map the task over a list of dicts of arguments (literal, or an upstream's output)."""
+        return _Partial(self, {}).expand_kwargs(source)
+
+    def _check_bindable(self, how: str) -> None:
+        if self.kind != "python" or self.python_callable is None:
+            raise DagDefinitionError(
+                f"'{self.task_id}' is a {self.kind} task: it takes no call arguments"
+            )
         if current_dag() is not self.dag:
             raise DagDefinitionError(
                 f"'{self.task_id}' is a task, not a function: call it inside its DAG's "
                 "`with` block to pass it arguments (other tasks' outputs as `other()`), link "
                 "it with >>, or call .python_callable to run the function"
             )
-        if self.bound_call is not None:
+        if self.bound_call is not None or self.map is not None:
             raise DagDefinitionError(
-                f"task '{self.task_id}' is called twice: a task's arguments are bound once "
+                f"task '{self.task_id}' is {how} twice: a task's arguments are bound once "
                 "(define another task, e.g. @task(task_id=...), for a second call)"
             )
-        _check_binding(self.task_id, self.python_callable, args, kwargs)
-        for ref in sorted(set(references([list(args), kwargs]))):
+
+    def _link_references(self, value: Any) -> None:
+        for ref in sorted(set(references(value))):
             upstream = self.dag.tasks.get(ref)
             if upstream is None:
                 raise DagDefinitionError(
@@ -220,13 +267,65 @@ class Task:
                 )
             if ref != self.task_id:
                 _link(upstream, self)
-        self.bound_call = (tuple(args), dict(kwargs))
+
+    def _map(self, mode: str, partial: dict[str, Any], args: dict[str, Any]) -> Upstream:
+        """Record the mapping (`expand`/`expand_kwargs` of `_Partial`)."""
+        self._check_bindable("mapped")
+        assert self.python_callable is not None
+        if self.is_branch:
+            raise DagDefinitionError(f"task '{self.task_id}': a branch task cannot be mapped")
+        if not args:
+            raise DagDefinitionError(f"task '{self.task_id}': expand() needs an argument to map")
+        both = sorted(set(partial) & set(args))
+        if both:
+            raise DagDefinitionError(
+                f"task '{self.task_id}': {', '.join(both)} given to both partial() and expand()"
+            )
+        limit = self.max_map_length or DEFAULT_MAX_MAP_LENGTH
+        for name, source in args.items():
+            call = "expand_kwargs(...)" if mode == KWARGS else f"expand({name}=...)"
+            if reference_of(source) is not None:
+                continue
+            if not isinstance(source, list | tuple | dict):
+                raise DagDefinitionError(
+                    f"task '{self.task_id}': {call} takes a list, a dict or another "
+                    f"task's output, got {type(source).__name__}"
+                )
+            if len(source) > limit:
+                raise DagDefinitionError(
+                    f"task '{self.task_id}': {call} has {len(source)} items, more "
+                    f"than max_map_length {limit}"
+                )
+        fn = self.python_callable
+        if mode == PRODUCT:
+            _check_binding(self.task_id, fn, (), {**partial, **args})
+        else:
+            _check_binding(self.task_id, fn, (), partial, partial=True)
+            source = args["*"]
+            for item in source if isinstance(source, list | tuple) else ():
+                _check_binding(self.task_id, fn, (), {**partial, **item})
+        self._link_references([partial, list(args.values())])
+        self.bound_call = ((), dict(partial))
+        self.map = MapSpec(mode, tuple(args.items()))
         return Upstream(self.task_id)
 
     @property
+    def per_index(self) -> str | None:
+        """The mapped task this one maps one to one (it is expanded over that task's
+        output alone: its index i takes that task's index i result), else None."""
+        if self.map is None or self.map.mode != PRODUCT or len(self.map.args) != 1:
+            return None
+        ref = reference_of(self.map.args[0][1])
+        source = self.dag.tasks.get(ref) if ref is not None else None
+        return ref if source is not None and source.map is not None else None
+
+    @property
     def reads_upstream(self) -> bool:
-        """Whether running the task needs upstream results (its call arguments refer to some)."""
-        return self.bound_call is not None and any(references(list(self.bound_call)))
+        """Whether running the task needs upstream results (its call arguments or its
+        mapped arguments refer to some)."""
+        call = list(self.bound_call) if self.bound_call is not None else []
+        mapped = [source for _, source in self.map.args] if self.map is not None else []
+        return any(references([call, mapped]))
 
     def set_downstream(self, other: Task | Iterable[Task]) -> None:
         """Make ``other`` (a task or a list of tasks) run after this task."""
@@ -255,6 +354,30 @@ class Task:
         """``[a, b] << self``."""
         self.set_downstream(other)
         return self
+
+
+class _Partial:
+    """A task with its fixed arguments (``task.partial(...)``), waiting for ``expand``."""
+
+    def __init__(self, task: Task, kwargs: dict[str, Any]) -> None:
+        self._task = task
+        self._kwargs = dict(kwargs)
+
+    def expand(self, **kwargs: Any) -> Upstream:
+        """See ``Task.expand``."""
+        return self._task._map(PRODUCT, self._kwargs, kwargs)
+
+    def expand_kwargs(self, source: Any) -> Upstream:
+        """See ``Task.expand_kwargs``: one dict of arguments per item of `source`."""
+        literal = reference_of(source) is None
+        if literal and (
+            not isinstance(source, list | tuple) or not all(isinstance(i, dict) for i in source)
+        ):
+            raise DagDefinitionError(
+                f"task '{self._task.task_id}': expand_kwargs() takes a list of dicts or "
+                "another task's output"
+            )
+        return self._task._map(KWARGS, self._kwargs, {"*": source})
 
 
 class ShellTask(Task):

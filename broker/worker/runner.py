@@ -66,6 +66,7 @@ from sluice.scheduler.scheduling.downstream import FollowUp
 from sluice.scheduler.scheduling.plans import decidable, wide_fan_in
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped
+from sluice.tasks.mapping import check_map_output
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
 from sluice.tasks.serialize import retry_delay_for
 
@@ -135,6 +136,11 @@ class Claimed:
     context: dict[str, Any]
     run_claimed: bool
     """The run was claimed by a job (a backfill) at the claim: its news is broadcast."""
+    map_index: int = -1
+    mapped_upstream: frozenset[str] = frozenset()
+    """The upstream tasks that are mapped: each gives the list of its indexes' results."""
+    per_index: str | None = None
+    """The mapped upstream this task maps one to one: it gives its index `map_index`'s result."""
 
 
 def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
@@ -230,6 +236,7 @@ _CLAIMED = hot(
         _TI.c.try_number,
         _TI.c.max_tries,
         _TI.c.pool,
+        _TI.c.map_index,
         _TI.c.dag_run_id.label("run_pk"),
         _of_run(_RUN.c.logical_date).label("logical_date"),
         _of_run(_RUN.c.dag_hash).label("dag_hash"),
@@ -245,10 +252,14 @@ _CLAIMED = hot(
 _RUN_CONF = hot("run conf", select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk")))
 _UPSTREAM_RESULTS = hot(
     "upstream results",
-    select(_TI.c.task_id, _TI.c.result).where(
+    select(_TI.c.task_id, _TI.c.map_index, _TI.c.state, _TI.c.result)
+    .where(
         _TI.c.dag_run_id == bindparam("run_pk"),
         _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
-    ),
+    )
+    .order_by(_TI.c.task_id, _TI.c.map_index),
+    "The upstream tasks' TIs, a mapped task's indexes in map-index order (its results "
+    "are passed as a list, of the indexes that succeeded).",
 )
 """What the claim's UPDATE returns, and the upstream results' query: built once
 (building a statement costs as much as running it)."""
@@ -322,13 +333,15 @@ def _read_context(
     stored = dag is not None and dag.serialized and spec_of is None
     if spec_of is not None:
         serialized = spec_of(row.dag_id)
-    spec = serialized.get("tasks", {}).get(row.task_id)
+    tasks = serialized.get("tasks", {})
+    spec = tasks.get(row.task_id)
     upstream_ids = sorted(spec.get("upstream", [])) if spec else []
     upstream: dict[str, Any] = dict.fromkeys(upstream_ids)  # read by _read_for_context
     context = {
         "dag_id": row.dag_id,
         "run_id": row.run_id,
         "task_id": row.task_id,
+        "map_index": row.map_index if row.map_index >= 0 else None,
         "logical_date": row.logical_date.isoformat(),
         "try_number": row.try_number,
         "conf": {},  # read by _read_for_context, for a task that takes the context
@@ -345,6 +358,9 @@ def _read_context(
         max_tries=row.max_tries,
         context=context,
         run_claimed=row.claimed_by_job_id is not None,
+        map_index=row.map_index,
+        mapped_upstream=frozenset(u for u in upstream_ids if tasks.get(u, {}).get("map")),
+        per_index=(spec.get("map") or {}).get("per_index") if spec else None,
     )
 
 
@@ -359,11 +375,28 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
     with transaction(single_statement_factory(ctx.session_factory)) as session:
         if upstream:
             params = {"run_pk": claimed.run_pk, "task_ids": sorted(upstream)}
-            for task_id, result in session.execute(_UPSTREAM_RESULTS, params):
-                upstream[task_id] = None if result is None else json.loads(result)
+            _fill_upstream(claimed, upstream, session.execute(_UPSTREAM_RESULTS, params))
         if conf:
             stored = session.execute(_RUN_CONF, {"run_pk": claimed.run_pk}).scalar()
             claimed.context["conf"] = dict(stored or {})
+
+
+def _fill_upstream(claimed: Claimed, upstream: dict[str, Any], rows: Any) -> None:
+    """Each upstream's output from its TIs' rows (in map-index order): an unmapped task's
+    result; a mapped task's successful indexes' results as a list (none: []); for the
+    task this one maps one to one, its index `claimed.map_index`'s result."""
+    for task_id in claimed.mapped_upstream:
+        upstream[task_id] = None if task_id == claimed.per_index else []
+    for task_id, map_index, state, result in rows:
+        value = None if result is None else json.loads(result)
+        if task_id == claimed.per_index:
+            if map_index == claimed.map_index:
+                upstream[task_id] = value
+        elif task_id in claimed.mapped_upstream:
+            if map_index >= 0 and state == TI.SUCCESS:
+                upstream[task_id].append(value)
+        else:
+            upstream[task_id] = value
 
 
 def _execute(
@@ -390,6 +423,9 @@ def _execute(
             return TI.RUNNING, {"external_id": external_id}
         value = run_task(task, claimed.context, stop)
         result = check_result(value, msg.task_id)
+        output = claimed.spec.get("map_output") if claimed.spec else None
+        if output is not None:
+            check_map_output(value, output, ctx.settings.max_map_length, msg.task_id)
         if task.is_branch:
             branch_targets(task, value)  # a bad choice fails the task here, clearly
     except TaskStopped as exc:

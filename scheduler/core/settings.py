@@ -97,6 +97,9 @@ class Settings:
     callback_timeout: float = 300.0
     """Seconds a callback may run; a running one not finished by then (its worker lost)
     is run again."""
+    max_map_length: int = 10_000
+    """The deployment's cap on a mapped task's indexes (a task's own max_map_length may
+    be lower); an upstream whose output has more fails its try."""
     base_url: str = "http://127.0.0.1:8080"
     """Where the web UI is reached: callbacks' `url` links point there."""
     wakeup_url: str | None = None
@@ -140,7 +143,12 @@ class Settings:
             callback_timeout=_float(env, "SLUICE_CALLBACK_TIMEOUT", base.callback_timeout),
             base_url=(env.get("SLUICE_BASE_URL") or base.base_url).rstrip("/"),
             wakeup_url=env.get("SLUICE_WAKEUP_URL") or base.wakeup_url,
+            max_map_length=env_int(env, "SLUICE_MAX_MAP_LENGTH", base.max_map_length),
         )
+        if settings.max_map_length < 1:
+            raise ConfigError(
+                f"SLUICE_MAX_MAP_LENGTH must be at least 1, got {settings.max_map_length}"
+            )
         if settings.task_log_max_bytes < 1024:
             raise ConfigError(
                 "SLUICE_TASK_LOG_MAX_BYTES must be at least 1024, "

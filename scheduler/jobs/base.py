@@ -306,7 +306,9 @@ class DagRunJob:
             if self.timed_out(session, run, dag, now):
                 result.runs_finished += 1
                 continue
-            decision = update_state(session, run, dag, now)
+            decision = update_state(
+                session, run, dag, now, max_map_length=self.settings.max_map_length
+            )
             self._to_stop += decision.stop
             if tracing:
                 finished = None if decision.finished is None else str(decision.finished)

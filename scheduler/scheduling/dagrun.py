@@ -12,24 +12,28 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from sluice.scheduler.core.callback_kinds import mask_of
-from sluice.scheduler.core.models import DEFAULT_POOL, Dag, DagRun, TaskInstance
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI, DagRunState, RunType
-from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
+from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
-from sluice.scheduler.scheduling.deps import TiView, decide_run, run_outcome
+from sluice.scheduler.scheduling.deps import Decisions, TiView, run_outcome
+from sluice.scheduler.scheduling.expanding import write_expansion
+from sluice.scheduler.scheduling.run_decision import decide_run
+from sluice.scheduler.scheduling.ti_rows import insert_tis
 from sluice.scheduler.scheduling.timeouts import fail_queued_past_timeout
+from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH
 
 _TIS = TaskInstance.__table__.c
 _RUNS = DagRun.__table__
-_RUN_TIS = select(_TIS.id, _TIS.task_id, _TIS.state, _TIS.next_retry_at, _TIS.result).where(
-    _TIS.dag_run_id == bindparam("run_pk")
-)
+_RUN_TIS = select(
+    _TIS.id, _TIS.task_id, _TIS.state, _TIS.next_retry_at, _TIS.result, _TIS.map_index
+).where(_TIS.dag_run_id == bindparam("run_pk"))
 _STAMP_DECISION = (
     update(_RUNS)  # type: ignore[arg-type]
     .where(_RUNS.c.id == bindparam("b_run"))
@@ -68,19 +72,6 @@ def check_run_id(run_id: str) -> str:
 
 def run_id_for(run_type: RunType, logical_date: dt.datetime) -> str:
     return f"{run_type.value}__{logical_date.isoformat()}"
-
-
-def ti_values(spec: dict[str, Any], task_id: str) -> dict[str, Any]:
-    """Columns of a new TaskInstance taken from its task's serialized options."""
-    task = spec["tasks"][task_id]
-    return {
-        "queue": task.get("queue") or "default",
-        "pool": task.get("pool") or DEFAULT_POOL,
-        "pool_slots": int(task.get("pool_slots") or 1),
-        "priority_weight": int(task.get("priority_weight") or 1),
-        "max_tries": int(task.get("retries") or 0) + 1,
-        "callback_mask": mask_of(task.get("callbacks") or ()),
-    }
 
 
 def deadline_of(spec: dict[str, Any], queued_at: dt.datetime) -> dt.datetime | None:
@@ -136,34 +127,12 @@ def create_dagrun(
     return run
 
 
-def insert_tis(session: Session, run: DagRun, dag: Dag, task_ids: list[str]) -> None:
-    """One bulk INSERT of TIs (state `none`, fresh span ids) for `task_ids` of `run`."""
-    if not task_ids:
-        return
-    trace_id = trace_id_of(run.context_carrier)
-    session.execute(
-        insert(TaskInstance),
-        [
-            {
-                "dag_run_id": run.id,
-                "dag_id": run.dag_id,
-                "run_id": run.run_id,
-                "task_id": task_id,
-                "state": TI.NONE,
-                "context_carrier": new_carrier(trace_id),
-                **ti_values(dag.serialized, task_id),
-            }
-            for task_id in task_ids
-        ],
-    )
-
-
 def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> None:
     """Bring the run's TIs in step with the DAG's current tasks.
 
     New tasks get TIs; TIs of vanished tasks become `removed` (a message already
-    queued for one then loses its compare-and-set); tasks that come back are reset
-    to `none`.
+    queued for one then loses its compare-and-set); a task that comes back has its
+    TIs reset to `none` (a mapped task's indexes all removed: it expands again).
     """
     tasks = dag.serialized["tasks"]
     rows = session.execute(
@@ -171,8 +140,12 @@ def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) 
             TaskInstance.dag_run_id == run.id
         )
     ).all()
-    have = {task_id: (ti_id, state) for ti_id, task_id, state in rows}
-    vanished = [ti_id for task_id, (ti_id, state) in have.items() if task_id not in tasks]
+    have: dict[str, list[tuple[int, str]]] = {}
+    for ti_id, task_id, state in rows:
+        have.setdefault(task_id, []).append((ti_id, state))
+    vanished = [
+        ti_id for task_id, found in have.items() if task_id not in tasks for ti_id, _ in found
+    ]
     move_tis(
         session,
         vanished,
@@ -182,8 +155,9 @@ def verify_integrity(session: Session, run: DagRun, dag: Dag, now: dt.datetime) 
     )
     back = [
         ti_id
-        for task_id, (ti_id, state) in have.items()
-        if task_id in tasks and state == TI.REMOVED
+        for task_id, found in have.items()
+        if task_id in tasks and all(state == TI.REMOVED for _, state in found)
+        for ti_id, _ in found
     ]
     move_tis(session, back, TI.NONE, expect=[TI.REMOVED], now=now)
     insert_tis(session, run, dag, [t for t in tasks if t not in have])
@@ -203,34 +177,38 @@ class RunDecision:
     """Attempts of tries failed past their `queued_timeout`, to revoke after the commit."""
 
 
-def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> RunDecision:
+def update_state(
+    session: Session,
+    run: DagRun,
+    dag: Dag,
+    now: dt.datetime,
+    *,
+    max_map_length: int = DEFAULT_MAX_MAP_LENGTH,
+) -> RunDecision:
     """Decide the run's TIs from one query and write the moves; end the run if it is done.
+    A mapped task expanded on the way is decided again at once (one more query), so
+    what follows its indexes one by one gets its own indexes in the same transaction.
 
     Invariant: the run row is locked by the caller's transaction.
     """
     if run.dag_hash != dag.version_hash:
         verify_integrity(session, run, dag, now)
-    rows = session.execute(_RUN_TIS, {"run_pk": run.id}).all()
-    tis = [
-        TiView(id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4]) for r in rows
-    ]
     outcome = RunDecision()
-    tis, outcome.stop = fail_queued_past_timeout(session, dag.serialized, tis, now)
-    decisions = decide_run(dag.serialized, dag.version_hash, tis, now)
-    moved: dict[int, TI] = {}
-    retries = set(decisions.retries)
-    for new, ids in decisions.moves.items():
-        fresh = [i for i in ids if i not in retries]
-        won = move_tis(session, fresh, new, expect=[TI.NONE], now=now)
-        if new is TI.SCHEDULED:
-            won += move_tis(session, decisions.retries, new, expect=[TI.UP_FOR_RETRY], now=now)
-            outcome.scheduled = won
-        elif new is TI.SKIPPED:
-            outcome.skipped = len(won)
-        elif new is TI.UPSTREAM_FAILED:
-            outcome.upstream_failed = len(won)
-        moved.update((i, new) for i in won)
-    end = run_outcome(dag.serialized, tis, moved)
+    for round_ in range(_ROUNDS):
+        tis = _read_tis(session, run)
+        if round_ == 0:
+            tis, outcome.stop = fail_queued_past_timeout(session, dag.serialized, tis, now)
+        decisions = decide_run(
+            dag.serialized, dag.version_hash, tis, now, max_map_length=max_map_length
+        )
+        for expansion in decisions.expansions:
+            outcome.scheduled += write_expansion(session, run, dag, expansion, now)
+        moved = _write_moves(session, decisions, outcome, now)
+        expanded = bool(decisions.expansions)
+        if not expanded:
+            break
+    # after an expansion in the last round the TIs read are stale, and the run not over
+    end = None if expanded else run_outcome(dag.serialized, tis, moved)
     values = {"last_scheduling_decision": now}
     if end is not None:
         final = DagRunState.SUCCESS if end is TI.SUCCESS else DagRunState.FAILED
@@ -238,9 +216,59 @@ def update_state(session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> R
             outcome.finished = final
             return outcome
     last = run.last_scheduling_decision
-    if moved or last is None or (now - last).total_seconds() >= 1.0:
+    if moved or expanded or last is None or (now - last).total_seconds() >= 1.0:
         # the stamp orders the claim (oldest first, so no run starves); rewriting it
         # when nothing moved is needed at most once a second
         session.execute(_STAMP_DECISION, {"b_run": run.id, "b_now": now})
         set_committed_value(run, "last_scheduling_decision", now)  # written; not dirty
     return outcome
+
+
+_ROUNDS = 4
+"""Decisions of one run in one call at most: an expansion asks for one more (a chain of
+one-to-one mapped tasks gets its indexes one task per round; the rest next pass)."""
+
+
+def _read_tis(session: Session, run: DagRun) -> list[TiView]:
+    rows = session.execute(_RUN_TIS, {"run_pk": run.id}).all()
+    return [
+        TiView(
+            id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4], map_index=r[5]
+        )
+        for r in rows
+    ]
+
+
+def _write_moves(
+    session: Session, decisions: Decisions, outcome: RunDecision, now: dt.datetime
+) -> dict[int, TI]:
+    """Write the decided moves (each a compare-and-set from `none`, or `up_for_retry` for
+    a retry); the TIs that moved and where to."""
+    moved: dict[int, TI] = {}
+    retries = set(decisions.retries)
+    for new, ids in decisions.moves.items():
+        fresh = [i for i in ids if i not in retries]
+        if new is TI.FAILED:
+            won = [
+                ti_id
+                for ti_id in fresh
+                if move_tis(
+                    session,
+                    [ti_id],
+                    new,
+                    expect=[TI.NONE],
+                    now=now,
+                    values={"error": decisions.errors.get(ti_id)},
+                )
+            ]
+        else:
+            won = move_tis(session, fresh, new, expect=[TI.NONE], now=now)
+        if new is TI.SCHEDULED:
+            won += move_tis(session, decisions.retries, new, expect=[TI.UP_FOR_RETRY], now=now)
+            outcome.scheduled += won
+        elif new is TI.SKIPPED:
+            outcome.skipped += len(won)
+        elif new is TI.UPSTREAM_FAILED:
+            outcome.upstream_failed += len(won)
+        moved.update((i, new) for i in won)
+    return moved

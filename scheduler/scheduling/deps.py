@@ -18,10 +18,13 @@ import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.scheduler.core.states import TI, TaskInstanceState
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
+
+if TYPE_CHECKING:
+    from sluice.scheduler.scheduling.mapped import Expansion
 
 _DONE = frozenset({TI.SUCCESS, TI.FAILED, TI.UPSTREAM_FAILED, TI.SKIPPED, TI.REMOVED})
 
@@ -35,6 +38,7 @@ class TiView:
     state: TaskInstanceState
     next_retry_at: dt.datetime | None = None
     result: str | None = None
+    map_index: int = -1
 
 
 @dataclass
@@ -43,6 +47,10 @@ class Decisions:
 
     moves: dict[TaskInstanceState, list[int]] = field(default_factory=dict)
     retries: list[int] = field(default_factory=list)
+    expansions: list[Expansion] = field(default_factory=list)
+    """Mapped tasks to give their indexes (`scheduling.mapped`), written before the moves."""
+    errors: dict[int, str] = field(default_factory=dict)
+    """The error of each TI moved to `failed` (a mapped task that cannot expand)."""
 
     def add(self, state: TaskInstanceState, ti_id: int) -> None:
         self.moves.setdefault(state, []).append(ti_id)
@@ -93,32 +101,85 @@ def branch_choice(result: str | None) -> set[str] | None:
     return {str(v) for v in value}
 
 
-def decide_run(
-    spec: Mapping[str, Any], version_hash: str, tis: list[TiView], now: dt.datetime
-) -> Decisions:
-    """Decide every TI of one run; `tis` are all the run's TIs."""
-    tasks = spec["tasks"]
-    by_task = {ti.task_id: ti for ti in tis}
-    state = {ti.task_id: ti.state for ti in tis}
-    decisions = Decisions()
-    for task_id in topological_order(spec, version_hash):
-        ti = by_task.get(task_id)
-        if ti is None:
-            continue
-        current = state[task_id]
-        if current is TI.UP_FOR_RETRY:
-            if ti.next_retry_at is None or ti.next_retry_at <= now:
-                decisions.add(TI.SCHEDULED, ti.id)
-                decisions.retries.append(ti.id)
-            continue
-        if current is not TI.NONE:
-            continue
-        task = tasks[task_id]
-        new = decide_one(task, tasks, by_task, state)
-        if new is not None:
-            state[task_id] = new
-            decisions.add(new, ti.id)
-    return decisions
+class RunTis:
+    """One run's TIs by task (each task's in map-index order) and their states as the
+    decision goes (a move decided upstream is seen downstream in the same pass)."""
+
+    def __init__(self, tis: list[TiView]) -> None:
+        self.by_task: dict[str, list[TiView]] = {}
+        for ti in sorted(tis, key=lambda t: (t.task_id, t.map_index)):
+            self.by_task.setdefault(ti.task_id, []).append(ti)
+        self.state: dict[int, TaskInstanceState] = {ti.id: ti.state for ti in tis}
+
+    def states(self, task_id: str) -> list[TaskInstanceState]:
+        return [self.state[ti.id] for ti in self.by_task.get(task_id, ())]
+
+    def upstream_tis(
+        self, task: Mapping[str, Any], per_index: str | None = None, index: int = -1
+    ) -> dict[str, list[TiView]]:
+        """Each upstream's TIs a TI of `task` depends on: all of them, but for the
+        `per_index` upstream only its index `index`."""
+        found: dict[str, list[TiView]] = {}
+        for up in task["upstream"]:
+            tis = self.by_task.get(up)
+            if tis is None:
+                continue
+            if up == per_index:
+                tis = [ti for ti in tis if ti.map_index == index]
+            found[up] = tis
+        return found
+
+
+@dataclass
+class Limit:
+    """How many more of a task's TIs may be scheduled in this run now: its
+    `max_active_tis_per_dagrun` less those scheduled, queued or running (no limit: None)."""
+
+    left: int | None
+
+    @classmethod
+    def of(cls, task: Mapping[str, Any], states: list[TaskInstanceState]) -> Limit:
+        cap = task.get("max_active_tis_per_dagrun")
+        if cap is None:
+            return cls(None)
+        busy = sum(s in (TI.SCHEDULED, TI.QUEUED, TI.RUNNING) for s in states)
+        return cls(max(int(cap) - busy, 0))
+
+    def take(self) -> bool:
+        if self.left is None:
+            return True
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+def verdict_state(
+    task: Mapping[str, Any],
+    tasks: Mapping[str, Any],
+    run: RunTis,
+    upstream: Mapping[str, list[TiView]],
+) -> TaskInstanceState | None:
+    """The move of a `none` TI of `task` whose upstream TIs are `upstream` (None: wait):
+    skipped if a branch upstream did not pick it, else its trigger rule's verdict over
+    every upstream TI."""
+    for up, tis in upstream.items():
+        if tasks[up].get("is_branch"):
+            for ti in tis:
+                if run.state[ti.id] is TI.SUCCESS:
+                    chosen = branch_choice(ti.result)
+                    if chosen is not None and task["task_id"] not in chosen:
+                        return TI.SKIPPED
+    states = [run.state[ti.id] for tis in upstream.values() for ti in tis]
+    verdict = decide(TriggerRule(task["trigger_rule"]), upstream_counts(states))
+    return VERDICT_MOVES.get(verdict)
+
+
+VERDICT_MOVES: dict[Verdict, TaskInstanceState] = {
+    Verdict.RUN: TI.SCHEDULED,
+    Verdict.SKIP: TI.SKIPPED,
+    Verdict.UPSTREAM_FAILED: TI.UPSTREAM_FAILED,
+}
 
 
 def decide_one(
@@ -165,14 +226,16 @@ def run_outcome(
     `overrides` are the moves just decided (not yet re-read). Returns SUCCESS or
     FAILED when every TI is finished: failed if any leaf failed or upstream_failed.
     """
-    states = {ti.task_id: overrides.get(ti.id, ti.state) for ti in tis}
-    if any(s not in _DONE for s in states.values()):
+    states: dict[str, list[TaskInstanceState]] = {}
+    for ti in tis:
+        states.setdefault(ti.task_id, []).append(overrides.get(ti.id, ti.state))
+    if any(s not in _DONE for found in states.values() for s in found):
         return None
     tasks = spec["tasks"]
-    live = {tid for tid, s in states.items() if s is not TI.REMOVED}
+    live = {tid for tid, found in states.items() if any(s is not TI.REMOVED for s in found)}
     leaves = [
         tid for tid in live if not any(d in live for d in tasks.get(tid, {}).get("downstream", []))
     ]
-    if any(states[leaf] in (TI.FAILED, TI.UPSTREAM_FAILED) for leaf in leaves):
+    if any(s in (TI.FAILED, TI.UPSTREAM_FAILED) for leaf in leaves for s in states[leaf]):
         return TI.FAILED
     return TI.SUCCESS

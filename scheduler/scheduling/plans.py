@@ -142,6 +142,8 @@ def _make_plan(
     version: str, tasks: Mapping[str, Any], task_id: str, pool: str, success: bool
 ) -> Plan | None:
     downstream = tuple(tasks.get(task_id, {}).get("downstream", []))
+    if _touches_mapping(tasks, task_id, downstream):
+        return None
     join = _join(version, tasks, downstream[0]) if len(downstream) == 1 else None
     if join is not None:
         size = (
@@ -191,6 +193,20 @@ def _make_plan(
         chain_next,
         join_next,
     )
+
+
+def _touches_mapping(tasks: Mapping[str, Any], task_id: str, downstream: tuple[str, ...]) -> bool:
+    """Whether the task is mapped, or a downstream is, or has a mapped upstream: then its
+    result's consequences are counted over indexes (or expand a task) and a scheduler
+    decides them (`scheduling.mapped`)."""
+    if tasks.get(task_id, {}).get("map") is not None:
+        return True
+    for down in downstream:
+        if tasks[down].get("map") is not None:
+            return True
+        if any(tasks[up].get("map") is not None for up in tasks[down]["upstream"]):
+            return True
+    return False
 
 
 def _join_next(

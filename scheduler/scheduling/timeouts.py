@@ -63,7 +63,9 @@ def fail_queued_past_timeout(
         next_retry = None
         if new is TI.UP_FOR_RETRY:
             next_retry = now + retry_delay_for(spec["tasks"][ti.task_id], ti.try_number)
-        moved[ti.id] = TiView(ti.id, ti.task_id, new, next_retry_at=next_retry)
+        moved[ti.id] = TiView(
+            ti.id, ti.task_id, new, next_retry_at=next_retry, map_index=ti.map_index
+        )
         if ti.attempt_id:
             attempts.append(ti.attempt_id)
     return [moved.get(t.id, t) for t in tis], attempts

@@ -7,6 +7,7 @@ task_instance.task_id,
 task_instance.try_number,
 task_instance.max_tries,
 task_instance.pool,
+task_instance.map_index,
 task_instance.dag_run_id,
 (SELECT dag_run.logical_date 
 FROM dag_run, task_instance 
