@@ -147,8 +147,9 @@ class Sluice:
         return self.ok("dags", "state", dag_id, run_id).strip()
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """`tasks states --json` by task id (a mapped task's indexes as `task[i]`)."""
         rows = json.loads(self.ok("tasks", "states", dag_id, run_id, "--json"))
-        return {row["task_id"]: row for row in rows}
+        return {ti_key(row): row for row in rows}
 
     def db_run_state(self, dag_id: str, run_id: str) -> str | None:
         """The run's state read straight from the database (cheap enough to poll)."""
@@ -165,7 +166,8 @@ class Sluice:
     def db_task_states(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         """The run's TIs as `task_states` gives them (task_id, state, try_number,
         hostname, error), read straight from the database: for tests that poll or read
-        many runs (`task_states` starts a `sluice` process each time)."""
+        many runs (`task_states` starts a `sluice` process each time); a mapped task's
+        indexes keyed `task[i]`."""
         from sqlalchemy import create_engine, text
 
         if not hasattr(self, "_engine"):
@@ -173,12 +175,15 @@ class Sluice:
         with self._engine.connect() as conn:
             rows = conn.execute(
                 text(
-                    "SELECT task_id, state, try_number, hostname, error FROM task_instance "
-                    "WHERE dag_id = :d AND run_id = :r ORDER BY id"
+                    "SELECT task_id, map_index, state, try_number, hostname, error "
+                    "FROM task_instance WHERE dag_id = :d AND run_id = :r ORDER BY id"
                 ),
                 {"d": dag_id, "r": run_id},
             ).mappings()
-            return {row["task_id"]: dict(row) for row in rows}
+            found = [dict(row) for row in rows]
+            for row in found:
+                row["map_index"] = None if row["map_index"] < 0 else row["map_index"]
+            return {ti_key(row): row for row in found}
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 60) -> str:
         try:
@@ -191,6 +196,12 @@ class Sluice:
             raise AssertionError(
                 f"run {run_id} did not finish: {self.task_states(dag_id, run_id)}\n{self.logs()}"
             ) from None
+
+
+def ti_key(row: dict[str, Any]) -> str:
+    """A TI's key in `task_states`: its task id, with `[i]` for index i of a mapped task."""
+    index = row.get("map_index")
+    return str(row["task_id"]) if index is None else f"{row['task_id']}[{index}]"
 
 
 def standalone(

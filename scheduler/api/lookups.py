@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, defer
 from sluice.scheduler.api.errors import not_found
 from sluice.scheduler.control.inputs import ID_MAX, InputError, storable
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.ti_lookup import TiNotFound, find_task_instance
 
 WITHOUT_DEFINITION = (defer(Dag.serialized),)
 """A DAG row without its definition: the pages take what they need of it from
@@ -49,16 +50,27 @@ def find_run(session: Session, dag_id: str, run_id: str) -> tuple[Dag, DagRun]:
 
 
 def find_ti(
-    session: Session, dag_id: str, run_id: str, task_id: str
+    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int | None = None
 ) -> tuple[Dag, DagRun, TaskInstance]:
+    """The TI, or 404: a mapped task's TI is named by its `map_index`."""
     dag, run = find_run(session, dag_id, run_id)
-    ti = None
-    if _usable(task_id):
-        ti = session.scalar(
-            select(TaskInstance).where(
-                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id
-            )
-        )
-    if ti is None:
+    if not _usable(task_id):
         raise not_found(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r}")
+    try:
+        ti = find_task_instance(session, run.id, task_id, map_index, named_by="map_index")
+    except TiNotFound as exc:
+        raise not_found(f"run {run_id!r} of DAG {dag_id!r} {exc}") from None
     return dag, run, ti
+
+
+def find_task(session: Session, dag_id: str, run_id: str, task_id: str) -> tuple[Dag, DagRun]:
+    """The DAG and run, or 404 unless the run has a TI of `task_id` (mapped or not)."""
+    dag, run = find_run(session, dag_id, run_id)
+    found = _usable(task_id) and session.scalar(
+        select(TaskInstance.id)
+        .where(TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id)
+        .limit(1)
+    )
+    if not found:
+        raise not_found(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r}")
+    return dag, run

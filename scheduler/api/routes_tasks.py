@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, not_found, unprocessable
-from sluice.scheduler.api.lookups import find_run, find_ti
+from sluice.scheduler.api.lookups import find_run, find_task, find_ti
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
     ClearOut,
@@ -33,28 +33,51 @@ from sluice.scheduler.api.schemas import (
 from sluice.scheduler.api.views import note_from, note_out, ti_fields, ti_out, trace_id_of
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.explain import ExplainError, explain_ti
-from sluice.scheduler.control.inputs import MAX_TRY, InputError
+from sluice.scheduler.control.inputs import MAX_MAP_INDEX, MAX_TRY, InputError
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.states import TI, TaskInstanceState
 from sluice.scheduler.scheduling.clearing import clear_task_instances
 from sluice.scheduler.scheduling.marking import Marked
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
 
 
+MapIndex = Annotated[
+    int | None, Query(ge=0, le=MAX_MAP_INDEX, description="the index of a mapped task")
+]
+
+
 @router.get("", response_model=list[TaskInstanceOut], dependencies=[CanRead], responses=errors(404))
 def list_task_instances(
-    dag_id: str, run_id: str, session: DbSession, state: State
+    dag_id: str,
+    run_id: str,
+    session: DbSession,
+    state: State,
+    task_id: Annotated[str | None, Query(max_length=250, description="only this task")] = None,
+    map_index: MapIndex = None,
+    ti_state: Annotated[
+        TaskInstanceState | None, Query(alias="state", description="only in this state")
+    ] = None,
 ) -> list[TaskInstanceOut]:
-    """The run's task instances, in the DAG's topological order."""
+    """The run's task instances, in the DAG's topological order (a mapped task's by map
+    index), filtered by task, map index and state."""
     dag, run = find_run(session, dag_id, run_id)
-    tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
-    rank = {task_id: i for i, task_id in enumerate(state.shapes.shape(dag).order)}
-    ordered = sorted(tis, key=lambda ti: (rank.get(ti.task_id, len(rank)), ti.task_id))
+    query = select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+    if task_id is not None:
+        query = query.where(TaskInstance.task_id == task_id)
+    if map_index is not None:
+        query = query.where(TaskInstance.map_index == map_index)
+    if ti_state is not None:
+        query = query.where(TaskInstance.state == ti_state)
+    tis = session.scalars(query).all()
+    rank = {tid: i for i, tid in enumerate(state.shapes.shape(dag).order)}
+    ordered = sorted(
+        tis, key=lambda ti: (rank.get(ti.task_id, len(rank)), ti.task_id, ti.map_index)
+    )
     return [ti_out(ti) for ti in ordered]
 
 
@@ -62,10 +85,16 @@ def list_task_instances(
     "/{task_id}", response_model=TaskInstanceDetail, dependencies=[CanRead], responses=errors(404)
 )
 def get_task_instance(
-    dag_id: str, run_id: str, task_id: str, session: DbSession, state: State
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    session: DbSession,
+    state: State,
+    map_index: MapIndex = None,
 ) -> TaskInstanceDetail:
-    """One task instance with its tries (those that stored a log, and the current one)."""
-    dag, run, ti = find_ti(session, dag_id, run_id, task_id)
+    """One task instance with its tries (those that stored a log, and the current one); a
+    mapped task's is named by `map_index`."""
+    dag, run, ti = find_ti(session, dag_id, run_id, task_id, map_index)
     logged = {t.try_number: t for t in tries_of(session, ti.id)}
     # After a clear (none) or before a retry is queued (scheduled), try_number still names
     # the previous try, whose outcome the TI row no longer holds.
@@ -86,7 +115,7 @@ def get_task_instance(
             )
         )
     spec = dag.serialized.get("tasks", {}).get(ti.task_id, {})
-    why, reasons = _why(session, run.dag_id, run.run_id, ti.task_id, state)
+    why, reasons = _why(session, run.dag_id, run.run_id, ti.task_id, state, map_index)
     return TaskInstanceDetail(
         why=why,
         reasons=reasons,
@@ -108,10 +137,10 @@ def set_task_note(
     dag_id: str, run_id: str, task_id: str, body: NoteIn, session: DbSession
 ) -> NoteOut:
     """Set the task instance's note (one line, at most 500 characters), as `sluice tasks
-    note` does."""
-    _, run, ti = find_ti(session, dag_id, run_id, task_id)
+    note` does (a mapped task's note is the task's, for all its indexes)."""
+    _, run = find_task(session, dag_id, run_id, task_id)
     try:
-        event = operations.note_on(session, run, ti.task_id, body.note, who=API_USER, now=utcnow())
+        event = operations.note_on(session, run, task_id, body.note, who=API_USER, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
     session.commit()
@@ -129,11 +158,17 @@ def clear_task(
     state: State,
     body: ClearRequest | None = None,
 ) -> ClearOut:
-    """Reset the task instance (and with `downstream`, its downstream) so it runs again."""
-    dag, run, ti = find_ti(session, dag_id, run_id, task_id)
+    """Reset the task instance (and with `downstream`, its downstream) so it runs again:
+    every index of a mapped task, or with `map_index` that one (and with `downstream` only
+    what depends on it)."""
+    map_index = body.map_index if body is not None else None
+    if map_index is not None:
+        dag, run, _ = find_ti(session, dag_id, run_id, task_id, map_index)
+    else:
+        dag, run = find_task(session, dag_id, run_id, task_id)
     downstream = body.downstream if body is not None else False
     cleared = clear_task_instances(
-        session, run, dag, [ti.task_id], downstream=downstream, now=utcnow()
+        session, run, dag, [task_id], downstream=downstream, now=utcnow(), map_index=map_index
     )
     session.commit()
     revoke_external_tasks(state.settings, cleared.external_ids)
@@ -154,9 +189,11 @@ def task_logs(
     try_number: Annotated[
         int | None, Query(ge=1, le=MAX_TRY, description="default: the current try")
     ] = None,
+    map_index: MapIndex = None,
 ) -> TaskLogOut:
-    """What one try printed and logged (empty while nothing was stored)."""
-    _, run, ti = find_ti(session, dag_id, run_id, task_id)
+    """What one try printed and logged (empty while nothing was stored); a mapped task's
+    index is named by `map_index`."""
+    _, run, ti = find_ti(session, dag_id, run_id, task_id, map_index)
     number = try_number if try_number is not None else ti.try_number
     stored = task_log_of(session, ti.id, number) if number >= 1 else None
     if stored is None and not 1 <= number <= ti.try_number:
@@ -179,7 +216,12 @@ def task_logs(
 
 
 def _why(
-    session: Session, dag_id: str, run_id: str, task_id: str, state: State
+    session: Session,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    state: State,
+    map_index: int | None = None,
 ) -> tuple[str | None, list[str]]:
     """The plain-words explanation of `sluice tasks explain` (workers not asked: too slow)."""
     try:
@@ -191,6 +233,7 @@ def _why(
             utcnow(),
             workers_by_queue=None,
             settings=state.settings,
+            map_index=map_index,
         )
     except ExplainError:
         return None, []
@@ -205,8 +248,9 @@ def mark_task(
 ) -> MarkOut:
     """Mark the task instance (with `downstream` / `upstream`, those too) `success`,
     `failed` or `skipped`, as `sluice tasks mark` does: the tries it takes are stopped,
-    and a success starts the downstream it makes ready. 409 if all are in that state."""
-    dag, run, ti = find_ti(session, dag_id, run_id, task_id)
+    and a success starts the downstream it makes ready (every index of a mapped task). 409
+    if all are in that state."""
+    dag, run = find_task(session, dag_id, run_id, task_id)
     return apply_mark(
         session,
         state.settings,
@@ -215,7 +259,7 @@ def mark_task(
             session,
             run,
             dag,
-            ti.task_id,
+            task_id,
             TI(body.state),
             upstream=body.upstream,
             downstream=body.downstream,

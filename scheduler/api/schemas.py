@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
-from sluice.scheduler.control.inputs import ID_MAX, check_id_text, storable
+from sluice.scheduler.control.inputs import ID_MAX, MAX_MAP_INDEX, check_id_text, storable
 from sluice.scheduler.core.states import DagRunState, RunType, TaskInstanceState
 from sluice.scheduler.scheduling.dagrun import check_run_id
 
@@ -59,6 +59,13 @@ class NoteIn(Strict):
 
 class ClearRequest(Strict):
     downstream: StrictBool = Field(default=False, description="also clear its downstream tasks")
+    map_index: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MAP_INDEX,
+        description="clear only this index of a mapped task (with downstream: only what "
+        "depends on it); default: every index",
+    )
 
 
 class TaskMarkIn(Strict):
@@ -216,8 +223,16 @@ class MarkOut(BaseModel):
 
 
 class GridCell(BaseModel):
-    state: TaskInstanceState
+    state: TaskInstanceState = Field(
+        description="the TI's state; for a mapped task the first of its indexes' states "
+        "among running, queued, scheduled, up_for_retry, none, failed, upstream_failed, "
+        "success, skipped, removed"
+    )
     try_number: int
+    mapped: int | None = Field(default=None, description="a mapped task's number of indexes")
+    states: dict[str, int] | None = Field(
+        default=None, description="a mapped task's indexes counted by state"
+    )
 
 
 class GridRun(BaseModel):

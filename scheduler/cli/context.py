@@ -13,6 +13,7 @@ from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
 from sluice.scheduler.core.migrate import check_current
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.ti_lookup import TiNotFound, find_task_instance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.scheduling.dagbag import sync_dag_folder
 
@@ -58,16 +59,19 @@ class Cli:
         return run
 
     def get_ti(
-        self, session: Session, dag_id: str, run_id: str, task_id: str
+        self,
+        session: Session,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: int | None = None,
     ) -> tuple[DagRun, TaskInstance]:
+        """The run and its TI (a mapped task's named by `map_index`), or a CliError."""
         run = self.get_run(session, dag_id, run_id)
-        ti = session.scalar(
-            select(TaskInstance).where(
-                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id
-            )
-        )
-        if ti is None:
-            raise CliError(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r}")
+        try:
+            ti = find_task_instance(session, run.id, task_id, map_index, named_by="--map-index")
+        except TiNotFound as exc:
+            raise CliError(f"run {run_id!r} of DAG {dag_id!r} {exc}") from None
         return run, ti
 
 

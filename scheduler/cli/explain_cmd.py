@@ -16,6 +16,7 @@ from rich.markup import escape
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.map_index import add_map_index_argument, checked_map_index
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.explain import ExplainError, Explanation, explain_ti
 from sluice.scheduler.control.inputs import check_seconds
@@ -32,6 +33,7 @@ def add_explain_parser(tasks_subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("run_id")
     p.add_argument("task_id")
     p.add_argument("--json", action="store_true")
+    add_map_index_argument(p, "the index of a mapped task")
     p.add_argument(
         "--workers-timeout",
         type=float,
@@ -44,6 +46,7 @@ def add_explain_parser(tasks_subparsers: argparse._SubParsersAction) -> None:
 
 def explain(cli: Cli, args: argparse.Namespace) -> int:
     check_seconds(args.workers_timeout, "--workers-timeout")
+    map_index = checked_map_index(args)
     with cli.factory() as session:
         state = session.scalar(
             select(TaskInstance.state)
@@ -52,6 +55,7 @@ def explain(cli: Cli, args: argparse.Namespace) -> int:
                 DagRun.dag_id == args.dag_id,
                 DagRun.run_id == args.run_id,
                 TaskInstance.task_id == args.task_id,
+                TaskInstance.map_index == (-1 if map_index is None else map_index),
             )
         )
     workers = None
@@ -68,6 +72,7 @@ def explain(cli: Cli, args: argparse.Namespace) -> int:
                 args.task_id,
                 utcnow(),
                 workers_by_queue=workers,
+                map_index=map_index,
                 settings=cli.settings,
             )
         except ExplainError as exc:

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from sluice.scheduler.cli.context import Cli, CliError, iso
+from sluice.scheduler.cli.map_index import add_map_index_argument, checked_map_index
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import MAX_TRY, check_int
 from sluice.scheduler.core.queries.task_logs import task_log_of
@@ -32,6 +33,7 @@ def add_logs_parser(tasks_sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print control characters as stored, also on a terminal (default: spelled out)",
     )
+    add_map_index_argument(p, "the index of a mapped task")
     p.set_defaults(func=show_logs)
 
 
@@ -43,7 +45,7 @@ def show_logs(cli: Cli, args: argparse.Namespace) -> int:
     if args.try_number is not None:
         check_int(args.try_number, "--try", 1, MAX_TRY)
     with cli.factory() as session:
-        _, ti = cli.get_ti(session, args.dag_id, args.run_id, args.task_id)
+        _, ti = cli.get_ti(session, args.dag_id, args.run_id, args.task_id, checked_map_index(args))
         number = args.try_number if args.try_number is not None else ti.try_number
         if number == 0:
             raise CliError(f"task {args.task_id!r} of run {args.run_id!r} has not run yet")

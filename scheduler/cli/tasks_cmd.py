@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Sequence
+from itertools import groupby
 from typing import Any
 
 from rich.console import Console
@@ -15,6 +17,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.explain_cmd import add_explain_parser
 from sluice.scheduler.cli.logs_cmd import add_logs_parser
+from sluice.scheduler.cli.map_index import add_map_index_argument, checked_map_index
 from sluice.scheduler.cli.render import cell
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
@@ -39,6 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_id")
     p.add_argument("--task", action="append", dest="task_ids", metavar="TASK_ID")
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
+    add_map_index_argument(p, "clear only this index of the one --task (mapped)")
     p.set_defaults(func=clear)
     p = cmds.add_parser("mark", help="mark a task instance success, failed or skipped")
     p.add_argument("dag_id")
@@ -59,9 +63,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def ti_rows(session: Session, run: DagRun) -> list[dict[str, Any]]:
+    """One row per TI, in creation order (a mapped task's indexes by map index)."""
     tis = session.scalars(
         select(TaskInstance).where(TaskInstance.dag_run_id == run.id).order_by(TaskInstance.id)
     ).all()
+    first: dict[str, int] = {}
+    for ti in tis:
+        first.setdefault(ti.task_id, ti.id)
+    tis = sorted(tis, key=lambda ti: (first[ti.task_id], ti.map_index))
     return [
         {
             "task_id": ti.task_id,
@@ -88,18 +97,30 @@ def print_states(rows: Sequence[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print(json.dumps(list(rows), indent=2))
         return
-    table = Table("task_id", "state", "try", "queue", "start", "end", "error")
-    for r in rows:
-        table.add_row(
-            cell(r["task_id"]),
-            cell(r["state"]),
-            cell(r["try_number"]),
-            cell(r["queue"]),
-            cell(r["start_date"]),
-            cell(r["end_date"]),
-            cell(r["error"]),
-        )
+    table = Table("task_id", "index", "state", "try", "queue", "start", "end", "error")
+    for task_id, group in groupby(rows, key=lambda r: r["task_id"]):
+        found = list(group)
+        if found[0]["map_index"] is not None:  # a mapped task: its summary, then its indexes
+            span = f"{found[0]['map_index']}-{found[-1]['map_index']}"
+            table.add_row(cell(task_id), span, states_summary(found))
+        for r in found:
+            table.add_row(
+                cell(r["task_id"]),
+                cell(r["map_index"]) if r["map_index"] is not None else "",
+                cell(r["state"]),
+                cell(r["try_number"]),
+                cell(r["queue"]),
+                cell(r["start_date"]),
+                cell(r["end_date"]),
+                cell(r["error"]),
+            )
     Console().print(table)
+
+
+def states_summary(rows: Sequence[dict[str, Any]]) -> str:
+    """A mapped task's indexes counted by state: "2 success, 1 running"."""
+    counts = Counter(str(r["state"]) for r in rows)
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
 
 
 def states(cli: Cli, args: argparse.Namespace) -> int:
@@ -111,13 +132,24 @@ def states(cli: Cli, args: argparse.Namespace) -> int:
 
 def clear(cli: Cli, args: argparse.Namespace) -> int:
     now = utcnow()
+    map_index = checked_map_index(args)
+    if map_index is not None and len(args.task_ids or []) != 1:
+        raise CliError("--map-index names an index of one task: give exactly one --task")
     with transaction(cli.factory) as session:
         run = cli.get_run(session, args.dag_id, args.run_id)
         dag = session.get(Dag, args.dag_id)
         assert dag is not None
         try:
+            if map_index is not None:
+                cli.get_ti(session, args.dag_id, args.run_id, args.task_ids[0], map_index)
             cleared = clear_task_instances(
-                session, run, dag, args.task_ids, downstream=args.downstream, now=now
+                session,
+                run,
+                dag,
+                args.task_ids,
+                downstream=args.downstream,
+                now=now,
+                map_index=map_index,
             )
         except UnknownTask as exc:
             raise CliError(str(exc)) from None

@@ -67,6 +67,7 @@ def load_subject(
     now: dt.datetime,
     settings: Settings,
     workers: dict[str, list[str]] | None,
+    map_index: int | None = None,
 ) -> Subject:
     dag = session.scalar(select(Dag).where(Dag.dag_id == dag_id))
     if dag is None:
@@ -75,9 +76,22 @@ def load_subject(
     if run is None:
         raise ExplainError(f"DAG {dag_id!r} has no run {run_id!r}")
     rows = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
-    ti = next((r for r in rows if r.task_id == task_id), None)
+    wanted = -1 if map_index is None else map_index
+    ti = next((r for r in rows if r.task_id == task_id and r.map_index == wanted), None)
     if ti is None and task_id not in dag.serialized["tasks"]:
         raise ExplainError(f"run {run_id!r} of DAG {dag_id!r} has no task {task_id!r}")
+    indexes = sorted(r.map_index for r in rows if r.task_id == task_id and r.map_index >= 0)
+    if ti is None and (indexes or map_index is not None):
+        shown = f"{indexes[0]}..{indexes[-1]}" if indexes else "none"
+        if map_index is None:
+            raise ExplainError(
+                f"run {run_id!r} of DAG {dag_id!r} has task {task_id!r} mapped: name one of "
+                f"its indexes {shown} with --map-index"
+            )
+        raise ExplainError(
+            f"run {run_id!r} of DAG {dag_id!r} has no index {map_index} of task {task_id!r} "
+            f"(its indexes: {shown})"
+        )
     views = [
         TiView(
             id=r.id,
@@ -85,6 +99,7 @@ def load_subject(
             state=TI(r.state),
             next_retry_at=r.next_retry_at,
             result=r.result,
+            map_index=r.map_index,
         )
         for r in rows
     ]
@@ -126,6 +141,7 @@ def explain_ti(
     *,
     workers_by_queue: dict[str, list[str]] | None,
     settings: Settings | None = None,
+    map_index: int | None = None,
 ) -> Explanation:
     """Explain why TI (dag_id, run_id, task_id) is in its state at `now`.
 
@@ -135,7 +151,9 @@ def explain_ti(
     Raises ExplainError for an unknown DAG, run or task.
     """
     settings = settings or Settings()
-    subject = load_subject(session, dag_id, run_id, task_id, now, settings, workers_by_queue)
+    subject = load_subject(
+        session, dag_id, run_id, task_id, now, settings, workers_by_queue, map_index
+    )
     reasons, notes = reasons_for(subject)
     event = audit.latest(session, dag_id, run_id, task_id)
     if event is not None:
@@ -155,6 +173,7 @@ def explain_ti(
         dag_id=dag_id,
         run_id=run_id,
         task_id=task_id,
+        map_index=ti.map_index if ti is not None and ti.map_index >= 0 else None,
         state=state,
         run_state=str(subject.run.state),
         try_number=ti.try_number if ti is not None else 0,

@@ -78,6 +78,8 @@ class Explanation:
     summary: str
     reasons: list[Reason]
     notes: list[str] = field(default_factory=list)
+    map_index: int | None = None
+    """The index of a mapped task's TI; None when the task is not mapped."""
 
     def kinds(self) -> list[str]:
         return [str(r.kind) for r in self.reasons]
@@ -90,6 +92,7 @@ class Explanation:
             "dag_id": self.dag_id,
             "run_id": self.run_id,
             "task_id": self.task_id,
+            "map_index": self.map_index,
             "state": self.state,
             "run_state": self.run_state,
             "try_number": self.try_number,

@@ -25,7 +25,7 @@ from sluice.scheduler.control.explain_limits import (
 from sluice.scheduler.control.explain_model import Reason, Subject, duration, iso
 from sluice.scheduler.control.explain_model import ReasonKind as K
 from sluice.scheduler.core.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
-from sluice.scheduler.scheduling.deps import branch_choice, upstream_counts
+from sluice.scheduler.scheduling.deps import RunTis, TiView, branch_choice, upstream_counts
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 
@@ -136,6 +136,16 @@ def _listing(upstream: list[dict[str, Any]], limit: int = 5) -> str:
     return shown + (f" and {len(upstream) - limit} more" if len(upstream) > limit else "")
 
 
+def _states_text(tis: list[TiView]) -> str:
+    """One TI's state, or a mapped task's indexes counted by state ("2 success, 1 running")."""
+    if len(tis) == 1 and tis[0].map_index < 0:
+        return str(tis[0].state)
+    counts: dict[str, int] = {}
+    for ti in tis:
+        counts[str(ti.state)] = counts.get(str(ti.state), 0) + 1
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+
+
 def dependency_reasons(subject: Subject, *, deciding: bool) -> list[Reason]:
     """Upstream states, branch choices and the trigger rule's verdict.
 
@@ -145,9 +155,12 @@ def dependency_reasons(subject: Subject, *, deciding: bool) -> list[Reason]:
     if task is None:
         return [removed_reason(subject)]
     tasks = subject.dag.serialized["tasks"]
-    by_task = {t.task_id: t for t in subject.tis}
+    index = subject.ti.map_index if subject.ti is not None else -1
+    per_index = (task.get("map") or {}).get("per_index")
+    ups = RunTis(subject.tis).upstream_tis(task, per_index, index)
+    by_task = {u: tis[0] for u, tis in ups.items() if tis}
     upstream_ids = [u for u in task["upstream"] if u in by_task]
-    upstream = [{"task_id": u, "state": str(by_task[u].state)} for u in upstream_ids]
+    upstream = [{"task_id": u, "state": _states_text(ups[u])} for u in upstream_ids]
     reasons: list[Reason] = []
     for up in upstream_ids:
         if tasks.get(up, {}).get("is_branch") and by_task[up].state is TI.SUCCESS:
@@ -161,7 +174,7 @@ def dependency_reasons(subject: Subject, *, deciding: bool) -> list[Reason]:
                         data={"branch_task": up, "chosen": sorted(chosen)},
                     )
                 )
-    counts = upstream_counts([by_task[u].state for u in upstream_ids])
+    counts = upstream_counts([ti.state for u in upstream_ids for ti in ups[u]])
     rule = TriggerRule(task["trigger_rule"])
     verdict = decide(rule, counts)
     waiting = [u for u in upstream if u["state"] in _UNFINISHED]

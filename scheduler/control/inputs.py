@@ -25,6 +25,8 @@ ID_MAX = 250
 """Longest id or name a row holds (the columns are VARCHAR(250))."""
 
 MAX_TRY = 1_000_000
+MAX_MAP_INDEX = 10_000_000
+"""Largest map index a user may name (above any max_map_length)."""
 """Highest try number anyone may ask for (far above any `retries`)."""
 
 INT_MAX = 2**31 - 1

@@ -39,6 +39,30 @@ def downstream_closure(spec: dict[str, Any], roots: Sequence[str]) -> set[str]:
     return seen
 
 
+def index_closure(spec: dict[str, Any], root: str, map_index: int) -> dict[str, int | None]:
+    """What clearing index `map_index` of `root` with its downstream clears: task id →
+    the one index to clear, or None for all its TIs. A task mapped one to one over a
+    task cleared at index i is cleared at index i; any other downstream (a reduce, a
+    task mapped over the whole output) as a whole, and so is everything after it."""
+    tasks = spec["tasks"]
+    chosen: dict[str, int | None] = {root: map_index}
+    stack = [root]
+    while stack:
+        task_id = stack.pop()
+        index = chosen[task_id]
+        for child in tasks.get(task_id, {}).get("downstream", []):
+            per_index = (tasks.get(child, {}).get("map") or {}).get("per_index")
+            wanted = index if index is not None and per_index == task_id else None
+            if child not in chosen:
+                chosen[child] = wanted
+            elif chosen[child] is not None and chosen[child] != wanted:
+                chosen[child] = None  # reached two ways: all of it
+            else:
+                continue
+            stack.append(child)
+    return chosen
+
+
 @dataclass
 class Cleared:
     """What `clear_task_instances` did: how many TIs it reset, and the external Celery
@@ -57,8 +81,11 @@ def clear_task_instances(
     *,
     downstream: bool,
     now: dt.datetime,
+    map_index: int | None = None,
 ) -> Cleared:
     """Reset the chosen TIs of `run` to `none` (all of them if `task_ids` is empty or None).
+    With `map_index` (one task id): only that index of it, and with `downstream` only what
+    depends on that index (`index_closure`).
 
     Each cleared TI gets its retries again (`max_tries` counts from its current
     try), and the run goes back to `queued` so a scheduler picks it up. Raises
@@ -72,7 +99,14 @@ def clear_task_instances(
     unknown = sorted(wanted - set(tasks))
     if unknown:
         raise UnknownTask(f"DAG {dag.dag_id!r} has no task {unknown[0]!r}")
-    if wanted and downstream:
+    indexes: dict[str, int | None] = {}
+    if map_index is not None:
+        (root,) = wanted
+        indexes = (
+            index_closure(dag.serialized, root, map_index) if downstream else {root: map_index}
+        )
+        wanted = set(indexes)
+    elif wanted and downstream:
         wanted = downstream_closure(dag.serialized, sorted(wanted))
     # the run's row first, as every writer of a run's TIs takes it (no deadlock with a
     # worker writing a result under it)
@@ -81,6 +115,9 @@ def clear_task_instances(
     cleared = Cleared()
     for ti in tis:
         if wanted and ti.task_id not in wanted:
+            continue
+        index = indexes.get(ti.task_id)
+        if index is not None and ti.map_index != index:
             continue
         retries = int(tasks.get(ti.task_id, {}).get("retries", 0))
         external = ti.external_id if ti.state == TI.RUNNING else None
