@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from sqlalchemy import func, select
@@ -32,7 +32,7 @@ from sluice.scheduler.api.schemas import (
 from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.api.views import DagShape, dag_detail_json, dag_summary
 from sluice.scheduler.core.models import Dag, DagFile, DagRun, TaskInstance
-from sluice.scheduler.core.states import RUN_UNFINISHED
+from sluice.scheduler.core.states import RUN_UNFINISHED, TI
 
 RECENT_RUNS = 10
 
@@ -128,6 +128,37 @@ def patch_dag(dag_id: str, body: DagPatch, session: DbSession, state: State) -> 
     return _summary(session, state, dag)
 
 
+_SUMMARY_ORDER = [
+    TI.RUNNING,
+    TI.QUEUED,
+    TI.SCHEDULED,
+    TI.UP_FOR_RETRY,
+    TI.NONE,
+    TI.FAILED,
+    TI.UPSTREAM_FAILED,
+    TI.SUCCESS,
+    TI.SKIPPED,
+    TI.REMOVED,
+]
+"""A mapped task's cell shows the first of its indexes' states in this order: what is
+still moving, then what failed, then how it ended."""
+
+
+def grid_cell(groups: list[Any]) -> GridCell:
+    """One task's cell from its TIs counted by state (run, task, state, count, highest
+    try, highest map index): an unmapped task's TI, or a mapped task's summary."""
+    if len(groups) == 1 and groups[0][5] < 0:
+        return GridCell(state=groups[0][2], try_number=groups[0][4])
+    counts = {str(g[2]): int(g[3]) for g in groups}
+    shown = next(s for s in _SUMMARY_ORDER if str(s) in counts)
+    return GridCell(
+        state=shown,
+        try_number=max(int(g[4]) for g in groups),
+        mapped=sum(counts.values()),
+        states=counts,
+    )
+
+
 @router.get("/{dag_id}/grid", response_model=Grid, dependencies=[CanRead], responses=errors(404))
 def grid(
     dag_id: str,
@@ -161,11 +192,18 @@ def grid(
                 TaskInstance.dag_run_id,
                 TaskInstance.task_id,
                 TaskInstance.state,
-                TaskInstance.try_number,
-            ).where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
+                func.count(),
+                func.max(TaskInstance.try_number),
+                func.max(TaskInstance.map_index),
+            )
+            .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
+            .group_by(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state)
         ).all()
-        for run_pk, task_id, ti_state, try_number in rows:
-            cells[run_pk][task_id] = GridCell(state=ti_state, try_number=try_number)
+        grouped: dict[tuple[int, str], list[Any]] = defaultdict(list)
+        for row in rows:
+            grouped[(row[0], row[1])].append(row)
+        for (run_pk, task_id), found in grouped.items():
+            cells[run_pk][task_id] = grid_cell(found)
     task_ids = state.shapes.shape(dag).order
     known = set(task_ids)
     extra = sorted({t for c in cells.values() for t in c if t not in known})

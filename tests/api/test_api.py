@@ -294,8 +294,9 @@ def test_grid_has_runs_oldest_first_and_cells(client: TestClient, settings: Sett
 
     assert grid["task_ids"] == ["extract", "audit", "transform", "load"]
     assert [r["run_id"] for r in grid["runs"]] == ["g1", "g2"]
-    assert grid["runs"][0]["cells"]["load"] == {"state": "success", "try_number": 1}
-    assert grid["runs"][1]["cells"]["load"] == {"state": "none", "try_number": 0}
+    unmapped = {"mapped": None, "states": None}
+    assert grid["runs"][0]["cells"]["load"] == {"state": "success", "try_number": 1, **unmapped}
+    assert grid["runs"][1]["cells"]["load"] == {"state": "none", "try_number": 0, **unmapped}
     assert grid["active"] is True
 
 

@@ -23,6 +23,7 @@ from sluice.scheduler.api import create_app
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings
 from tests.api.conftest import TOKEN
+from tests.integration.test_cancel_run import rows
 from tests.procs import Sluice, wait_until
 
 CHROMIUM = os.environ.get("SLUICE_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -240,3 +241,79 @@ def _walk_through(page: Any, base: str, expect: Any) -> None:
     expect(page.locator('th[data-run="ui-run-1"]')).to_have_attribute(
         "data-state", "success", timeout=30_000
     )
+
+
+MAPPED_DAG = """
+from sluice import DAG, task
+
+with DAG("web_mapped", schedule=None) as dag:
+    @task
+    def names():
+        return ["a", "b", "c"]
+
+    @task
+    def load(name):
+        print("loading", name)
+        return name
+
+    @task
+    def joined(values):
+        return "".join(values)
+
+    joined(load.expand(name=names()))
+"""
+
+
+def test_a_mapped_task_is_one_cell_that_opens_its_indexes(
+    browser: Any, sluice: Sluice, tmp_path: Path
+) -> None:
+    """One cell for the mapped task with its count and states; the panel lists its indexes,
+    each with its own log, and clears one index alone."""
+    from playwright.sync_api import expect
+
+    (sluice.dags_folder / "web_mapped_dag.py").write_text(MAPPED_DAG)
+    sluice.ok("dags", "list")
+    sluice.scheduler()
+    sluice.worker(concurrency=2)
+    run_id = sluice.trigger("web_mapped", "--run-id", "mapped-1")
+    assert sluice.wait_run("web_mapped", run_id) == "success"
+    settings = Settings(
+        database_url=sluice.database_url, broker_url=sluice.broker_url, namespace=sluice.namespace
+    )
+    with ServedApi(settings, ApiConfig(token=TOKEN)) as api:
+        page = browser.new_page()
+        page.set_default_timeout(15_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            page.goto(api.url + "/")
+            page.fill("#token", TOKEN)
+            page.click("#token-form button")
+            page.goto(api.url + "/dags/web_mapped")
+            load = page.locator('button.cell[data-task="load"][data-run="mapped-1"]')
+            expect(load).to_have_attribute("data-mapped", "3")
+            expect(load).to_contain_text("×3")
+            expect(load).to_have_attribute("title", re.compile("3 mapped indexes: 3 success"))
+            load.click()
+            expect(page.locator("#panel-indexes button")).to_have_count(3)
+            expect(page.locator("#panel-title")).to_have_text("load [0] · mapped-1")
+            expect(page.locator("#log")).to_contain_text("loading a")
+            page.locator('#panel-indexes button[data-index="2"]').click()
+            expect(page.locator("#panel-title")).to_have_text("load [2] · mapped-1")
+            expect(page.locator("#log")).to_contain_text("loading c")
+            page.click("#clear")
+            expect(page.locator("#clear")).to_contain_text("Click again to clear load [2]")
+            page.click("#clear")
+            expect(page.locator("#clear-result")).to_contain_text("Cleared 1 task instance(s)")
+            expect(page.locator("#tries")).to_contain_text("Try 2 (success)", timeout=60_000)
+        except Exception as exc:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            raise AssertionError(
+                f"UI test failed ({exc}); see {tmp_path}/failure.png\n{sluice.logs()}"
+            ) from exc
+        assert errors == []
+    tries = rows(
+        sluice.database_url,
+        "SELECT map_index, try_number FROM task_instance WHERE task_id = 'load' ORDER BY 1",
+    )
+    assert tries == [(0, 1), (1, 1), (2, 2)]

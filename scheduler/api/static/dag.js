@@ -48,20 +48,28 @@
     ]);
   }
 
+  /* "3 success, 2 running": a mapped task's indexes counted by state. */
+  function countsText(states) {
+    return Object.keys(states).sort().map((s) => states[s] + " " + S.stateWords(s)).join(", ");
+  }
+
   function cell(run, taskId) {
     const ti = run.cells[taskId];
     const state = ti ? ti.state : "none";
-    const words = S.stateWords(state) + (ti && ti.try_number > 1 ? ", try " + ti.try_number : "");
+    const mapped = ti && ti.mapped ? ti.mapped : null;
+    const words = mapped
+      ? mapped + " mapped indexes: " + countsText(ti.states)
+      : S.stateWords(state) + (ti && ti.try_number > 1 ? ", try " + ti.try_number : "");
     const isSelected = selected && selected.runId === run.run_id && selected.taskId === taskId;
     return S.el("td", {}, S.el("button", {
       type: "button",
-      class: "cell state-" + state + (isSelected ? " selected" : ""),
-      dataset: { task: taskId, run: run.run_id, state },
+      class: "cell state-" + state + (mapped ? " mapped" : "") + (isSelected ? " selected" : ""),
+      dataset: { task: taskId, run: run.run_id, state, mapped: mapped || "" },
       title: taskId + " in " + run.run_id + ": " + words,
       "aria-label": taskId + " in run " + run.run_id + ": " + words,
       "aria-pressed": isSelected ? "true" : "false",
-      text: S.stateAbbr(state),
-      on: { click: () => openPanel(run.run_id, taskId, null) },
+      text: S.stateAbbr(state) + (mapped ? " ×" + mapped : ""),
+      on: { click: () => openPanel(run.run_id, taskId, null, Boolean(mapped)) },
     }));
   }
 
@@ -149,8 +157,8 @@
   });
 
   // -- the task-instance panel -----------------------------------------------------------
-  function openPanel(runId, taskId, tryNumber) {
-    selected = { runId, taskId, tryNumber, finished: false };
+  function openPanel(runId, taskId, tryNumber, mapped) {
+    selected = { runId, taskId, tryNumber, finished: false, mapped: Boolean(mapped), mapIndex: null };
     document.querySelectorAll("#grid .cell.selected").forEach((node) => {
       node.classList.remove("selected");
       node.setAttribute("aria-pressed", "false");
@@ -158,6 +166,8 @@
     const node = document.querySelector('#grid .cell[data-task="' + CSS.escape(taskId) + '"][data-run="' + CSS.escape(runId) + '"]');
     if (node) { node.classList.add("selected"); node.setAttribute("aria-pressed", "true"); }
     $("panel").hidden = false;
+    $("panel-indexes-title").hidden = $("panel-indexes").hidden = !mapped;
+    $("panel-indexes").replaceChildren();
     $("clear-result").textContent = "";
     $("ops-result").textContent = "";
     $("note-text").value = "";
@@ -175,16 +185,19 @@
     if (!selected) return;
     const want = selected;
     const call = ++panelCall;
-    const tiPath = dagPath + "/runs/" + encodeURIComponent(want.runId) + "/tasks/" + encodeURIComponent(want.taskId);
+    const tiPath = tiPathOf(want);
     let ti;
     try {
-      ti = await S.api("GET", tiPath);
+      if (want.mapped) await loadIndexes(want, call);
+      if (want.mapped && want.mapIndex === null) return;
+      ti = await S.api("GET", tiPath + indexQuery(want, "?"));
     } catch (e) {
       if (first && call === panelCall) S.setStatus($("panel-state"), e.message, "error");
       return;
     }
     if (selected !== want || call !== panelCall) return;
-    $("panel-title").textContent = ti.task_id + " · " + ti.run_id;
+    $("panel-title").textContent = ti.task_id + (ti.map_index !== null ? " [" + ti.map_index + "]" : "") +
+      " · " + ti.run_id;
     $("panel-state").replaceChildren(S.chip(ti.state, "state"), " ", S.stateWords(ti.state),
       ti.try_number ? " — try " + ti.try_number + " of " + ti.max_tries : "");
     $("panel-facts").replaceChildren(
@@ -217,7 +230,7 @@
             (t.attempt_id ? " · attempt " + t.attempt_id : ""),
       on: { click: () => { selected.tryNumber = t.try_number; selected.finished = false; loadPanel(false); } },
     }))) : [S.el("li", { class: "muted", text: "Not run yet." })]));
-    const logDone = await loadLog(tiPath, current, () => call === panelCall);
+    const logDone = await loadLog(tiPath, current, () => call === panelCall, indexQuery(want, "&"));
     if (selected === want && call === panelCall) want.finished = S.TERMINAL.has(ti.state) && logDone;
   }
 
@@ -228,8 +241,36 @@
       S.fmtTime(note.at) + "): " }), note.note] : []));
   }
 
+  const SHOWN_INDEXES = 500;
+
+  /* `?map_index=i` (or `&…`) when a mapped task's index is selected, else nothing. */
+  function indexQuery(sel, sep) {
+    return sel.mapIndex === null || sel.mapIndex === undefined ? "" : sep + "map_index=" + sel.mapIndex;
+  }
+
+  /* A mapped task's indexes, one button each (its state); the first is selected at first. */
+  async function loadIndexes(want, call) {
+    const list = $("panel-indexes");
+    const tis = await S.api("GET", runPathOf(want) + "/tasks?task_id=" + encodeURIComponent(want.taskId));
+    if (selected !== want || call !== panelCall) return;
+    const all = tis.filter((t) => t.map_index !== null);
+    if (want.mapIndex === null && all.length) want.mapIndex = all[0].map_index;
+    const indexes = all.slice(0, SHOWN_INDEXES);
+    $("panel-indexes-title").hidden = list.hidden = false;
+    list.replaceChildren(...(indexes.length ? indexes.map((t) => S.el("li", {}, S.el("button", {
+      type: "button",
+      class: "index state-" + t.state,
+      "aria-pressed": t.map_index === want.mapIndex ? "true" : "false",
+      dataset: { index: t.map_index, state: t.state },
+      text: "[" + t.map_index + "] " + S.stateWords(t.state) + (t.try_number > 1 ? ", try " + t.try_number : ""),
+      on: { click: () => { want.mapIndex = t.map_index; want.tryNumber = null; want.finished = false; loadPanel(false); } },
+    }))) : [S.el("li", { class: "muted", text: "Not expanded yet (" + tis.map((t) => S.stateWords(t.state)).join(", ") + ")." })]),
+      ...(all.length > indexes.length ? [S.el("li", { class: "muted", text: "and " + (all.length - indexes.length) +
+        " more (the API lists them all: GET …/tasks?task_id=" + want.taskId + ")" })] : []));
+  }
+
   /* Show one try's log; true if it will not change any more. */
-  async function loadLog(tiPath, tryNumber, current) {
+  async function loadLog(tiPath, tryNumber, current, query) {
     const pre = $("log");
     if (!tryNumber) {
       $("log-meta").textContent = "";
@@ -237,7 +278,7 @@
       return true;
     }
     try {
-      const log = await S.api("GET", tiPath + "/logs?try_number=" + tryNumber);
+      const log = await S.api("GET", tiPath + "/logs?try_number=" + tryNumber + (query || ""));
       if (!current()) return false;
       const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       const dropped = log.dropped_lines ? "… " + log.dropped_lines + " earlier lines were dropped (size cap)\n" : "";
@@ -290,8 +331,14 @@
     }
   }
 
-  confirmed($("clear"), () => "clear " + selected.taskId, () => operate($("clear-result"),
-    () => S.api("POST", tiPathOf(selected) + "/clear", { downstream: $("clear-downstream").checked }),
+  function clearBody(sel) {
+    const body = { downstream: $("clear-downstream").checked };
+    if (sel.mapIndex !== null && sel.mapIndex !== undefined) body.map_index = sel.mapIndex;
+    return body;
+  }
+  const whichTi = (sel) => sel.taskId + (sel.mapIndex !== null && sel.mapIndex !== undefined ? " [" + sel.mapIndex + "]" : "");
+  confirmed($("clear"), () => "clear " + whichTi(selected), () => operate($("clear-result"),
+    () => S.api("POST", tiPathOf(selected) + "/clear", clearBody(selected)),
     (out) => "Cleared " + out.cleared + " task instance(s); the run is " + out.run_state + "."));
 
   for (const id of ["mark-success", "mark-failed", "mark-skipped"]) {
