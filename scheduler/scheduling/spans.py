@@ -114,9 +114,10 @@ def emit_run(tracing: Tracing, run: DagRun, end: dt.datetime, state: str | None 
 
 
 def emit_ti(tracing: Tracing, ti: TaskInstance, end: dt.datetime) -> None:
+    mapped = ti.map_index >= 0
     _emit(
         tracing,
-        f"task {ti.task_id}",
+        f"task {ti.task_id}[{ti.map_index}]" if mapped else f"task {ti.task_id}",
         ti.context_carrier,
         None,
         end,
@@ -124,6 +125,7 @@ def emit_ti(tracing: Tracing, ti: TaskInstance, end: dt.datetime) -> None:
             "dag_id": ti.dag_id,
             "run_id": ti.run_id,
             "task_id": ti.task_id,
+            **({"map_index": ti.map_index} if mapped else {}),
             "try_number": ti.try_number,
             "attempt_id": ti.attempt_id,
             "queue": ti.queue,

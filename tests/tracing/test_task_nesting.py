@@ -312,3 +312,70 @@ def test_a_republished_task_nests_under_its_span(sluice: Sluice, receiver: OtlpR
     sluice.worker()
     assert sluice.wait_run("chain5", run_id) == "success"
     check_run(sluice, receiver, "chain5", run_id)
+
+
+MAPPED = """
+import time
+from opentelemetry import trace
+from sluice import DAG, task
+
+
+def work(context):
+    with trace.get_tracer("user.code").start_as_current_span(f"user {context['task_id']}"):
+        time.sleep(0.002)
+
+
+with DAG("mapped", schedule=None) as dag:
+    @task
+    def items(context):
+        work(context)
+        return [1, 2, 3, 4]
+
+    @task(retries=1, retry_delay=0)
+    def load(x, context):
+        work(context)
+        if context["map_index"] == 1 and context["try_number"] == 1:
+            raise RuntimeError("index 1 fails once")
+        return x
+
+    @task
+    def double(y, context):
+        work(context)
+        return 2 * y
+
+    @task
+    def total(values, context):
+        work(context)
+        return sum(values)
+
+    @task
+    def nothing(context):
+        work(context)
+        return []
+
+    @task
+    def never(z, context):
+        work(context)
+
+    total(double.expand(y=load.expand(x=items())))
+    never.expand(z=nothing())
+"""
+
+
+def test_every_index_of_a_mapped_task_nests_under_its_own_span(
+    sluice: Sluice, receiver: OtlpReceiver
+) -> None:
+    """Each index is a span of its own (`task load[2]`) under the run, its tries' worker
+    spans and user spans under it; a retried index's both tries under the same span; a
+    mapped task of zero items is one span, `skipped`."""
+    export_to(sluice, receiver)
+    (sluice.dags_folder / "mapped.py").write_text(textwrap.dedent(MAPPED))
+    sluice.scheduler()
+    sluice.worker(concurrency=4)
+    run_id = sluice.trigger("mapped")
+    assert sluice.wait_run("mapped", run_id) == "success"
+    tis = sluice.db_task_states("mapped", run_id)
+    assert sorted(k for k in tis if k.startswith("load")) == [f"load[{i}]" for i in range(4)]
+    assert tis["load[1]"]["try_number"] == 2
+    assert tis["never"]["state"] == "skipped"
+    check_run(sluice, receiver, "mapped", run_id)

@@ -106,34 +106,41 @@ def _check(
     assert [base_name(r) for r in roots] == [f"dag_run {dag_id}"], f"roots: {roots}"
     orphans = [s.name for s in tree.spans if s.parent_id not in tree.by_id and s.parent_id]
     assert not orphans, f"spans whose parent is missing: {orphans}"
-    for task_id, ti in tis.items():
-        task_spans = tree.named(f"task {task_id}")
-        assert task_spans, f"no span for task {task_id} ({ti['state']})"
+    for key, ti in tis.items():
+        task_id = str(ti.get("task_id") or key)
+        task_spans = tree.named(f"task {key}")
+        assert task_spans, f"no span for task {key} ({ti['state']})"
         for span in task_spans:
             assert span.attributes["task_id"] == task_id
             assert span.attributes["dag_id"] == dag_id
+            assert span.attributes.get("map_index") == ti.get("map_index")
             assert {"run_id", "try_number", "queue", "state"} <= set(span.attributes)
         states = {s.attributes["state"] for s in task_spans}
-        assert ti["state"] in states, f"task {task_id}: spans {states}, TI {ti['state']}"
+        assert ti["state"] in states, f"task {key}: spans {states}, TI {ti['state']}"
         if ti.get("hostname"):
-            _check_tries(tree, task_id, int(ti["try_number"]), task_id not in no_user_spans)
+            _check_tries(tree, key, task_id, int(ti["try_number"]), task_id not in no_user_spans)
     for run in (s for s in tree.spans if s.name == RUN_SPAN):
         run_task = run.attributes.get("task_id")
-        parent = tree.parent(run)
-        assert base_name(parent) == f"task {run_task}", f"worker span: {tree.path(run)}"
+        parent = base_name(tree.parent(run))
+        assert parent.split("[")[0] == f"task {run_task}", f"worker span: {tree.path(run)}"
 
 
-def _check_tries(tree: Tree, task_id: str, tries: int, user_spans: bool) -> None:
-    runs = tree.worker_runs(task_id)
+def _check_tries(tree: Tree, key: str, task_id: str, tries: int, user_spans: bool) -> None:
+    """Tries 1..`tries` of TI `key` each have a worker span directly under its task span,
+    and (`user_spans`) the span its code opened under one of those."""
+    runs = [
+        s for s in tree.spans if s.name == RUN_SPAN and base_name(tree.parent(s)) == f"task {key}"
+    ]
     assert {r.attributes.get("try_number") for r in runs} >= set(range(1, tries + 1)), (
-        f"task {task_id}: worker spans of tries {[r.attributes.get('try_number') for r in runs]}"
+        f"task {key}: worker spans of tries {[r.attributes.get('try_number') for r in runs]}"
         f", {tries} tries"
     )
     if not user_spans:
         return
-    users = tree.named(f"user {task_id}")
-    assert len(users) >= tries, f"task {task_id}: {len(users)} user spans for {tries} tries"
-    for user in users:
+    run_ids = {r.span_id for r in runs}
+    users = [u for u in tree.named(f"user {task_id}") if u.parent_id in run_ids]
+    assert len(users) >= tries, f"task {key}: {len(users)} user spans for {tries} tries"
+    for user in tree.named(f"user {task_id}"):
         parent = tree.parent(user)
         assert parent.name == RUN_SPAN and parent.attributes.get("task_id") == task_id, (
             f"user span: {tree.path(user)}"
