@@ -60,6 +60,8 @@ class TickResult:
     tis_requeued: int = 0
     dead_tis: int = 0
     dead_jobs: int = 0
+    mapped_expansions: int = 0
+    tis_expanded: int = 0
     more_runs: bool = False
 
     @property
@@ -314,6 +316,8 @@ class DagRunJob:
                 finished = None if decision.finished is None else str(decision.finished)
                 spans.finish_spans(session, self.tracing, run, self.job_id, now, finished)
             result.tis_scheduled += len(decision.scheduled)
+            result.mapped_expansions += decision.expansions
+            result.tis_expanded += decision.indexes
             if decision.finished is not None:
                 result.runs_finished += 1
                 log.info("run %s.%s %s", run.dag_id, run.run_id, decision.finished)

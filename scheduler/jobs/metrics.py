@@ -209,6 +209,8 @@ class SchedulerMetrics:
                 ("dead_jobs", "dead_jobs", "jobs found dead and released"),
                 ("dead_tis", "dead_tis", "running TIs found without heartbeat"),
                 ("tis_requeued", "messages.republished", "queued TIs published again"),
+                ("mapped_expansions", "mapped.expansions", "mapped tasks given their indexes"),
+                ("tis_expanded", "tis.expanded", "indexes of mapped tasks asked for"),
             )
         }
         for counter in self.counters.values():

@@ -175,6 +175,10 @@ class RunDecision:
     finished: DagRunState | None = None
     stop: list[str] = field(default_factory=list)
     """Attempts of tries failed past their `queued_timeout`, to revoke after the commit."""
+    expansions: int = 0
+    """Mapped tasks given their indexes (an expansion, or a one-to-one task following)."""
+    indexes: int = 0
+    """The indexes those expansions asked for."""
 
 
 def update_state(
@@ -203,6 +207,8 @@ def update_state(
         )
         for expansion in decisions.expansions:
             outcome.scheduled += write_expansion(session, run, dag, expansion, now)
+            outcome.expansions += 1
+            outcome.indexes += len(expansion.indexes)
         moved = _write_moves(session, decisions, outcome, now)
         expanded = bool(decisions.expansions)
         if not expanded:

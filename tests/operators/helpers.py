@@ -23,7 +23,7 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.transitions import move_run, move_ti, queue_tis
 from sluice.scheduler.scheduling.dagbag import sync_dag_folder
-from sluice.scheduler.scheduling.dagrun import create_dagrun, update_state
+from sluice.scheduler.scheduling.dagrun import RunDecision, create_dagrun, update_state
 
 HEADER = "from datetime import timedelta\nfrom sluice import DAG, Skip, TriggerRule, task\n"
 
@@ -82,13 +82,14 @@ class World:
                     session, run.id, DagRunState.RUNNING, expect=[DagRunState.QUEUED], now=self.now
                 )
 
-    def ti(self, dag_id: str, run_id: str, task_id: str) -> TaskInstance:
+    def ti(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> TaskInstance:
         with self.factory() as session:
             ti = session.scalar(
                 select(TaskInstance).where(
                     TaskInstance.dag_id == dag_id,
                     TaskInstance.run_id == run_id,
                     TaskInstance.task_id == task_id,
+                    TaskInstance.map_index == map_index,
                 )
             )
             assert ti is not None
@@ -102,10 +103,12 @@ class World:
         to: TI,
         *,
         at: dt.datetime | None = None,
+        map_index: int = -1,
         **values: Any,
     ) -> TaskInstance:
-        """Walk the TI from its state to `to` at time `at`; `values` go with the last move."""
-        ti = self.ti(dag_id, run_id, task_id)
+        """Walk the TI (of `map_index`, for a mapped task's index) from its state to `to` at
+        time `at`; `values` go with the last move."""
+        ti = self.ti(dag_id, run_id, task_id, map_index)
         path = PATHS[to]
         if ti.state in path:  # already part of the way there (e.g. scheduled by a decision)
             path = path[path.index(TI(ti.state)) + 1 :]
@@ -134,9 +137,9 @@ class World:
                     )
                     assert moved, f"{task_id}: {state} -> {new} did not move"
                 state = new
-        return self.ti(dag_id, run_id, task_id)
+        return self.ti(dag_id, run_id, task_id, map_index)
 
-    def decide(self, dag_id: str, run_id: str) -> None:
+    def decide(self, dag_id: str, run_id: str) -> RunDecision:
         """One scheduling decision of the run, as the scheduler makes it (row locked)."""
         with transaction(self.factory) as session:
             run = session.scalar(
@@ -146,7 +149,9 @@ class World:
             )
             dag = session.get(Dag, dag_id)
             assert run is not None and dag is not None
-            update_state(session, run, dag, self.now)
+            return update_state(
+                session, run, dag, self.now, max_map_length=self.settings.max_map_length
+            )
 
     def scheduler_job(self) -> int:
         from sluice.scheduler.jobs.scheduler_job import SchedulerJob
