@@ -6,30 +6,14 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from tests.integration.test_cancel_run import rows
-from tests.procs import Sluice
+from tests.procs import Sluice, standalone
 
-ISSUE_DAG = """
-from sluice import DAG, task
-
-with DAG("files", schedule=None) as dag:
-    @task
-    def list_files() -> list[str]:
-        return ["a.csv", "b.csv", "c.csv"]
-
-    @task(retries=2)
-    def load(path: str, table: str) -> int:
-        return len(path)
-
-    @task
-    def total(counts: list[int]) -> int:
-        return sum(counts)
-
-    counts = load.partial(table="raw").expand(path=list_files())
-    total(counts)
-"""
+ISSUE_DAG = (Path(__file__).resolve().parents[2] / "examples" / "dags" / "files.py").read_text()
+"""The issue's example, as the README shows it: `examples/dags/files.py`."""
 
 
 def tis(sluice: Sluice, run_id: str) -> list[dict[str, Any]]:
@@ -257,3 +241,22 @@ def test_one_index_retries_alone_and_the_run_limit_holds(sluice: Sluice, tmp_pat
     spans = [(t["start"], t["end"]) for t in found]
     for start, _ in spans:
         assert sum(s <= start < e for s, e in spans) <= 2
+
+
+def test_mapping_on_the_embedded_sqlite_path(tmp_path: Any) -> None:
+    """`sluice standalone` (SQLite, embedded broker) runs the issue's example, mapped."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "files.py").write_text(textwrap.dedent(ISSUE_DAG))
+    done = standalone(
+        tmp_path, dags, f"sqlite:///{tmp_path / 'map.db'}", "--trigger", "files", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout[done.stdout.index("[\n") : done.stdout.rindex("]") + 1])
+    assert [(r["task_id"], r["map_index"], r["state"]) for r in listed] == [
+        ("list_files", None, "success"),
+        ("load", 0, "success"),
+        ("load", 1, "success"),
+        ("load", 2, "success"),
+        ("total", None, "success"),
+    ]

@@ -3,7 +3,6 @@ one-line errors of bad calls, and what each index is called with."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -15,31 +14,11 @@ from sluice.tasks.mapping import MapInputError, MapSpec, check_map_output, index
 from sluice.tasks.runtime import run_task
 from sluice.tasks.serialize import serialize_dag, version_hash
 
-ISSUE_DAG = """
-from sluice import DAG, task
-
-with DAG("files", schedule=None) as dag:
-    @task
-    def list_files() -> list[str]:
-        return ["a.csv", "b.csv", "c.csv"]
-
-    @task(retries=2)
-    def load(path: str, table: str) -> int:
-        return len(path)
-
-    @task
-    def total(counts: list[int]) -> int:
-        return sum(counts)
-
-    counts = load.partial(table="raw").expand(path=list_files())
-    total(counts)
-"""
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dags" / "files.py"
 
 
-def test_the_issue_dag_file_loads_and_serializes(tmp_path: Path) -> None:
-    path = tmp_path / "files.py"
-    path.write_text(ISSUE_DAG)
-    (dag,) = load_file(path)
+def test_the_issue_dag_file_loads_and_serializes() -> None:
+    (dag,) = load_file(EXAMPLE)
     load, total = dag.tasks["load"], dag.tasks["total"]
     assert load.upstream_task_ids == {"list_files"} and total.upstream_task_ids == {"load"}
     assert load.map == MapSpec("product", (("path", Upstream("list_files")),))
@@ -219,7 +198,7 @@ def test_the_upstream_checks_what_it_returns() -> None:
         check_map_output([1], {**output, "kwargs": True}, 10, "up")
 
 
-def test_the_readme_mapping_example_is_this_file(tmp_path: Path) -> None:
+def test_the_readme_mapping_example_is_the_example_file() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     block = readme.split("### Mapping")[1].split("```python")[1].split("```")[0]
-    assert textwrap.dedent(block).strip() == textwrap.dedent(ISSUE_DAG).strip()
+    assert block.strip() == EXAMPLE.read_text().strip()
