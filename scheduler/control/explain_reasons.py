@@ -138,7 +138,7 @@ def _listing(upstream: list[dict[str, Any]], limit: int = 5) -> str:
 
 def _states_text(tis: list[TiView]) -> str:
     """One TI's state, or a mapped task's indexes counted by state ("2 success, 1 running")."""
-    if len(tis) == 1 and tis[0].map_index < 0:
+    if len(tis) == 1:
         return str(tis[0].state)
     counts: dict[str, int] = {}
     for ti in tis:
@@ -177,7 +177,7 @@ def dependency_reasons(subject: Subject, *, deciding: bool) -> list[Reason]:
     counts = upstream_counts([ti.state for u in upstream_ids for ti in ups[u]])
     rule = TriggerRule(task["trigger_rule"])
     verdict = decide(rule, counts)
-    waiting = [u for u in upstream if u["state"] in _UNFINISHED]
+    waiting = [u for u in upstream if any(ti.state in _UNFINISHED for ti in ups[u["task_id"]])]
     state = TI(subject.ti.state) if subject.ti is not None else TI.NONE
     rule_reason = Reason(
         K.TRIGGER_RULE,

@@ -169,6 +169,7 @@ class World:
         task_id: str,
         workers: dict[str, list[str]] | None = None,
         at: dt.datetime | None = None,
+        map_index: int | None = None,
     ) -> Explanation:
         with self.factory() as session:
             return explain_ti(
@@ -179,4 +180,5 @@ class World:
                 at or self.now,
                 workers_by_queue=workers,
                 settings=self.settings,
+                map_index=map_index,
             )

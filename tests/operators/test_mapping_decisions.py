@@ -175,3 +175,20 @@ def test_a_tick_that_expands_counts_it(world: World) -> None:
     assert (result.mapped_expansions, result.tis_expanded) == (3, 9)
     assert one(samples, "sluice_scheduler_mapped_expansions_total") == 3
     assert one(samples, "sluice_scheduler_tis_expanded_total") == 9
+
+
+def test_explain_names_the_index_and_what_it_waits_for(world: World) -> None:
+    world.trigger("m", "r1")
+    items_done(world, "r1", [1, 2, 3])
+    world.decide("m", "r1")
+    world.advance("m", "r1", "first", TI.SUCCESS, map_index=0, result="1")
+    waiting = world.explain("m", "r1", "second", map_index=2)
+    assert (waiting.map_index, waiting.state) == (2, "none")
+    assert "waiting on upstream 'first' (scheduled)" in waiting.summary
+    assert "of 1" in waiting.summary  # its one upstream TI: index 2 of `first`
+    reduce = world.explain("m", "r1", "total")
+    assert "'second' (3 none)" in reduce.summary
+    from sluice.scheduler.control.explain import ExplainError
+
+    with pytest.raises(ExplainError, match="mapped: name one of its indexes 0..2"):
+        world.explain("m", "r1", "second")
