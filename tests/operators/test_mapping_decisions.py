@@ -20,6 +20,7 @@ from sluice.scheduler.core.transitions import move_run
 from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 from sluice.scheduler.scheduling.clearing import clear_task_instances
+from sluice.scheduler.scheduling.ti_rows import BULK_FROM
 from tests.operators.helpers import World
 from tests.operators.test_metrics import one, scrape
 
@@ -55,7 +56,7 @@ with DAG("m", schedule=None) as dag:
 def world(pg_url: str, tmp_path: Path) -> Iterator[World]:
     folder = tmp_path / "dags"
     folder.mkdir()
-    w = World(pg_url, folder, heartbeat_timeout=30, queued_timeout=60, max_map_length=50)
+    w = World(pg_url, folder, heartbeat_timeout=30, queued_timeout=60, max_map_length=500)
     w.dags(MAPPED)
     yield w
     w.close()
@@ -135,7 +136,7 @@ def test_a_rerun_with_fewer_items_removes_the_extra_indexes(world: World) -> Non
         ([], "skipped", None),
         (None, "skipped", None),
         ("abc", "failed", "is a str: a mapped task expands over a list or a dict"),
-        (list(range(51)), "failed", "gives 51 items, more than max_map_length 50"),
+        (list(range(501)), "failed", "gives 501 items, more than max_map_length 500"),
     ],
     ids=["zero-items", "no-result", "not-a-list", "over-the-cap"],
 )
@@ -192,3 +193,37 @@ def test_explain_names_the_index_and_what_it_waits_for(world: World) -> None:
 
     with pytest.raises(ExplainError, match="mapped: name one of its indexes 0..2"):
         world.explain("m", "r1", "second")
+
+
+def test_a_wide_expansion_is_one_insert_with_every_column(world: World) -> None:
+    """Past `BULK_FROM` indexes PostgreSQL gets them in one INSERT … SELECT over arrays:
+    each row as the per-row insert makes it (options, a span of its own in the run's
+    trace), the ones to start already scheduled."""
+    world.trigger("m", "r1")
+    items_done(world, "r1", list(range(BULK_FROM * 3)))
+    world.decide("m", "r1")
+    with world.factory() as session:
+        tis = session.scalars(
+            select(TaskInstance)
+            .where(TaskInstance.run_id == "r1", TaskInstance.task_id.in_(["first", "limited"]))
+            .order_by(TaskInstance.task_id, TaskInstance.map_index)
+        ).all()
+    first = [t for t in tis if t.task_id == "first"]
+    limited = [t for t in tis if t.task_id == "limited"]
+    assert [t.map_index for t in first] == list(range(BULK_FROM * 3))
+    assert {t.state for t in first} == {TI.SCHEDULED}
+    assert all(t.scheduled_at is not None for t in first)
+    assert [t.state for t in limited[:3]] == [TI.SCHEDULED, TI.SCHEDULED, TI.NONE]
+    assert all(t.scheduled_at is None for t in limited[2:])
+    for t in tis:
+        assert (t.queue, t.pool, t.pool_slots, t.max_tries, t.try_number) == (
+            "default",
+            "default_pool",
+            1,
+            1,
+            0,
+        )
+        assert t.span_status == "not_started" and t.callback_mask == 0
+    parents = [t.context_carrier["traceparent"].split("-") for t in tis]
+    assert len({p[1] for p in parents}) == 1  # the run's trace
+    assert len({p[2] for p in parents}) == len(tis)  # a span id each
