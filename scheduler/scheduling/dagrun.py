@@ -12,17 +12,18 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, case, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from sluice.scheduler.core.callback_kinds import mask_of
+from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
-from sluice.scheduler.scheduling.deps import Decisions, TiView, run_outcome
+from sluice.scheduler.scheduling.deps import Decisions, TiView, results_that_decide, run_outcome
 from sluice.scheduler.scheduling.expanding import write_expansion
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.scheduler.scheduling.ti_rows import insert_tis
@@ -31,9 +32,22 @@ from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH
 
 _TIS = TaskInstance.__table__.c
 _RUNS = DagRun.__table__
-_RUN_TIS = select(
-    _TIS.id, _TIS.task_id, _TIS.state, _TIS.next_retry_at, _TIS.result, _TIS.map_index
-).where(_TIS.dag_run_id == bindparam("run_pk"))
+_RUN_TIS = hot(
+    "run's TIs to decide",
+    select(
+        _TIS.id,
+        _TIS.task_id,
+        _TIS.state,
+        _TIS.next_retry_at,
+        case(
+            (_TIS.task_id.in_(bindparam("read_results", expanding=True)), _TIS.result),
+            else_=None,
+        ),
+        _TIS.map_index,
+    ).where(_TIS.dag_run_id == bindparam("run_pk")),
+    "Every TI of the run, with the results only of the tasks whose results decide "
+    "(`deps.results_that_decide`): a mapped task's thousands of results are not read.",
+)
 _STAMP_DECISION = (
     update(_RUNS)  # type: ignore[arg-type]
     .where(_RUNS.c.id == bindparam("b_run"))
@@ -199,7 +213,7 @@ def update_state(
         verify_integrity(session, run, dag, now)
     outcome = RunDecision()
     for round_ in range(_ROUNDS):
-        tis = _read_tis(session, run)
+        tis = _read_tis(session, run, dag)
         if round_ == 0:
             tis, outcome.stop = fail_queued_past_timeout(session, dag.serialized, tis, now)
         decisions = decide_run(
@@ -235,8 +249,9 @@ _ROUNDS = 4
 one-to-one mapped tasks gets its indexes one task per round; the rest next pass)."""
 
 
-def _read_tis(session: Session, run: DagRun) -> list[TiView]:
-    rows = session.execute(_RUN_TIS, {"run_pk": run.id}).all()
+def _read_tis(session: Session, run: DagRun, dag: Dag) -> list[TiView]:
+    deciding = results_that_decide(dag.serialized, dag.version_hash)
+    rows = session.execute(_RUN_TIS, {"run_pk": run.id, "read_results": list(deciding)}).all()
     return [
         TiView(
             id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4], map_index=r[5]

@@ -89,6 +89,28 @@ def topological_order(spec: Mapping[str, Any], version_hash: str) -> tuple[str, 
     return order
 
 
+_DECIDING_CACHE: dict[str, tuple[str, ...]] = {}
+
+
+def results_that_decide(spec: Mapping[str, Any], version_hash: str) -> tuple[str, ...]:
+    """The tasks whose stored results a decision reads: branch tasks (their choice) and
+    the unmapped tasks a mapped task expands over (their items). Every other TI's result,
+    up to 64 KiB each, is left unread (cached by the DAG's version hash)."""
+    found = _DECIDING_CACHE.get(version_hash)
+    if found is None:
+        found = tuple(
+            sorted(
+                task_id
+                for task_id, task in spec["tasks"].items()
+                if task.get("is_branch") or task.get("map_output") is not None
+            )
+        )
+        if len(_DECIDING_CACHE) >= _TOPO_CACHE_SIZE:
+            _DECIDING_CACHE.pop(next(iter(_DECIDING_CACHE)))
+        _DECIDING_CACHE[version_hash] = found
+    return found
+
+
 def branch_choice(result: str | None) -> set[str] | None:
     """The task ids a successful branch task picked (its stored return value)."""
     if result is None:

@@ -102,13 +102,14 @@ def _expand(
 
 def _outputs(run: RunTis) -> Any:
     """An upstream's output as a mapped task counts it: an unmapped task's stored result
-    (None, so zero items, unless it succeeded), a mapped task's successful indexes."""
+    (None, so zero items, unless it succeeded), a mapped task's successful indexes (their
+    results are not read: only their count matters here; each item's form is checked
+    by the index that takes it, when it runs)."""
 
     def value_of(task_id: str) -> Any:
         tis = run.by_task.get(task_id, [])
         if any(ti.map_index >= 0 for ti in tis):
-            done = [ti for ti in tis if run.state[ti.id] is TI.SUCCESS]
-            return [json.loads(ti.result) if ti.result else None for ti in done]
+            return [{} for ti in tis if run.state[ti.id] is TI.SUCCESS]
         done = [ti for ti in tis if run.state[ti.id] is TI.SUCCESS and ti.result is not None]
         value = json.loads(done[0].result) if done and done[0].result else None
         return [] if value is None else value

@@ -102,6 +102,12 @@ def queue_scheduled(
     # so its scheduled TIs cannot fill the batch and starve other DAGs and pools.
     full_dags = [d for d, n in capacity.active.items() if n >= capacity.max_tasks.get(d, 0)]
     full_pools = [p for p, n in capacity.used.items() if n >= capacity.slots.get(p, 0)]
+    # no more candidates than free slots: each takes one at least (a wide map's thousands
+    # of scheduled indexes are not all locked to queue the few that fit)
+    free = sum(max(0, n - capacity.used.get(p, 0)) for p, n in capacity.slots.items())
+    limit = min(limit, free)
+    if limit <= 0:
+        return [], False
     candidates = lock_scheduled_tis(session, limit, runs, full_dags, full_pools)
     if not candidates:
         return [], False
