@@ -30,7 +30,7 @@ import json
 import logging
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -47,7 +47,9 @@ from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_logs import capture_task_log
 from sluice.scheduler.core.dag_cache import SerializedDagCache
 from sluice.scheduler.core.db import (
+    Pipeline,
     Sent,
+    committed_at_once,
     executed_alone,
     single_statement_factory,
     transaction,
@@ -63,7 +65,12 @@ from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.text import storable
 from sluice.scheduler.core.transitions import short_error, ti_move_returning
 from sluice.scheduler.scheduling.downstream import FollowUp
-from sluice.scheduler.scheduling.plans import decidable, wide_fan_in
+from sluice.scheduler.scheduling.plans import (
+    arguments_upstream,
+    decidable,
+    waits_for_every_index,
+    wide_fan_in,
+)
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped
 from sluice.tasks.mapping import check_map_output
@@ -141,6 +148,26 @@ class Claimed:
     """The upstream tasks that are mapped: each gives the list of its indexes' results."""
     per_index: str | None = None
     """The mapped upstream this task maps one to one: it gives its index `map_index`'s result."""
+    pre_read: PreRead | None = None
+    """The upstream results read with the claim (for the upstream ids it names)."""
+
+
+@dataclass(frozen=True)
+class PreRead:
+    """Upstream results read in the claim's query: of `task_ids`, its rows."""
+
+    task_ids: tuple[str, ...]
+    rows: list[Any]
+
+
+def _upstream_read_with_claim(msg: RunMessage) -> tuple[str, ...] | None:
+    """The upstream task ids to read with the claim of `msg`: those of its task, if its
+    arguments take upstream results in the DAG version this process read last (a guess:
+    `_read_for_context` reads them again if the claimed version's differ); else None."""
+    dag = _DAGS.latest(msg.dag_id)
+    if dag is None or not dag.serialized:
+        return None
+    return arguments_upstream(dag, msg.task_id)
 
 
 def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
@@ -188,8 +215,10 @@ def _what(msg: RunMessage) -> str:
 
 
 def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
-    """queued -> running for this attempt: one UPDATE ... RETURNING the run's context
-    (the upstream results are read later, only for a task that reads them).
+    """queued -> running for this attempt: one UPDATE ... RETURNING the run's context.
+    A task whose arguments take upstream results (as the DAG version this process last
+    read says: `_upstream_read_with_claim`) has them read in the same query, after the
+    UPDATE; others read them later, only if they take the context.
 
     None if the claim lost: nothing was changed. A dropped database connection is
     retried (the claim is a compare-and-set, so a retry cannot claim twice).
@@ -197,17 +226,31 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
     found: list[Claimed | None] = []
 
     spec_of = getattr(ctx.dags, "get_spec", None)
+    upstream_ids = None if spec_of is not None else _upstream_read_with_claim(msg)
 
     def attempt() -> bool:
         found.clear()
         move = claim_statement(msg, ctx.hostname, ctx.pid, utcnow())
-        # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
-        rows = executed_alone(ctx.session_factory, move)
+        pre_read: PreRead | None = None
+        if upstream_ids is None:
+            # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
+            rows = executed_alone(ctx.session_factory, move)
+        else:
+            pipeline = Pipeline()
+            claimed = pipeline.add(move, "claim")
+            read = pipeline.add(
+                (_UPSTREAM_OF_TI, {"ti_id": msg.ti_id, "task_ids": list(upstream_ids)}),
+                "upstream results",
+            )
+            sent = committed_at_once(ctx.session_factory, pipeline)
+            rows = sent[claimed]
+            pre_read = PreRead(upstream_ids, list(sent[read]))
         if not rows:
             found.append(None)
             return False
         row = rows[0]._replace(logical_date=rows[0].logical_date.astimezone(dt.UTC))
-        found.append(_read_context(_dag_reader(ctx.session_factory), msg, row, spec_of))
+        context = _read_context(_dag_reader(ctx.session_factory), msg, row, spec_of)
+        found.append(replace(context, pre_read=pre_read))
         return True
 
     retrying(attempt)
@@ -250,9 +293,22 @@ _CLAIMED = hot(
     "subqueries on their keys, so the claim is one statement.",
 )
 _RUN_CONF = hot("run conf", select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk")))
+_UPSTREAM_COLUMNS = (_TI.c.task_id, _TI.c.map_index, _TI.c.state, _TI.c.result)
+_UPSTREAM_OF_TI = hot(
+    "upstream results of the claimed TI",
+    select(*_UPSTREAM_COLUMNS)
+    .where(
+        _TI.c.dag_run_id
+        == select(_TI.c.dag_run_id).where(_TI.c.id == bindparam("ti_id")).scalar_subquery(),
+        _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
+    )
+    .order_by(_TI.c.task_id, _TI.c.map_index),
+    "The upstream results, read in the claim's query (after its UPDATE) for a task whose "
+    "arguments take them: its run found by the claimed TI's key.",
+)
 _UPSTREAM_RESULTS = hot(
     "upstream results",
-    select(_TI.c.task_id, _TI.c.map_index, _TI.c.state, _TI.c.result)
+    select(*_UPSTREAM_COLUMNS)
     .where(
         _TI.c.dag_run_id == bindparam("run_pk"),
         _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
@@ -370,6 +426,10 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
     which its arguments may refer to). The claim returns neither: a run's conf (up to
     SLUICE_MAX_CONF_BYTES) would travel with every claim of every task of the run."""
     upstream = claimed.context["upstream"]
+    pre = claimed.pre_read
+    if upstream and pre is not None and set(pre.task_ids) == set(upstream):
+        _fill_upstream(claimed, upstream, pre.rows)
+        upstream = {}  # read already
     if not upstream and not conf:
         return
     with transaction(single_statement_factory(ctx.session_factory)) as session:
@@ -576,6 +636,7 @@ def _record(
             tracing=ctx.trace_tis,
             plan=plan,
             wide=wide,
+            every_index=claimed.map_index >= 0 and waits_for_every_index(claimed.dag, msg.task_id),
         )
     )
     if ctx.observe is not None:

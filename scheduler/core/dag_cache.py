@@ -50,6 +50,10 @@ class SerializedDagCache:
             self._checked[dag_id] = clock
         return {d: self._rows[d] for d in hashes if d in self._rows}
 
+    def latest(self, dag_id: str) -> Dag | None:
+        """The copy of `dag_id` read last, whatever its version (no query)."""
+        return self._rows.get(dag_id)
+
     def cached(
         self, dag_id: str, version_hash: str | None, fileloc: str | None = None
     ) -> Dag | None:

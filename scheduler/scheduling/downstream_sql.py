@@ -376,3 +376,66 @@ UNFINISHED = hot(
     "One row by (dag_run_id, state); the states as plain parameters (one_of), compiled once.",
 )
 """Whether a run has a TI left to finish (one indexed row)."""
+
+
+INDEX_LEFT = hot(
+    "mapped task has an unfinished index",
+    select(_TI.id)
+    .where(
+        _TI.dag_run_id == bindparam("run_pk"),
+        one_of(_TI.state, [state.value for state in TI_UNFINISHED]),
+        _TI.task_id == bindparam("task_id"),
+    )
+    .limit(1),
+    "One row by (dag_run_id, state), then the task: another index of a mapped task not "
+    "finished (`plans.waits_for_every_index`).",
+)
+"""Whether a mapped task has an index left to finish in the run."""
+
+
+_SIBLING = TaskInstance.__table__.alias("sibling")
+_WAITER = TaskInstance.__table__.alias("waiter")
+INDEX_COUNTING = hot(
+    "index result counts the other indexes",
+    (
+        exists()
+        .where(
+            _SIBLING.c.dag_run_id == bindparam("run_pk"),
+            one_of(_SIBLING.c.state, [state.value for state in TI_UNFINISHED]),
+            _SIBLING.c.task_id == bindparam("counted_task"),
+            _SIBLING.c.id != _TI.id,
+        )
+        .label("unfinished"),
+        exists()
+        .where(_WAITER.c.state == TI.SCHEDULED.value, _WAITER.c.pool == bindparam("lock_pool"))
+        .label("backlog"),
+    ),
+    "What the result of a mapped task's index returns, under the run's lock: whether "
+    "another index of the task is unfinished (by (dag_run_id, state)), and whether TIs "
+    "wait in its pool for the slot it frees.",
+)
+
+
+def index_write(
+    *,
+    run_pk: int,
+    task_id: str,
+    pool: str,
+    ti_id: int,
+    attempt_id: str,
+    now: dt.datetime,
+    values: Mapping[str, Any],
+) -> Sent:
+    """The success of an index of mapped task `task_id`, running → success, returning
+    `unfinished` (another index is) and `backlog` (TIs wait in `pool`). To send after the
+    run's lock, in the same transaction."""
+    return ti_move_returning(
+        ti_id,
+        TI.SUCCESS,
+        expect=[TI.RUNNING],
+        now=now,
+        returning=INDEX_COUNTING,
+        attempt_id=attempt_id,
+        values=values,
+        params={"run_pk": run_pk, "counted_task": task_id, "lock_pool": pool},
+    )

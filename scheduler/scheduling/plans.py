@@ -7,6 +7,7 @@ DAG version, task, pool and outcome and cached. The statements that carry it out
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -256,3 +257,48 @@ def wide_fan_in(
         return None
     plan = _plan(dag, task_id, pool, True)
     return plan if plan is not None and plan.wide else None
+
+
+_EVERY_INDEX: dict[tuple[str, str], bool] = {}
+
+
+def waits_for_every_index(dag: Dag | None, task_id: str) -> bool:
+    """Whether a success of one index of mapped task `task_id` decides nothing while
+    another of its indexes is unfinished: every direct downstream waits for all its
+    upstreams (`WAITS_FOR_ALL`) and none follows its indexes one to one (cached per DAG
+    version)."""
+    if dag is None or not dag.serialized:
+        return False
+    key = (dag.version_hash, task_id)
+    found = _EVERY_INDEX.get(key)
+    if found is None:
+        tasks = dag.serialized["tasks"]
+        task = tasks.get(task_id, {})
+        found = task.get("map") is not None and all(
+            TriggerRule(tasks[d]["trigger_rule"]) in WAITS_FOR_ALL
+            and (tasks[d].get("map") or {}).get("per_index") != task_id
+            for d in task.get("downstream", [])
+        )
+        if len(_EVERY_INDEX) >= _PLANS_SIZE:
+            _EVERY_INDEX.clear()
+        _EVERY_INDEX[key] = found
+    return found
+
+
+_ARGUMENTS: dict[tuple[str, str], tuple[str, ...] | None] = {}
+
+
+def arguments_upstream(dag: Dag, task_id: str) -> tuple[str, ...] | None:
+    """The upstream task ids of `task_id` if its call or mapped arguments take upstream
+    results (`{"$upstream": …}` in its serialized `call` or `map`), sorted; else None
+    (cached per DAG version)."""
+    key = (dag.version_hash, task_id)
+    if key not in _ARGUMENTS:
+        task = dag.serialized.get("tasks", {}).get(task_id)
+        takes = task is not None and '"$upstream"' in json.dumps(
+            [task.get("call"), task.get("map")]
+        )
+        if len(_ARGUMENTS) >= _PLANS_SIZE:
+            _ARGUMENTS.clear()
+        _ARGUMENTS[key] = tuple(sorted(task["upstream"])) if takes and task else None
+    return _ARGUMENTS[key]

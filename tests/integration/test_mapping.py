@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_cancel_run import rows
+from tests.integration.test_cancel_run import logs, rows
 from tests.procs import Sluice, standalone
 
 ISSUE_DAG = (Path(__file__).resolve().parents[2] / "examples" / "dags" / "files.py").read_text()
@@ -45,6 +45,8 @@ def test_the_issue_example_maps_and_reduces(sluice: Sluice) -> None:
     assert [json.loads(ti["result"]) for ti in loads] == [5, 5, 5]
     (total,) = of(found, "total")
     assert (total["map_index"], total["state"], json.loads(total["result"])) == (-1, "success", 15)
+    # each index's result written by the worker, which leaves only the last to a scheduler
+    assert logs(sluice).count("-> success (index_at_once, then ") == 3
     listed = json.loads(sluice.ok("tasks", "states", "files", run_id, "--json"))
     assert sorted((r["task_id"], r["map_index"]) for r in listed) == [
         ("list_files", None),

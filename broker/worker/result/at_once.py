@@ -1,5 +1,6 @@
-"""Results committed in one query: a fan-in's upstream (`fan_in_at_once`) and a chain's
-link (`chain_at_once`), each a success with no log to store.
+"""Results committed in one query: a fan-in's upstream (`fan_in_at_once`), a chain's
+link (`chain_at_once`) and an index of a mapped task (`index_at_once`), each a success
+with no log to store.
 
 A success into a fan-in that waits for all its upstreams decides nothing while another
 upstream is unfinished: its UPDATE counts them (`downstream_sql.fan_in_write`). So the
@@ -42,14 +43,17 @@ from sluice.scheduler.core.db import (
     Pipeline,
     Results,
     committed_at_once,
+    transaction,
     transaction_opened_by,
     utcnow,
 )
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import ti_move_returning
+from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.downstream import (
     FollowUp,
     drives,
+    fill_freed_slot,
     fill_message,
     locked_run,
     read_run,
@@ -59,6 +63,7 @@ from sluice.scheduler.scheduling.downstream_sql import (
     chain_next_statements,
     fan_in_write,
     fill_statements,
+    index_write,
     join_next_statements,
     run_lock,
 )
@@ -113,6 +118,67 @@ def fan_in_at_once(case: Case) -> Recorded:
         waiting = bool(row.unfinished)
         then = ("decide", lambda: _decide_after(case, waiting))
     return _recorded("fan_in_at_once", case, *then)
+
+
+def index_at_once(case: Case) -> Recorded:
+    """A quiet success of one index of a mapped task whose downstream waits for every
+    index, in one query: BEGIN, the run's lock, the UPDATE that writes it and says whether
+    another index is unfinished, the freed slot given to the first TI waiting in its pool
+    (its row locked, then the TI queued if it fits), COMMIT. Then the last index wakes the
+    schedulers to decide the downstream (`wake`); another sends what it queued (`fill`,
+    or `nothing`). With spans to start, the fill is a transaction of its own after."""
+    assert case.dag is not None
+    found: list[tuple[Results, Handle, Handle, Handle | None, str]] = []
+
+    def write() -> bool:
+        now = utcnow()
+        pipeline = Pipeline()
+        lock = pipeline.add(run_lock(case.run_pk), "run lock")
+        result = pipeline.add(
+            index_write(
+                run_pk=case.run_pk,
+                task_id=case.task_id,
+                pool=case.pool,
+                ti_id=case.ti_id,
+                attempt_id=case.attempt_id,
+                now=now,
+                values=case.values,
+            ),
+            "result",
+        )
+        attempt_id = str(uuid.uuid4())
+        queued = None
+        if not case.tracing:
+            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
+            pipeline.add(pool_lock, "pool lock")
+            queued = pipeline.add(queue, "waiting TI queued")
+        sent = committed_at_once(case.factory, pipeline)
+        found[:] = [(sent, lock, result, queued, attempt_id)]
+        return bool(sent[result])
+
+    if not retrying(write):
+        return Recorded(False, None, "index_at_once")
+    sent, lock, result, queued, attempt_id = found[0]
+    run, row = sent.first(lock), sent.first(result)
+    assert row is not None  # the compare-and-set won
+    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
+    last = run is None or not drives(run, case.dag) or not row.unfinished
+    if queued is not None:
+        then = "wake" if last else "fill" if filled else "nothing"
+        return Recorded(True, FollowUp(filled, wake=last), "index_at_once", then)
+    if last:
+        return _recorded("index_at_once", case, "wake", lambda: FollowUp(wake=True))
+    return _recorded("index_at_once", case, "fill", lambda: _fill_with_spans(case))
+
+
+def _fill_with_spans(case: Case) -> FollowUp:
+    """`_fill` in a transaction that also starts the span of the TI it queued."""
+    with transaction(case.factory) as session:
+        now = utcnow()
+        messages = fill_freed_slot(session, pool=case.pool, now=now, with_trace=True)
+        if messages:
+            spans.start_ti_spans(session, [m.ti_id for m in messages], now)
+    return FollowUp(messages)
 
 
 def chain_at_once(case: Case) -> Recorded:

@@ -39,6 +39,9 @@ class Case:
     """The plan of the decision when the worker reads the run for it (`decidable`)."""
     wide: Plan | None
     """The plan of a success into a fan-in too wide to read (`wide_fan_in`)."""
+    every_index: bool = False
+    """An index of a mapped task whose downstream waits for every index
+    (`plans.waits_for_every_index`)."""
 
     @property
     def quiet_success(self) -> bool:

@@ -69,7 +69,11 @@ def decided(case: Case) -> Recorded:
                 save_task_log(session, case.task_log, now=now)
             fan_in_rows = opened[fan_in] if fan_in is not None else None
             if locked is None:  # claimed by a job, another DAG version, spans to continue
-                won = bool(fan_in_rows) if fan_in_rows is not None else _move(case, session, now)
+                won = (
+                    bool(fan_in_rows)
+                    if fan_in_rows is not None
+                    else move_result(case, session, now)
+                )
                 follow[:] = [FollowUp(wake=True)] if won else []
                 return won
             known = write_result(
@@ -109,13 +113,13 @@ def written(case: Case) -> Recorded:
         with transaction(case.factory) as session:
             if case.task_log is not None:
                 save_task_log(session, case.task_log, now=now)
-            return _move(case, session, now)
+            return move_result(case, session, now)
 
     won = retrying(write)
     return Recorded(won, FollowUp(wake=True) if won and case.decides else None, "written")
 
 
-def _move(case: Case, session: Session, now: dt.datetime) -> bool:
+def move_result(case: Case, session: Session, now: dt.datetime) -> bool:
     """The result's compare-and-set alone: running → `case.new` for this attempt."""
     return move_ti(
         session,

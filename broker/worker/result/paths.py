@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sluice.broker.worker.result.at_once import chain_at_once, fan_in_at_once
+from sluice.broker.worker.result.at_once import chain_at_once, fan_in_at_once, index_at_once
 from sluice.broker.worker.result.case import Case, Recorded
 from sluice.broker.worker.result.in_transaction import decided, written
+from sluice.broker.worker.result.mapped_index import index_written
+from sluice.scheduler.core.states import TI
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,31 @@ PATHS: tuple[ResultPath, ...] = (
         "scheduler to continue its spans: the result written, the schedulers woken",
         applies=lambda c: c.decides and c.plan is not None,
         record=decided,
+    ),
+    ResultPath(
+        name="index_at_once",
+        condition="a success with no log to store of one index of a mapped task whose "
+        "downstream waits for every index (none follows it one to one)",
+        round_trips="1: BEGIN, the run's lock, the UPDATE that writes the result and says "
+        "whether another index is unfinished and TIs wait in its pool, COMMIT; then 0 or 1 "
+        "more (the freed slot filled)",
+        locks="the run's row while the query runs; then the freed pool's row",
+        fallback="the last index, or a run the worker may not drive: the schedulers are "
+        "woken and decide what follows",
+        applies=lambda c: c.decides and c.quiet_success and c.every_index,
+        record=index_at_once,
+    ),
+    ResultPath(
+        name="index_written",
+        condition="a success with a log to store of one index of a mapped task whose "
+        "downstream waits for every index",
+        round_trips="2 or 3: BEGIN with the run's lock, the result (and the log), the "
+        "count of its other unfinished indexes, the freed slot filled, COMMIT",
+        locks="the run's row first, then the TI, then the freed pool's row",
+        fallback="the last index, or a run the worker may not drive: the schedulers are "
+        "woken and decide what follows",
+        applies=lambda c: c.decides and c.new is TI.SUCCESS and c.every_index,
+        record=index_written,
     ),
     ResultPath(
         name="written",

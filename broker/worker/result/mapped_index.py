@@ -1,0 +1,59 @@
+"""The result of one index of a mapped task whose downstream waits for every index
+(`index_written`): the worker writes it and, while other indexes are unfinished, gives
+the slot it freed to the first TI waiting in its pool; the last index wakes the
+schedulers, which decide what follows (the reduce, a task expanded over the output).
+
+Invariant: the run's row is locked first (`downstream_sql.run_lock`, sent with the
+BEGIN), then the result is written and the task's other indexes are counted: the run's
+lock serialises the indexes' results, so exactly one of them, the last, finds none
+unfinished and wakes the schedulers. Without it two last indexes could each see the
+other running and neither wake them (the schedulers' full pass would still find the
+run, a loop interval later). What the fill queued is published after the commit.
+"""
+
+from __future__ import annotations
+
+from sluice.broker.worker.result.case import Case, Recorded
+from sluice.broker.worker.result.in_transaction import move_result
+from sluice.broker.worker.retrying import retrying
+from sluice.scheduler.core.db import Pipeline, transaction_opened_by, utcnow
+from sluice.scheduler.core.queries.task_logs import save_task_log
+from sluice.scheduler.scheduling import spans
+from sluice.scheduler.scheduling.downstream import FollowUp, drives, fill_freed_slot
+from sluice.scheduler.scheduling.downstream_sql import INDEX_LEFT, run_lock
+
+
+def index_written(case: Case) -> Recorded:
+    """The index's result written under the run's lock; the freed slot filled while other
+    indexes are unfinished, else the schedulers woken."""
+    follow: list[FollowUp] = []
+
+    def write() -> bool:
+        follow.clear()
+        now = utcnow()
+        opener = Pipeline()
+        lock = opener.add(run_lock(case.run_pk), "run lock")
+        with transaction_opened_by(case.factory, opener) as (session, opened):
+            run = opened.first(lock)
+            if case.task_log is not None:
+                save_task_log(session, case.task_log, now=now)
+            if not move_result(case, session, now):
+                return False
+            assert case.dag is not None
+            if run is None or not drives(run, case.dag):
+                follow.append(FollowUp(wake=True))
+                return True
+            left = session.execute(
+                INDEX_LEFT, {"run_pk": case.run_pk, "task_id": case.task_id}
+            ).first()
+            if left is None:  # the last index: the schedulers decide the downstream
+                follow.append(FollowUp(wake=True))
+                return True
+            messages = fill_freed_slot(session, pool=case.pool, now=now, with_trace=case.tracing)
+            if case.tracing and messages:
+                spans.start_ti_spans(session, [m.ti_id for m in messages], now)
+            follow.append(FollowUp(messages))
+            return True
+
+    won = retrying(write)
+    return Recorded(won, follow[0] if won and follow else None, "index_written")
