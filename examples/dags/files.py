@@ -1,6 +1,7 @@
 from sluice import DAG, task
 
 with DAG("files", schedule=None) as dag:
+
     @task
     def list_files() -> list[str]:
         return ["a.csv", "b.csv", "c.csv"]
