@@ -2,13 +2,15 @@
 
 W4 times `SchedulerJob.tick()` with 10, 100 and 1,000 idle DAGs; W5 times one
 scheduling pass (`scheduling_pass`: examine the runs and queue what is ready) over a
-10,000-task run.
+10,000-task run; W11 times the `update_state` transaction that expands a mapped task
+over an upstream's 10,000 items.
 Publishing only collects the messages: no broker, no worker.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import os
 import time
@@ -20,23 +22,25 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.dagfiles import fanout_call, idle_call, write_dag_file
-from bench.metrics import median, percentile
+from bench.dagfiles import MAPPED_TASK, fanout_call, idle_call, mapped_call, write_dag_file
+from bench.metrics import median, percentile, runs_of
 from bench.pg import BenchDb
 from bench.procs import BenchError
 from bench.profiling import Profiler
-from bench.sizes import DAG_W5, Sizes
+from bench.sizes import DAG_W5, DAG_W11_EXPAND, Sizes
 from sluice.broker.wakeup import LocalWaker
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.migrate import upgrade
-from sluice.scheduler.core.models import Dag
+from sluice.scheduler.core.models import Dag, TaskInstance
+from sluice.scheduler.core.queries.runs import claim_runs_to_examine
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.transitions import move_ti
 from sluice.scheduler.jobs.base import TickResult
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
-from sluice.scheduler.scheduling.dagrun import create_dagrun
+from sluice.scheduler.scheduling.cancelling import cancel_runs
+from sluice.scheduler.scheduling.dagrun import create_dagrun, update_state
 
 Result = dict[str, Any]
 WARM_TICKS = 3
@@ -215,11 +219,120 @@ def w5_scheduling_pass(
     return {"title": f"one scheduling pass over a {sizes.w5_tasks}-task run", "figures": figures}
 
 
-def _succeed(factory: sessionmaker[Session], msg: RunMessage) -> None:
-    """Write what a worker would: queued → running → success for this attempt."""
+def _succeed(factory: sessionmaker[Session], msg: RunMessage, result: str | None = None) -> None:
+    """Write what a worker would: queued → running → success for this attempt (with
+    `result`, the JSON of its return value, as the worker stores it)."""
     with transaction(factory) as session:
         for old, new in ((TI.QUEUED, TI.RUNNING), (TI.RUNNING, TI.SUCCESS)):
+            values = {"result": result} if new is TI.SUCCESS and result is not None else None
             if not move_ti(
-                session, msg.ti_id, new, expect=[old], now=utcnow(), attempt_id=msg.attempt_id
+                session,
+                msg.ti_id,
+                new,
+                expect=[old],
+                now=utcnow(),
+                attempt_id=msg.attempt_id,
+                values=values,
             ):
                 raise BenchError(f"could not move the root TI {old} → {new}")
+
+
+def w11_expansion(
+    db: BenchDb, workdir: Path, namespace: str, sizes: Sizes, prof: Profiler
+) -> Result:
+    """`w11_expansions` times, each on a fresh run of items() >> noop.expand(x=items())
+    whose `items` succeeded with `w11_expand_items` items (started and queued by the
+    job's own pass, its success written as a worker writes it): one transaction as a
+    scheduling pass makes it — the run claimed (locked) as the pass claims it,
+    `update_state`, the commit — which expands `noop` to one TI per item, all scheduled.
+    The median; each run is then cancelled, so the next pass has only its own."""
+    folder = workdir / "w11_dags"
+    items = sizes.w11_expand_items
+    write_dag_file(folder / "bench_mapped.py", [mapped_call(DAG_W11_EXPAND, items)])
+    result = json.dumps(list(range(items)), separators=(",", ":"))  # as `check_result`
+    sent: list[RunMessage] = []
+    every: list[dict[str, float]] = []
+    with scheduler_job(db, folder, namespace, sent) as (job, factory):
+        job.refresh_dags(utcnow(), force=True)
+        for i in range(sizes.w11_expansions):
+            run_pk = _mapped_run_ready(job, factory, sent, result)
+            last = i == sizes.w11_expansions - 1
+            record = prof.record("W11-expansion", os.getpid(), focus=("update_state",))
+            with record if last else _nothing():
+                every.append(_timed_expansion(job, factory, run_pk, items))
+            with transaction(factory) as session:
+                cancel_runs(session, [run_pk], utcnow())
+    seconds = [e["expansion_seconds"] for e in every]
+    figures = {
+        "expansion_seconds": median(seconds),
+        "expansion_seconds_min": min(seconds),
+        "expansion_seconds_max": max(seconds),
+        "expansion_update_state_seconds": median([e["update_state_seconds"] for e in every]),
+        "expansion_commit_seconds": median([e["commit_seconds"] for e in every]),
+        "expansion_items": float(items),
+        "expansions": float(len(every)),
+    }
+    return {
+        "title": f"expansion of {items} items in one update_state transaction, in-process",
+        "figures": figures,
+        "runs": runs_of(every, "expansion_seconds"),
+    }
+
+
+def _mapped_run_ready(
+    job: SchedulerJob, factory: sessionmaker[Session], sent: list[RunMessage], result: str
+) -> int:
+    """A new run, started by the job's pass (which queues `items`), `items` succeeded
+    with `result`: the next decision of the run expands the mapped task."""
+    with transaction(factory) as session:
+        dag = session.get(Dag, DAG_W11_EXPAND)
+        if dag is None:
+            raise BenchError(f"{DAG_W11_EXPAND} was not parsed")
+        now = utcnow()
+        run = create_dagrun(session, dag, run_type=RunType.MANUAL, logical_date=now, now=now)
+        run_pk = run.id
+    sent.clear()
+    wake(job.waker)  # as a trigger does: no run named
+    job.scheduling_pass(utcnow(), TickResult())
+    if len(sent) != 1 or sent[0].task_id == MAPPED_TASK:
+        raise BenchError(f"expected `items` alone to be queued, got {len(sent)} messages")
+    _succeed(factory, sent[0], result)
+    return run_pk
+
+
+def _timed_expansion(
+    job: SchedulerJob, factory: sessionmaker[Session], run_pk: int, items: int
+) -> dict[str, float]:
+    """One transaction: the run claimed as a pass claims it, `update_state`, the commit."""
+    now = utcnow()
+    t0 = time.perf_counter()
+    with transaction(factory) as session:
+        runs = claim_runs_to_examine(session, job.runs_i_drive(), 1, {run_pk})
+        if len(runs) != 1:
+            raise BenchError(f"could not claim run {run_pk}")
+        run = runs[0]
+        max_age = job.settings.dag_refresh_interval  # as the pass reads it
+        dag = job.dag_cache.get_many(session, [run.dag_id], max_age=max_age)[run.dag_id]
+        t1 = time.perf_counter()
+        decision = update_state(session, run, dag, now, max_map_length=job.settings.max_map_length)
+        t2 = time.perf_counter()
+    total = time.perf_counter() - t0
+    with factory() as session:
+        indexes = session.scalar(
+            select(func.count()).where(
+                TaskInstance.dag_run_id == run_pk,
+                TaskInstance.task_id == MAPPED_TASK,
+                TaskInstance.map_index >= 0,
+                TaskInstance.state == TI.SCHEDULED,
+            )
+        )
+    if indexes != items or len(decision.scheduled) != items:
+        raise BenchError(
+            f"expected {items} scheduled indexes, found {indexes} ({len(decision.scheduled)} "
+            "scheduled by update_state)"
+        )
+    return {
+        "expansion_seconds": total,
+        "update_state_seconds": t2 - t1,
+        "commit_seconds": total - (t2 - t0),
+    }

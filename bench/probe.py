@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import text
 
-from bench.dagfiles import chain_call, fanout_call, write_dag_file
+from bench.dagfiles import chain_call, fanout_call, mapped_call, mapped_tasks, write_dag_file
 from bench.live import LiveEnv
 from bench.metrics import median
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag
@@ -31,7 +31,9 @@ DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 
 DAGS["w3"] = (fanout_call("w3", 8), 20, 200)
 DAGS["w7"] = (chain_call("w7", 5), 40, 200)
 DAGS["w5"] = (fanout_call("w5", 9998), 1, 10000)
-"""name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3, W5, W7."""
+DAGS["w11"] = (mapped_call("w11", 1000), 1, mapped_tasks(1000))
+"""name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3, W5, W7
+and W11 (its live run: 1,000 indexes and their upstream)."""
 
 
 def cpu_seconds(pid: int) -> float:

@@ -287,6 +287,34 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
                 _check(v is not None and v <= 100, v),
             )
         )
+    if "W11" in ran:
+        size = (results.get("settings") or {}).get("sizes") or {}
+        v = _fig(results, "W11", "tasks_per_s")
+        indexes = _num(size.get("w11_indexes")) or _fig(results, "W11", "tasks") or 0
+        ref, label, r = _against_floor(results, "W11", v, drain)
+        rows.append(
+            Row(
+                "W11",
+                f"one run mapping {indexes:,.0f} no-op indexes, tasks/s",
+                v,
+                ref,
+                label,
+                r,
+                "≥ 0.6× raw drain",
+                _check(r is not None and r >= 0.6, r),
+            )
+        )
+        v = _fig(results, "W11", "expansion_seconds")
+        items = _num(size.get("w11_expand_items")) or _fig(results, "W11", "expansion_items") or 0
+        rows.append(
+            Row(
+                "W11",
+                f"expansion of {items:,.0f} items in one transaction, s",
+                v,
+                target="< 1 s",
+                passed=_check(v is not None and v < 1, v),
+            )
+        )
     return rows
 
 
@@ -351,6 +379,7 @@ _RUN_UNITS = {
     "paired_floor_drain": "floor drain just before, tasks/s",
     "alone_one_scheduler_runs_per_s": "1 scheduler alone, runs/s",
     "alone_two_schedulers_runs_per_s": "2 schedulers alone, runs/s",
+    "expansion_seconds": "expansion, s",
 }
 
 
@@ -381,10 +410,10 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "timestamps (task start_date/end_date), the floor's from the task's own clock.",
         "The floor's drain is measured before the Sluice workloads and again after them",
         "(full mode: three drains, then two): its figure is the median of all of them.",
-        "In full mode W1 and W3 are also paired with the floor: the floor's worker runs beside",
-        "them and drains 200 tasks just before each of their runs; their ratio is the median",
-        "of the per-run ratios (reference: the median of those drains), as this VM's speed",
-        "drifts by tens of percent within minutes.",
+        "In full mode W1, W3 and W11 are also paired with the floor: the floor's worker runs",
+        "beside them and drains 200 tasks just before each of their runs; their ratio is the",
+        "median of the per-run ratios (reference: the median of those drains), as this VM's",
+        "speed drifts by tens of percent within minutes.",
         "W7 is measured twice. With workers: runs of a chain with one scheduler, then two",
         "(A-B-B-A), tasks/s; workers decide every hop, so the schedulers have little to do.",
         "Schedulers alone: no worker, each phase on a database of its own with the default",
@@ -400,6 +429,15 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "W10: five runs of first >> hold >> after, one at a time; while `hold` runs,",
         "`sluice tasks mark … hold --state success` (a process, as a user runs it) marks it;",
         "the figure is from the mark's audit event to the start of `after` (database clock).",
+        "W11: runs of items() >> noop.expand(x=items()), `items` returning 1,000 items, one at",
+        "a time, triggered as W1's; tasks/s over the 1,000 indexes alone (first index's start",
+        "to last index's end), against the paired drain as W1; the schedulers expand the task",
+        "and queue its indexes (workers leave mapped tasks to them). The expansion is timed",
+        "in-process on a database of its own: a fresh run whose `items` succeeded with 10,000",
+        "items (started by the scheduler's own pass, the result written as a worker writes",
+        "it), then one transaction as a pass makes it (the run claimed FOR NO KEY UPDATE,",
+        "`update_state`, the commit) that writes the 10,000 indexes, scheduled; the median of",
+        "five such runs.",
         f"Settings: SLUICE_LOOP_INTERVAL={s['loop_interval']}, "
         f"SLUICE_DAG_REFRESH_INTERVAL=0.5, other settings at their defaults; DAGs have",
         "max_active_runs/max_active_tasks high enough that only the default pool (128 slots)",

@@ -1,10 +1,10 @@
 """`python -m bench`: the floor, the live workloads, the in-process ones, standalone; report.
 
 Order: the raw Celery floor (only its worker running), then one live Sluice
-deployment for W2, W1 (+W6), W3, W7 and W5 end to end, then the in-process W4
-and W5 pass, then W8, then W9 (the API's reads of a big DAG) — so no two parts
-compete for the CPU. Every database and process the bench creates is removed at
-the end, also on errors and Ctrl-C.
+deployment for W2, W1 (+W6), W3, W11, W7, W10 and W5 end to end, then the in-process
+W4 and W5 pass, then W8, then W9 (the API's reads of a big DAG), then W11's expansion
+in-process — so no two parts compete for the CPU. Every database and process the bench
+creates is removed at the end, also on errors and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import redis
 from sqlalchemy.exc import OperationalError
 
 from bench import api_reads, inproc, raw_celery, standalone, workloads
-from bench.dagfiles import chain_call, fanout_call, held_call, write_dag_file
+from bench.dagfiles import chain_call, fanout_call, held_call, mapped_call, write_dag_file
 from bench.live import LiveEnv
 from bench.metrics import median_run, runs_of
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag, server_version
@@ -46,6 +46,7 @@ from bench.sizes import (
     DAG_W5,
     DAG_W7,
     DAG_W10,
+    DAG_W11,
     DAG_WARMUP,
     FULL,
     QUICK,
@@ -60,8 +61,10 @@ LOOP_INTERVAL = 1.0
 
 FLUSHED = "a Redis db of the bench was flushed by another process during this workload"
 
-LIVE = {"W1", "W2", "W3", "W5", "W6", "W7", "W10"}
-NEEDS_FLOOR = {"W1", "W2", "W3", "W5"}
+LIVE = {"W1", "W2", "W3", "W5", "W6", "W7", "W10", "W11"}
+NEEDS_FLOOR = {"W1", "W2", "W3", "W5", "W11"}
+PAIRED = {"W1", "W3", "W11"}
+"""The workloads each of whose runs follows a drain of the floor (`paired_floor`)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -175,11 +178,7 @@ class Bench:
         live = want & LIVE
         if live:
             self.live(live)
-        if (
-            want & {"W1", "W3"}
-            and self.sizes.repeats > 1
-            and "drains" in self.results.get("floor", {})
-        ):
+        if want & PAIRED and self.sizes.repeats > 1 and "drains" in self.results.get("floor", {}):
             self.attempt(["floor"], self.floor_after)
         if "W7" in want:
             self.attempt(["W7"], self.w7_alone)
@@ -215,6 +214,8 @@ class Bench:
                 lambda: {"W9": self.in_own_db("w9", api_reads.w9_api_reads)},
                 uses_redis=False,
             )
+        if "W11" in want:
+            self.attempt(["W11"], self.w11_expansion, uses_redis=False)
 
     def floor(self, rtt_n: int | None = None, repeats: int | None = None) -> dict[str, Any]:
         queue = f"bench-raw-{self.tag}"
@@ -237,7 +238,7 @@ class Bench:
             cleanup_redis(self.floor_url, queue)
 
     def paired_floor(self) -> raw_celery.PairedFloor | None:
-        """The floor's worker beside W1 and W3, for a drain before each of their runs
+        """The floor's worker beside W1, W3 and W11, for a drain before each of their runs
         (`raw_celery.PairedFloor`); None (unpaired figures) if it does not start."""
         try:
             return raw_celery.PairedFloor(
@@ -249,8 +250,9 @@ class Bench:
 
     def floor_after(self) -> dict[str, Any]:
         """More drains of the floor after the live workloads (one fewer than before, for an
-        odd count): the floor's drain is the median of drains on both sides of W1 and W3,
-        so the machine's drift over the run weighs on the floor as on them."""
+        odd count): the floor's drain is the median of drains on both sides of the paired
+        workloads (W1, W3, W11), so the machine's drift over the run weighs on the floor as
+        on them."""
         before = self.results["floor"]
         after = self.floor(rtt_n=0, repeats=self.sizes.repeats - 1)["floor"]
         drains = [*before["drains"], *after["drains"]]
@@ -276,8 +278,9 @@ class Bench:
             fanout_call(DAG_W3, s.w3_width),
             chain_call(DAG_W7, s.w7_length),
             held_call(DAG_W10),
+            mapped_call(DAG_W11, s.w11_indexes),
         ]
-        expect = [DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3, DAG_W7, DAG_W10]
+        expect = [DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3, DAG_W7, DAG_W10, DAG_W11]
         write_dag_file(folder / "bench_dags.py", calls)
         e2e = "W5" in want and s.w5_end_to_end
         if e2e:
@@ -301,7 +304,7 @@ class Bench:
                 return
             if "W2" in want:
                 self.attempt(["W2"], lambda: {"W2": workloads.w2_chain(env, s, self.prof)})
-            pairs = self.paired_floor() if want & {"W1", "W3"} and s.repeats > 1 else None
+            pairs = self.paired_floor() if want & PAIRED and s.repeats > 1 else None
             drain = pairs.drain if pairs else None
             try:
                 if want & {"W1", "W6"}:
@@ -315,6 +318,10 @@ class Bench:
                 if "W3" in want:
                     self.attempt(
                         ["W3"], lambda: {"W3": workloads.w3_many_runs(env, s, self.prof, drain)}
+                    )
+                if "W11" in want:
+                    self.attempt(
+                        ["W11"], lambda: {"W11": workloads.w11_mapped(env, s, self.prof, drain)}
                     )
             finally:
                 if pairs:
@@ -347,6 +354,20 @@ class Bench:
                 **entry,
                 "figures": {**(entry.get("figures") or {}), **alone["figures"]},
                 "runs": {**(entry.get("runs") or {}), **alone["runs"]},
+            }
+        }
+
+    def w11_expansion(self) -> dict[str, Any]:
+        """The expansion timed in-process, merged into W11's figures (the live run's)."""
+        expansion = self.in_own_db("w11", inproc.w11_expansion)
+        entry = self.results["workloads"].get("W11") or {}
+        titles = [entry.get("title"), expansion["title"]]
+        return {
+            "W11": {
+                **entry,
+                "title": "; ".join(t for t in titles if t),
+                "figures": {**(entry.get("figures") or {}), **expansion["figures"]},
+                "runs": {**(entry.get("runs") or {}), **expansion["runs"]},
             }
         }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11")
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"
@@ -13,6 +13,8 @@ DAG_W5 = "bench_w5_big"
 DAG_W7 = "bench_w7_chain"
 DAG_W9 = "bench_w9_api"
 DAG_W10 = "bench_w10_mark"
+DAG_W11 = "bench_w11_mapped"
+DAG_W11_EXPAND = "bench_w11_expand"
 DAG_WARMUP = "bench_warmup"
 
 
@@ -42,9 +44,15 @@ class Sizes:
     """Tasks of the DAG whose API reads W9 times (the DAG page of a big DAG)."""
     w10_marks: int = 5
     """Runs whose middle task is marked success with `sluice tasks mark` (W10)."""
+    w11_indexes: int = 1000
+    """Items of the upstream the mapped no-op of W11's live run expands over (its indexes)."""
+    w11_expand_items: int = 10_000
+    """Items of the upstream whose expansion W11 times in-process (one `update_state`)."""
+    w11_expansions: int = 5
+    """Expansions timed in-process, each of a fresh run; W11 reports their median."""
     run_timeout: float = 180.0
     repeats: int = 3
-    """Runs of the floor's drain, W1, W2 and W3; each reports its median run (this VM's
+    """Runs of the floor's drain, W1, W2, W3 and W11; each reports its median run (this VM's
     speed drifts by tens of percent within minutes)."""
 
 
@@ -69,6 +77,9 @@ QUICK = Sizes(
     w8_w2_length=5,
     w9_tasks=100,
     w10_marks=1,
+    w11_indexes=10,
+    w11_expand_items=100,
+    w11_expansions=3,
     run_timeout=60.0,
     repeats=1,
 )

@@ -1,23 +1,26 @@
 """The live workloads, against real `sluice scheduler` and `sluice worker -c 4` processes.
 
 W1 fan-out (+ W6 commits per task over the same run), W2 chain, W3 many runs,
-W5 end to end, W7 one scheduler against two. Every figure comes from the
-database's timestamps (`bench.metrics`).
+W5 end to end, W7 one scheduler against two, W10 a mark, W11 a mapped task's
+indexes. Every figure comes from the database's timestamps (`bench.metrics`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy import text
 
-from bench.dagfiles import fanout_tasks
+from bench.dagfiles import MAPPED_TASK, MAPPED_UPSTREAM, fanout_tasks
 from bench.live import LiveEnv
 from bench.metrics import (
+    TiTimes,
     chain_hops,
     median,
     median_run,
@@ -30,7 +33,17 @@ from bench.metrics import (
 )
 from bench.procs import BenchError, run_cli, sluice_argv, wait_until
 from bench.profiling import Profiler
-from bench.sizes import DAG_W1, DAG_W2, DAG_W3, DAG_W5, DAG_W7, DAG_W10, DAG_WARMUP, Sizes
+from bench.sizes import (
+    DAG_W1,
+    DAG_W2,
+    DAG_W3,
+    DAG_W5,
+    DAG_W7,
+    DAG_W10,
+    DAG_W11,
+    DAG_WARMUP,
+    Sizes,
+)
 
 Result = dict[str, Any]
 
@@ -180,6 +193,63 @@ def w3_many_runs(
     if sizes.repeats > 1:
         title += f" (the median of {sizes.repeats} batches)"
     return {"title": title, **with_pairs(batches, "tasks_per_s")}
+
+
+def w11_mapped(
+    env: LiveEnv, sizes: Sizes, prof: Profiler, floor_drain: Callable[[], float] | None = None
+) -> Result:
+    """`repeats` runs of items() >> noop.expand(x=items()), one after another; the median
+    run. Throughput over the indexes alone (first index's start → last index's end).
+    With `floor_drain`, each run follows a drain of the floor (`paired`)."""
+    every: list[dict[str, float]] = []
+    with profiled(prof, env, "W11"):
+        for i in range(sizes.repeats):
+            drain = floor_drain() if floor_drain else None
+            every.append(paired(_w11_run(env, sizes, f"w11-{i}"), drain))
+    title = f"one run mapping {sizes.w11_indexes} no-op indexes over an upstream's output"
+    if sizes.repeats > 1:
+        title += f" (the median of {sizes.repeats})"
+    return {"title": title, **with_pairs(every, "tasks_per_s")}
+
+
+def _w11_run(env: LiveEnv, sizes: Sizes, prefix: str) -> dict[str, float]:
+    pks = env.trigger(DAG_W11, 1, prefix)
+    env.wait_runs(pks, sizes.run_timeout)
+    tis = read_tis(env.factory, pks)
+    indexes = [t for t in tis if t.task_id == MAPPED_TASK]
+    upstream = [t for t in tis if t.task_id == MAPPED_UPSTREAM]
+    if len(indexes) != sizes.w11_indexes or len(upstream) != 1:
+        raise BenchError(
+            f"expected 1 {MAPPED_UPSTREAM} and {sizes.w11_indexes} {MAPPED_TASK} indexes, "
+            f"found {len(upstream)} and {len(indexes)}"
+        )
+    return {
+        **throughput(indexes),
+        **_expansion_and_batches(upstream[0], indexes),
+        "run_seconds": run_seconds(read_runs(env.factory, pks)),
+    }
+
+
+def _expansion_and_batches(upstream: TiTimes, indexes: list[TiTimes]) -> dict[str, float]:
+    """Where a mapped run's time goes, from the TIs' stamps: the upstream's end → the
+    expansion (the indexes' `scheduled_at`, the pass's clock) → the first index's start;
+    and the queueing batches (indexes sharing a `queued_at`: one scheduling pass each)."""
+    scheduled = [t.scheduled_at for t in indexes if t.scheduled_at is not None]
+    starts = [t.start for t in indexes if t.start is not None]
+    batches = Counter(t.queued_at for t in indexes if t.queued_at is not None)
+    out = {
+        "queue_batches": float(len(batches)),
+        "indexes_per_batch_median": median(list(batches.values())),
+        "indexes_per_batch_max": float(max(batches.values(), default=0)),
+    }
+    if upstream.end is not None and scheduled and starts:
+        out["upstream_end_to_expansion_ms"] = _ms_between(upstream.end, min(scheduled))
+        out["upstream_end_to_first_start_ms"] = _ms_between(upstream.end, min(starts))
+    return out
+
+
+def _ms_between(a: dt.datetime, b: dt.datetime) -> float:
+    return (b - a).total_seconds() * 1000.0
 
 
 def w5_end_to_end(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
