@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql
 import sluice.broker.worker.runner
 import sluice.scheduler.core.queries.runs
 import sluice.scheduler.core.queries.tis
+import sluice.scheduler.scheduling.dagrun
 import sluice.scheduler.scheduling.downstream_sql as sql
 from sluice.broker.worker.runner import claim_statement
 from sluice.scheduler.core.hot_sql import Hot, registered
