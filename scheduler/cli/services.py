@@ -1,4 +1,4 @@
-"""`sluice db migrate`, `sluice scheduler`, `sluice worker`, `sluice pools`."""
+"""`sluice db migrate|clean`, `sluice scheduler`, `sluice worker`, `sluice pools`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from types import FrameType
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.db_clean import add_parser as add_clean_parser
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import INT_MAX, check_int, check_name
 from sluice.scheduler.core.db import transaction
@@ -19,9 +20,10 @@ from sluice.scheduler.core.upsert import upsert
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    db = sub.add_parser("db", help="the database schema")
+    db = sub.add_parser("db", help="the database: its schema, and cleaning old history")
     db_cmds = db.add_subparsers(dest="db_cmd", required=True)
     db_cmds.add_parser("migrate", help="create or upgrade the schema").set_defaults(func=migrate)
+    add_clean_parser(db_cmds)
 
     p = sub.add_parser("scheduler", help="run one scheduler (run as many as you like)")
     p.add_argument("--num-loops", type=int, default=None)

@@ -1,0 +1,164 @@
+"""`sluice db clean --before DATE [--dry-run] [--yes]`, run as a user runs it, on
+PostgreSQL and on SQLite: it lists the finished runs that ended before DATE, asks, and
+deletes them with their task instances, logs, callbacks and audit events, in batches;
+unfinished and newer runs stay whole."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from sluice.scheduler.control import operations
+from sluice.scheduler.control.retention import delete_expired
+from sluice.scheduler.core.db import make_engine, transaction
+from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.models import (
+    AuditEvent,
+    DagRun,
+    DueCallback,
+    TaskInstance,
+    TaskLog,
+)
+from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.core.states import TI, DagRunState
+from sluice.scheduler.core.transitions import move_run
+from tests.operators.helpers import World
+
+PAIR = """
+with DAG("pair", schedule=None) as dag:
+    task(task_id="a")(lambda: 1) >> task(task_id="b")(lambda: 2)
+"""
+NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    if request.param == "postgresql":
+        url = request.getfixturevalue("pg_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'clean.db'}"
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    w = World(url, folder)
+    w.dags(PAIR)
+    yield w
+    w.close()
+
+
+def finished_run(world: World, run_id: str, ended: dt.datetime) -> None:
+    """A run of `pair` whose TIs succeeded (a log, a callback and a note beside them) and
+    which ended at `ended`."""
+    world.now = ended
+    world.trigger("pair", run_id)
+    for task_id in ("a", "b"):
+        ti = world.advance("pair", run_id, task_id, TI.SUCCESS)
+        with transaction(world.factory) as session:
+            snapshot = LogSnapshot(ti.id, 1, ti.attempt_id, "host", "hello", 0, ended, ended)
+            save_task_log(session, snapshot, now=ended)
+    with transaction(world.factory) as session:
+        run = session.scalar(select(DagRun).where(DagRun.run_id == run_id))
+        assert run is not None
+        assert move_run(
+            session, run.id, DagRunState.SUCCESS, expect=[DagRunState.RUNNING], now=ended
+        )
+        session.add(
+            DueCallback(
+                dedup_key=f"k-{run_id}",
+                kind="on_success",
+                dag_id="pair",
+                run_id=run_id,
+                state="success",
+                status="delivered",
+            )
+        )
+        operations.note_on(session, run, None, f"note on {run_id}", who="test", now=ended)
+
+
+def sluice(world: World, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env.update(
+        SLUICE_DATABASE_URL=world.settings.database_url, SLUICE_DAGS_FOLDER=str(world.folder)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "sluice.scheduler.cli.main", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def counts(world: World) -> dict[str, object]:
+    with world.factory() as session:
+        return {
+            "runs": sorted(session.scalars(select(DagRun.run_id))),
+            "tis": session.scalar(select(func.count()).select_from(TaskInstance)),
+            "logs": session.scalar(select(func.count()).select_from(TaskLog)),
+            "callbacks": sorted(session.scalars(select(DueCallback.run_id))),
+            "notes": sorted(session.scalars(select(AuditEvent.run_id))),
+        }
+
+
+def test_clean_lists_asks_and_deletes_only_old_finished_runs(world: World) -> None:
+    finished_run(world, "old", NOW - dt.timedelta(days=40))
+    finished_run(world, "recent", NOW - dt.timedelta(days=2))
+    world.now = NOW - dt.timedelta(days=60)
+    world.trigger("pair", "still-running")  # started long ago, never finished
+    before = counts(world)
+    assert before["runs"] == ["old", "recent", "still-running"]
+
+    cut = (NOW - dt.timedelta(days=10)).date().isoformat()
+    dry = sluice(world, "db", "clean", "--before", cut, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        "pair" in dry.stdout and "would delete 1 finished runs with 2 task instances" in dry.stdout
+    )
+    assert counts(world) == before
+
+    refused = sluice(world, "db", "clean", "--before", cut)  # no terminal to ask at
+    assert refused.returncode != 0
+    assert "nothing deleted: pass --yes" in refused.stderr
+    assert counts(world) == before
+
+    done = sluice(world, "db", "clean", "--before", cut, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "deleted 1 runs with 2 task instances" in done.stdout
+    assert counts(world) == {
+        "runs": ["recent", "still-running"],
+        "tis": 4,
+        "logs": 2,
+        "callbacks": ["recent"],
+        "notes": ["recent"],
+    }
+    again = sluice(world, "db", "clean", "--before", cut, "--yes")
+    assert again.returncode == 0 and "nothing to delete" in again.stdout
+
+
+def test_bad_dates_are_one_line_and_delete_nothing(world: World) -> None:
+    finished_run(world, "old", NOW - dt.timedelta(days=40))
+    for bad in ("yesterday", "2026-13-01", ""):
+        done = sluice(world, "db", "clean", "--before", bad, "--yes")
+        assert done.returncode != 0
+        assert "--before" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert counts(world)["runs"] == ["old"]
+
+
+def test_batches_delete_everything_old(world: World) -> None:
+    for i in range(7):
+        finished_run(world, f"old{i}", NOW - dt.timedelta(days=30 + i))
+    seen: list[int] = []
+    deleted = delete_expired(world.factory, NOW, batch=3, progress=lambda d: seen.append(d.runs))
+    assert (deleted.runs, deleted.task_instances) == (7, 14)
+    assert seen == [3, 6, 7]
+    assert counts(world)["runs"] == []
