@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -129,8 +130,17 @@ class RunTis:
 
     def __init__(self, tis: list[TiView]) -> None:
         self.by_task: dict[str, list[TiView]] = {}
-        for ti in sorted(tis, key=lambda t: (t.task_id, t.map_index)):
-            self.by_task.setdefault(ti.task_id, []).append(ti)
+        several: list[list[TiView]] = []
+        for ti in tis:
+            found = self.by_task.get(ti.task_id)
+            if found is None:
+                self.by_task[ti.task_id] = [ti]
+            else:
+                if len(found) == 1:
+                    several.append(found)
+                found.append(ti)
+        for found in several:  # a mapped task's indexes, in map-index order
+            found.sort(key=lambda t: t.map_index)
         self.state: dict[int, TaskInstanceState] = {ti.id: ti.state for ti in tis}
 
     def states(self, task_id: str) -> list[TaskInstanceState]:
@@ -160,11 +170,11 @@ class Limit:
     left: int | None
 
     @classmethod
-    def of(cls, task: Mapping[str, Any], states: list[TaskInstanceState]) -> Limit:
+    def of(cls, task: Mapping[str, Any], tis: list[TiView], run: RunTis) -> Limit:
         cap = task.get("max_active_tis_per_dagrun")
         if cap is None:
-            return cls(None)
-        busy = sum(s in (TI.SCHEDULED, TI.QUEUED, TI.RUNNING) for s in states)
+            return _NO_LIMIT
+        busy = sum(run.state[ti.id] in (TI.SCHEDULED, TI.QUEUED, TI.RUNNING) for ti in tis)
         return cls(max(int(cap) - busy, 0))
 
     def take(self) -> bool:
@@ -176,23 +186,37 @@ class Limit:
         return True
 
 
+_NO_LIMIT = Limit(None)
+"""Shared by every task without a cap (`take` never changes it)."""
+
+
 def verdict_state(
     task: Mapping[str, Any],
     tasks: Mapping[str, Any],
     run: RunTis,
-    upstream: Mapping[str, list[TiView]],
+    per_index: str | None = None,
+    index: int = -1,
 ) -> TaskInstanceState | None:
-    """The move of a `none` TI of `task` whose upstream TIs are `upstream` (None: wait):
-    skipped if a branch upstream did not pick it, else its trigger rule's verdict over
-    every upstream TI."""
-    for up, tis in upstream.items():
-        if tasks[up].get("is_branch"):
-            for ti in tis:
-                if run.state[ti.id] is TI.SUCCESS:
-                    chosen = branch_choice(ti.result)
-                    if chosen is not None and task["task_id"] not in chosen:
-                        return TI.SKIPPED
-    states = [run.state[ti.id] for tis in upstream.values() for ti in tis]
+    """The move of a `none` TI of `task` (None: wait): skipped if a branch upstream did
+    not pick it, else its trigger rule's verdict over every upstream TI (of the
+    `per_index` upstream only its index `index`; `RunTis.upstream_tis` names the same)."""
+    task_id = task["task_id"]
+    state = run.state
+    states: list[TaskInstanceState] = []
+    for up in task["upstream"]:
+        tis = run.by_task.get(up)
+        if tis is None:
+            continue
+        if up == per_index:
+            tis = [ti for ti in tis if ti.map_index == index]
+        branch = tasks[up].get("is_branch")
+        for ti in tis:
+            current = state[ti.id]
+            if branch and current is TI.SUCCESS:
+                chosen = branch_choice(ti.result)
+                if chosen is not None and task_id not in chosen:
+                    return TI.SKIPPED
+            states.append(current)
     verdict = decide(TriggerRule(task["trigger_rule"]), upstream_counts(states))
     return VERDICT_MOVES.get(verdict)
 
@@ -229,14 +253,15 @@ def decide_one(
 
 
 def upstream_counts(states: list[TaskInstanceState]) -> UpstreamCounts:
+    counted = Counter(states)
     return UpstreamCounts(
         total=len(states),
-        success=sum(s is TI.SUCCESS for s in states),
-        skipped=sum(s is TI.SKIPPED for s in states),
-        failed=sum(s is TI.FAILED for s in states),
-        upstream_failed=sum(s is TI.UPSTREAM_FAILED for s in states),
-        removed=sum(s is TI.REMOVED for s in states),
-        done=sum(s in _DONE for s in states),
+        success=counted[TI.SUCCESS],
+        skipped=counted[TI.SKIPPED],
+        failed=counted[TI.FAILED],
+        upstream_failed=counted[TI.UPSTREAM_FAILED],
+        removed=counted[TI.REMOVED],
+        done=sum(counted[s] for s in _DONE),
     )
 
 
@@ -248,11 +273,12 @@ def run_outcome(
     `overrides` are the moves just decided (not yet re-read). Returns SUCCESS or
     FAILED when every TI is finished: failed if any leaf failed or upstream_failed.
     """
+    for ti in tis:  # unfinished: the common answer, found without building anything
+        if overrides.get(ti.id, ti.state) not in _DONE:
+            return None
     states: dict[str, list[TaskInstanceState]] = {}
     for ti in tis:
         states.setdefault(ti.task_id, []).append(overrides.get(ti.id, ti.state))
-    if any(s not in _DONE for found in states.values() for s in found):
-        return None
     tasks = spec["tasks"]
     live = {tid for tid, found in states.items() if any(s is not TI.REMOVED for s in found)}
     leaves = [

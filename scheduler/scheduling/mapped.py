@@ -56,7 +56,7 @@ def decide_mapped(
     nones = [ti for ti in mine if run.state[ti.id] is TI.NONE]
     if not nones:
         return
-    new = verdict_state(task, tasks, run, run.upstream_tis(task))
+    new = verdict_state(task, tasks, run)
     if new is None:
         return
     live = [ti for ti in mine if run.state[ti.id] is not TI.REMOVED]
@@ -147,7 +147,7 @@ def _follow_indexes(
     for ti in mine:
         if run.state[ti.id] is not TI.NONE:
             continue
-        new = verdict_state(task, tasks, run, run.upstream_tis(task, per_index, ti.map_index))
+        new = verdict_state(task, tasks, run, per_index, ti.map_index)
         if new is TI.SCHEDULED and not limit.take():
             continue
         if new is not None:

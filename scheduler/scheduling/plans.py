@@ -143,7 +143,7 @@ def _make_plan(
     version: str, tasks: Mapping[str, Any], task_id: str, pool: str, success: bool
 ) -> Plan | None:
     downstream = tuple(tasks.get(task_id, {}).get("downstream", []))
-    if _touches_mapping(tasks, task_id, downstream):
+    if _touches_mapping(version, tasks, task_id, downstream):
         return None
     join = _join(version, tasks, downstream[0]) if len(downstream) == 1 else None
     if join is not None:
@@ -196,18 +196,39 @@ def _make_plan(
     )
 
 
-def _touches_mapping(tasks: Mapping[str, Any], task_id: str, downstream: tuple[str, ...]) -> bool:
+def _touches_mapping(
+    version: str, tasks: Mapping[str, Any], task_id: str, downstream: tuple[str, ...]
+) -> bool:
     """Whether the task is mapped, or a downstream is, or has a mapped upstream: then its
     result's consequences are counted over indexes (or expand a task) and a scheduler
     decides them (`scheduling.mapped`)."""
-    if tasks.get(task_id, {}).get("map") is not None:
-        return True
-    for down in downstream:
-        if tasks[down].get("map") is not None:
-            return True
-        if any(tasks[up].get("map") is not None for up in tasks[down]["upstream"]):
-            return True
-    return False
+    touched = _mapping_touched(version, tasks)
+    return task_id in touched.mapped or any(d in touched.near_mapped for d in downstream)
+
+
+@dataclass(frozen=True)
+class _Touched:
+    mapped: frozenset[str]
+    near_mapped: frozenset[str]
+    """Tasks that are mapped or have a mapped upstream."""
+
+
+_TOUCHED: dict[str, _Touched] = {}
+
+
+def _mapping_touched(version: str, tasks: Mapping[str, Any]) -> _Touched:
+    """The mapped tasks of a DAG version and those next to them, worked out once (a plan
+    is made for each of a 10,000-way fan-in's upstreams: scanning the fan-in's upstreams
+    for each would be quadratic)."""
+    found = _TOUCHED.get(version)
+    if found is None:
+        mapped = frozenset(t for t, spec in tasks.items() if spec.get("map") is not None)
+        near = {t for t, spec in tasks.items() if any(u in mapped for u in spec["upstream"])}
+        found = _Touched(mapped, mapped | frozenset(near))
+        if len(_TOUCHED) >= _PLANS_SIZE:
+            _TOUCHED.clear()
+        _TOUCHED[version] = found
+    return found
 
 
 def _join_next(

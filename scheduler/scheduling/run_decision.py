@@ -39,29 +39,51 @@ def decide_run(
     among them: `mapped.decide_mapped` decides those)."""
     tasks = spec["tasks"]
     run = RunTis(tis)
+    state = run.state
     decisions = Decisions()
     for task_id in topological_order(spec, version_hash):
         mine = run.by_task.get(task_id)
         if not mine:
             continue
         task = tasks[task_id]
-        limit = Limit.of(task, [run.state[ti.id] for ti in mine])
+        if len(mine) == 1 and task.get("map") is None and not task.get(_CAP):
+            # the common case: one TI, no mapping, no cap on its running TIs
+            ti = mine[0]
+            current = state[ti.id]
+            if current is TI.NONE:
+                new = verdict_state(task, tasks, run)
+                if new is not None:
+                    state[ti.id] = new
+                    decisions.add(new, ti.id)
+            elif current is TI.UP_FOR_RETRY and (
+                ti.next_retry_at is None or ti.next_retry_at <= now
+            ):
+                state[ti.id] = TI.SCHEDULED
+                decisions.add(TI.SCHEDULED, ti.id)
+                decisions.retries.append(ti.id)
+            continue
+        limit = Limit.of(task, mine, run)
         for ti in mine:
+            if state[ti.id] is not TI.UP_FOR_RETRY:
+                continue
             due = ti.next_retry_at is None or ti.next_retry_at <= now
-            if run.state[ti.id] is TI.UP_FOR_RETRY and due and limit.take():
-                run.state[ti.id] = TI.SCHEDULED
+            if due and limit.take():
+                state[ti.id] = TI.SCHEDULED
                 decisions.add(TI.SCHEDULED, ti.id)
                 decisions.retries.append(ti.id)
         if task.get("map") is not None:
             decide_mapped(task, tasks, run, limit, decisions, max_map_length)
             continue
         for ti in mine:
-            if run.state[ti.id] is not TI.NONE:
+            if state[ti.id] is not TI.NONE:
                 continue
-            new = verdict_state(task, tasks, run, run.upstream_tis(task))
+            new = verdict_state(task, tasks, run)
             if new is TI.SCHEDULED and not limit.take():
                 continue
             if new is not None:
-                run.state[ti.id] = new
+                state[ti.id] = new
                 decisions.add(new, ti.id)
     return decisions
+
+
+_CAP = "max_active_tis_per_dagrun"
