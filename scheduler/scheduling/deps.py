@@ -1,15 +1,18 @@
-"""Deciding, in memory, which TaskInstances of one run may move on.
+"""Deciding, in memory, what one TaskInstance of a run may do next, and whether the
+run is over.
 
-Input is the run's TI states (from one query) and the serialized DAG; output
-is the set of moves to make. Nothing here touches the database.
-
-Order of checks for a TI in `none`, as Airflow does:
+Input is the run's TI states (from one query) and the serialized DAG; nothing here
+touches the database. The whole run's decision is `run_decision.decide_run`, a mapped
+task's `mapped.decide_mapped`; this module holds what they share: the TIs by task
+(`RunTis`, a mapped task's in map-index order), a task's cap on its running TIs
+(`Limit`), and the verdict for a TI in `none`, checked as Airflow does:
 1. a direct upstream branch task succeeded and did not pick this task → skipped;
-2. otherwise the task's trigger rule over its upstream states decides
+2. otherwise the task's trigger rule over its upstream TIs (every index of a mapped
+   upstream; of an upstream it maps one to one, the same index) decides
    (`tasks.trigger_rules.decide`): run → scheduled, skip → skipped,
    upstream_failed → upstream_failed, wait → nothing yet.
-TIs are visited in topological order, so a decision flows downstream within
-one pass. An `up_for_retry` TI whose `next_retry_at` has passed → scheduled.
+`decide_one` is the worker's form for one TI of an unmapped task; `run_outcome` ends a
+run from its leaves.
 """
 
 from __future__ import annotations
