@@ -9,6 +9,8 @@ the database's commit counter (W6).
 from __future__ import annotations
 
 import datetime as dt
+import http.client
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +52,10 @@ class LiveEnv:
         """More settings for every process (e.g. SLUICE_SCHEDULE_AFTER_TASK)."""
         self.schedulers: list[Proc] = []
         self.workers: list[Proc] = []
+        self.api: Proc | None = None
+        """A `sluice api` process (`start_api`), at `api_port`, writes allowed with `api_token`."""
+        self.api_port = 0
+        self.api_token = ""
         self._engine: Engine | None = None
         self._factory: sessionmaker[Session] | None = None
         self._waker: RedisWaker | None = None
@@ -140,11 +146,28 @@ class LiveEnv:
         proc.wait_for_log(" ready.", timeout=60)
         return proc
 
+    def start_api(self, token: str) -> Proc:
+        """`sluice api --host 127.0.0.1 --port <a free port>` with `SLUICE_API_TOKEN=token`;
+        returns once GET /api/v1/health answers."""
+        port = free_port()
+        argv = [*sluice_argv(), "api", "--host", "127.0.0.1", "--port", str(port)]
+        env = clean_env(self.env_vars | {"SLUICE_API_TOKEN": token})
+        proc = Proc("api", argv, env, self.log_dir / "api.log")
+        self.api, self.api_port, self.api_token = proc, port, token
+        wait_until(lambda: health_answers(port), 60, "the API's GET /api/v1/health", proc, 0.1)
+        return proc
+
+    def stop_api(self) -> None:
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
+
     def stop_scheduler(self, proc: Proc) -> None:
         proc.stop()
         self.schedulers.remove(proc)
 
     def stop_all(self) -> None:
+        self.stop_api()
         for proc in [*self.schedulers, *self.workers]:
             proc.stop()
         self.schedulers.clear()
@@ -211,3 +234,22 @@ class LiveEnv:
             for proc in [*self.schedulers, *self.workers]:
                 proc.check_alive()
             time.sleep(every)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def health_answers(port: int) -> bool:
+    """Whether GET /api/v1/health on 127.0.0.1:`port` answers 200."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/api/v1/health")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()

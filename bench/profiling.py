@@ -167,6 +167,28 @@ class Profiler:
                 self.summaries[label] = summarize(stacks, key)
             self._write_text()
 
+    def command(self, name: str, argv: Sequence[str]) -> list[str]:
+        """`argv` run under `py-spy record` into `name`'s raw file (`collect` it once it has
+        exited); `argv` itself when disabled. For short-lived commands (the CLI)."""
+        if not self.enabled:
+            return list(argv)
+        assert self.exe is not None and self.out_dir is not None
+        raw = self.out_dir / f"{name}.txt"
+        spy = [self.exe, "record", "--format", "raw", "-o", str(raw), "--idle"]
+        return [*spy, "--rate", str(self.rate), "--", *argv]
+
+    def collect(self, name: str, focus: Sequence[str | None] = (None,)) -> None:
+        """Summarize the raw file a `command` wrote, if it did."""
+        if not self.enabled:
+            return
+        assert self.out_dir is not None
+        raw = self.out_dir / f"{name}.txt"
+        if raw.exists():
+            stacks = parse_raw(raw.read_text(errors="replace"))
+            for key in focus:
+                self.summaries[name if key is None else f"{name}@{key}"] = summarize(stacks, key)
+            self._write_text()
+
     def _write_text(self) -> None:
         assert self.out_dir is not None
         lines: list[str] = []

@@ -131,6 +131,17 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
                 _check(r is not None and r >= 0.5, r),
             )
         )
+    if "W3" in ran:
+        v = _fig(results, "W3", "trigger_to_end_tasks_per_s")
+        if v is not None:
+            rows.append(Row("W3", "many runs, trigger → last run's end, tasks/s", v))
+    for name, how in (
+        ("W3API", "REST API"),
+        ("W3B", "REST API"),
+        ("W3CLI", "`sluice dags trigger`"),
+    ):
+        if name in ran:
+            rows += _triggered_rows(results, name, how, drain)
     if "W4" in ran:
         figures = ran["W4"].get("figures") or {}
         sizes = sorted(int(k.split("_")[2]) for k in figures if k.startswith("loop_ms_"))
@@ -318,6 +329,38 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _triggered_rows(results: dict[str, Any], name: str, how: str, drain: float | None) -> list[Row]:
+    """W3's runs triggered through `how` (W3API, W3B: target ≥ 0.6× the raw drain; W3CLI:
+    none): tasks/s from the first trigger sent to the last run's end, against the floor;
+    the TIs' queued → start and the triggers' own latency (median and p95)."""
+    runs = _fig(results, name, "runs") or 0
+    v = _fig(results, name, "tasks_per_s")
+    ref, label, r = _against_floor(results, name, v, drain)
+    if name == "W3CLI":
+        target, passed = "(no target)", None
+    else:
+        target, passed = "≥ 0.6× raw drain", _check(r is not None and r >= 0.6, r)
+    trigger = "API request sent → response" if name != "W3CLI" else "CLI process start → exit"
+    return [
+        Row(
+            name,
+            f"{runs:.0f} runs via {how}, first trigger → last run's end, tasks/s",
+            v,
+            ref,
+            label,
+            r,
+            target,
+            passed,
+        ),
+        Row(
+            name, "TI queued → start, median, ms", _fig(results, name, "queued_to_start_median_ms")
+        ),
+        Row(name, "TI queued → start, p95, ms", _fig(results, name, "queued_to_start_p95_ms")),
+        Row(name, f"trigger ({trigger}), median, ms", _fig(results, name, "trigger_median_ms")),
+        Row(name, f"trigger ({trigger}), p95, ms", _fig(results, name, "trigger_p95_ms")),
+    ]
+
+
 def _fmt(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "—"
@@ -410,10 +453,17 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "timestamps (task start_date/end_date), the floor's from the task's own clock.",
         "The floor's drain is measured before the Sluice workloads and again after them",
         "(full mode: three drains, then two): its figure is the median of all of them.",
-        "In full mode W1, W3 and W11 are also paired with the floor: the floor's worker runs",
-        "beside them and drains 200 tasks just before each of their runs; their ratio is the",
-        "median of the per-run ratios (reference: the median of those drains), as this VM's",
-        "speed drifts by tens of percent within minutes.",
+        "In full mode W1, W3 (W3API, W3B, W3CLI) and W11 are also paired with the floor: the",
+        "floor's worker runs beside them and drains 200 tasks just before each of their runs;",
+        "their ratio is the median of the per-run ratios (reference: the median of those",
+        "drains), as this VM's speed drifts by tens of percent within minutes.",
+        "W3API, W3B, W3CLI: W3's DAG triggered as users trigger it, each batch paired with",
+        "the floor as W3. W3API (20 runs) and W3B (100 runs): `POST /api/v1/dags/{id}/runs`",
+        '(`{"run_id": …}`, bearer token) to a `sluice api` process the bench starts, from',
+        "20 threads at once, each with its own keep-alive connection opened first; W3CLI: 20",
+        "`sluice dags trigger ID --run-id R` processes started at once. tasks/s from the",
+        "first trigger sent (bench's wall clock) to the last run's end (database clock); the",
+        "triggers' latency: request sent → response, or the process's start → exit.",
         "W7 is measured twice. With workers: runs of a chain with one scheduler, then two",
         "(A-B-B-A), tasks/s; workers decide every hop, so the schedulers have little to do.",
         "Schedulers alone: no worker, each phase on a database of its own with the default",

@@ -1,7 +1,8 @@
 """`python -m bench`: the floor, the live workloads, the in-process ones, standalone; report.
 
 Order: the raw Celery floor (only its worker running), then one live Sluice
-deployment for W2, W1 (+W6), W3, W11, W7, W10 and W5 end to end, then the in-process
+deployment for W2, W1 (+W6), W3, W3API and W3B (with a `sluice api` process), W3CLI,
+W11, W7, W10 and W5 end to end, then the in-process
 W4 and W5 pass, then W8, then W9 (the API's reads of a big DAG), then W11's expansion
 in-process — so no two parts compete for the CPU. Every database and process the bench
 creates is removed at the end, also on errors and Ctrl-C.
@@ -61,9 +62,9 @@ LOOP_INTERVAL = 1.0
 
 FLUSHED = "a Redis db of the bench was flushed by another process during this workload"
 
-LIVE = {"W1", "W2", "W3", "W5", "W6", "W7", "W10", "W11"}
-NEEDS_FLOOR = {"W1", "W2", "W3", "W5", "W11"}
-PAIRED = {"W1", "W3", "W11"}
+LIVE = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W6", "W7", "W10", "W11"}
+NEEDS_FLOOR = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W11"}
+PAIRED = {"W1", "W3", "W3API", "W3B", "W3CLI", "W11"}
 """The workloads each of whose runs follows a drain of the floor (`paired_floor`)."""
 
 
@@ -238,8 +239,9 @@ class Bench:
             cleanup_redis(self.floor_url, queue)
 
     def paired_floor(self) -> raw_celery.PairedFloor | None:
-        """The floor's worker beside W1, W3 and W11, for a drain before each of their runs
-        (`raw_celery.PairedFloor`); None (unpaired figures) if it does not start."""
+        """The floor's worker beside W1, W3 (W3API, W3B, W3CLI) and W11, for a drain before
+        each of their runs (`raw_celery.PairedFloor`); None (unpaired figures) if it does
+        not start."""
         try:
             return raw_celery.PairedFloor(
                 self.floor_url, f"bench-raw-pairs-{self.tag}", self.logs, self.sizes.floor_drain
@@ -251,7 +253,7 @@ class Bench:
     def floor_after(self) -> dict[str, Any]:
         """More drains of the floor after the live workloads (one fewer than before, for an
         odd count): the floor's drain is the median of drains on both sides of the paired
-        workloads (W1, W3, W11), so the machine's drift over the run weighs on the floor as
+        workloads (`PAIRED`), so the machine's drift over the run weighs on the floor as
         on them."""
         before = self.results["floor"]
         after = self.floor(rtt_n=0, repeats=self.sizes.repeats - 1)["floor"]
@@ -318,6 +320,27 @@ class Bench:
                 if "W3" in want:
                     self.attempt(
                         ["W3"], lambda: {"W3": workloads.w3_many_runs(env, s, self.prof, drain)}
+                    )
+                if "W3API" in want:
+                    self.attempt(
+                        ["W3API"],
+                        lambda: {
+                            "W3API": workloads.w3_via_api(
+                                env, s, self.prof, s.w3_runs, "W3API", drain
+                            )
+                        },
+                    )
+                if "W3B" in want:
+                    self.attempt(
+                        ["W3B"],
+                        lambda: {
+                            "W3B": workloads.w3_via_api(env, s, self.prof, s.w3b_runs, "W3B", drain)
+                        },
+                    )
+                env.stop_api()
+                if "W3CLI" in want:
+                    self.attempt(
+                        ["W3CLI"], lambda: {"W3CLI": workloads.w3_via_cli(env, s, self.prof, drain)}
                     )
                 if "W11" in want:
                     self.attempt(

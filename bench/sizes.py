@@ -4,7 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11")
+WORKLOADS = (
+    "W1",
+    "W2",
+    "W3",
+    "W3API",
+    "W3B",
+    "W3CLI",
+    "W4",
+    "W5",
+    "W6",
+    "W7",
+    "W8",
+    "W9",
+    "W10",
+    "W11",
+)
+"""W3API, W3B and W3CLI: W3's runs triggered as users trigger them (the REST API of a
+`sluice api` process, `sluice dags trigger` processes)."""
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"
@@ -27,6 +44,10 @@ class Sizes:
     w2_length: int = 50
     w3_runs: int = 20
     w3_width: int = 8
+    w3b_runs: int = 100
+    """Runs of W3's DAG posted to the REST API by W3B (W3API posts `w3_runs`)."""
+    api_threads: int = 20
+    """Threads posting W3API's and W3B's triggers at once (each its own connection)."""
     w4_dags: tuple[int, ...] = (10, 100, 1000)
     w4_ticks: int = 30
     w5_tasks: int = 10_000
@@ -52,8 +73,8 @@ class Sizes:
     """Expansions timed in-process, each of a fresh run; W11 reports their median."""
     run_timeout: float = 180.0
     repeats: int = 3
-    """Runs of the floor's drain, W1, W2, W3 and W11; each reports its median run (this VM's
-    speed drifts by tens of percent within minutes)."""
+    """Runs of the floor's drain, W1, W2, W3 (W3API, W3B, W3CLI) and W11; each reports its
+    median run (this VM's speed drifts by tens of percent within minutes)."""
 
 
 FULL = Sizes(mode="full")
@@ -65,6 +86,8 @@ QUICK = Sizes(
     w1_width=10,
     w2_length=5,
     w3_runs=2,
+    w3b_runs=5,
+    api_threads=3,
     w4_dags=(10, 20),
     w4_ticks=5,
     w5_tasks=100,

@@ -1,25 +1,34 @@
 """The live workloads, against real `sluice scheduler` and `sluice worker -c 4` processes.
 
-W1 fan-out (+ W6 commits per task over the same run), W2 chain, W3 many runs,
-W5 end to end, W7 one scheduler against two, W10 a mark, W11 a mapped task's
-indexes. Every figure comes from the database's timestamps (`bench.metrics`).
+W1 fan-out (+ W6 commits per task over the same run), W2 chain, W3 many runs (and the
+same runs triggered as users do: W3API and W3B through a `sluice api` process's REST API,
+W3CLI with `sluice dags trigger` processes), W5 end to end, W7 one scheduler against
+two, W10 a mark, W11 a mapped task's indexes. Every figure comes from the database's
+timestamps (`bench.metrics`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import http.client
+import json
 import math
+import secrets
+import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from bench.dagfiles import MAPPED_TASK, MAPPED_UPSTREAM, fanout_tasks
 from bench.live import LiveEnv
 from bench.metrics import (
+    RunTimes,
     TiTimes,
     chain_hops,
     median,
@@ -31,7 +40,7 @@ from bench.metrics import (
     summary_ms,
     throughput,
 )
-from bench.procs import BenchError, run_cli, sluice_argv, wait_until
+from bench.procs import REPO_ROOT, BenchError, run_cli, sluice_argv, wait_until
 from bench.profiling import Profiler
 from bench.sizes import (
     DAG_W1,
@@ -44,14 +53,20 @@ from bench.sizes import (
     DAG_WARMUP,
     Sizes,
 )
+from sluice.scheduler.core.models import DagRun
 
 Result = dict[str, Any]
 
 
 @contextlib.contextmanager
-def profiled(prof: Profiler, env: LiveEnv, name: str) -> Iterator[None]:
-    """Sample the first scheduler (focused on its tick) and the first worker with children."""
+def profiled(prof: Profiler, env: LiveEnv, name: str, *, api: bool = False) -> Iterator[None]:
+    """Sample the first scheduler (focused on its tick) and the first worker with children;
+    with `api`, the API process too (focused on its trigger route)."""
     with contextlib.ExitStack() as stack:
+        if prof.enabled and api and env.api is not None:
+            stack.enter_context(
+                prof.record(f"{name}-api", env.api.pid, focus=(None, "trigger_run"))
+            )
         if prof.enabled and env.schedulers and env.workers:
             stack.enter_context(
                 prof.record(f"{name}-scheduler", env.schedulers[0].pid, focus=(None, "tick"))
@@ -184,15 +199,228 @@ def w3_many_runs(
     with profiled(prof, env, "W3"):
         for i in range(sizes.repeats):
             drain = floor_drain() if floor_drain else None
+            sent = time.time()
             pks = env.trigger(DAG_W3, sizes.w3_runs, f"w3-{i}")
             env.wait_runs(pks, sizes.run_timeout)
-            runs = run_seconds(read_runs(env.factory, pks))
-            batch = {**throughput(read_tis(env.factory, pks)), "runs_seconds": runs}
+            runs = read_runs(env.factory, pks)
+            tis = read_tis(env.factory, pks)
+            batch = {
+                **throughput(tis),
+                "runs_seconds": run_seconds(runs),
+                "trigger_to_end_seconds": _last_end(runs) - sent,
+            }
+            batch["trigger_to_end_tasks_per_s"] = batch["tasks"] / batch["trigger_to_end_seconds"]
             batches.append(paired(batch, drain))
     title = f"{sizes.w3_runs} runs at once of a {fanout_tasks(sizes.w3_width)}-task diamond"
     if sizes.repeats > 1:
         title += f" (the median of {sizes.repeats} batches)"
     return {"title": title, **with_pairs(batches, "tasks_per_s")}
+
+
+def w3_via_api(
+    env: LiveEnv,
+    sizes: Sizes,
+    prof: Profiler,
+    runs: int,
+    name: str,
+    floor_drain: Callable[[], float] | None = None,
+) -> Result:
+    """W3's DAG, `runs` runs posted to `POST /api/v1/dags/{dag_id}/runs` of the `sluice api`
+    process from `api_threads` threads at once, `repeats` batches one after another; the
+    median batch. tasks/s from the first request sent to the last run's end."""
+    if env.api is None:
+        env.start_api(secrets.token_urlsafe(24))
+    batches: list[dict[str, float]] = []
+    with profiled(prof, env, name, api=True):
+        for i in range(sizes.repeats):
+            drain = floor_drain() if floor_drain else None
+            run_ids = [f"{name.lower()}-{i}-{k:04d}" for k in range(runs)]
+            sent, latencies = _post_runs(env, run_ids, sizes.api_threads)
+            batches.append(paired(_triggered_batch(env, sizes, run_ids, sent, latencies), drain))
+    threads = min(sizes.api_threads, runs)
+    title = (
+        f"{runs} runs of W3's {fanout_tasks(sizes.w3_width)}-task diamond posted to the REST "
+        f"API from {threads} threads at once"
+    )
+    if sizes.repeats > 1:
+        title += f" (the median of {sizes.repeats} batches)"
+    return {"title": title, **with_pairs(batches, "tasks_per_s")}
+
+
+def w3_via_cli(
+    env: LiveEnv, sizes: Sizes, prof: Profiler, floor_drain: Callable[[], float] | None = None
+) -> Result:
+    """W3's runs, each triggered by a `sluice dags trigger DAG --run-id R` process, all
+    started at once; `repeats` batches, the median. tasks/s from the first process started
+    to the last run's end; `trigger_*`: each process's start → exit."""
+    batches: list[dict[str, float]] = []
+    with profiled(prof, env, "W3CLI"):
+        for i in range(sizes.repeats):
+            drain = floor_drain() if floor_drain else None
+            run_ids = [f"w3cli-{i}-{k:04d}" for k in range(sizes.w3_runs)]
+            sent, latencies = _cli_triggers(env, run_ids, prof, f"W3CLI-cli-{i}")
+            batches.append(paired(_triggered_batch(env, sizes, run_ids, sent, latencies), drain))
+    title = (
+        f"{sizes.w3_runs} runs of W3's {fanout_tasks(sizes.w3_width)}-task diamond, each by a "
+        "`sluice dags trigger` process, started at once"
+    )
+    if sizes.repeats > 1:
+        title += f" (the median of {sizes.repeats} batches)"
+    return {"title": title, **with_pairs(batches, "tasks_per_s")}
+
+
+def _post_runs(env: LiveEnv, run_ids: list[str], threads: int) -> tuple[float, list[float]]:
+    """POST a run for each of `run_ids` from `threads` threads, each with its own
+    connection (opened first), released together; (when the first request was sent, by
+    the wall clock; each request's sent → response, ms)."""
+    threads = max(1, min(threads, len(run_ids)))
+    chunks = [run_ids[t::threads] for t in range(threads)]
+    path = f"/api/v1/dags/{DAG_W3}/runs"
+    headers = {"Authorization": f"Bearer {env.api_token}", "Content-Type": "application/json"}
+    barrier = threading.Barrier(threads)
+    sent: list[float] = []
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def post(chunk: list[str]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", env.api_port, timeout=120)
+        try:
+            conn.connect()
+            barrier.wait(timeout=60)
+            for run_id in chunk:
+                body = json.dumps({"run_id": run_id})
+                wall, t0 = time.time(), time.perf_counter()
+                conn.request("POST", path, body, headers)
+                response = conn.getresponse()
+                text = response.read()
+                ms = (time.perf_counter() - t0) * 1000.0
+                with lock:
+                    sent.append(wall)
+                    latencies.append(ms)
+                    if response.status != 201:
+                        errors.append(f"{run_id}: {response.status} {text[:300]!r}")
+        except Exception as exc:
+            with lock:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            barrier.abort()
+        finally:
+            conn.close()
+
+    workers = [threading.Thread(target=post, args=(c,), daemon=True) for c in chunks]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise BenchError(f"{len(errors)} trigger(s) failed: {errors[:3]}")
+    return min(sent), latencies
+
+
+def _cli_triggers(
+    env: LiveEnv, run_ids: list[str], prof: Profiler, profile_name: str
+) -> tuple[float, list[float]]:
+    """One `sluice dags trigger` process per run id, all started at once (the first under
+    py-spy when profiling); (when the first was started, wall clock; each one's start →
+    exit, ms)."""
+    base = [*sluice_argv(), "dags", "trigger", DAG_W3]
+    procs: list[tuple[subprocess.Popen[bytes], float, Path]] = []
+    sent = time.time()
+    try:
+        for k, run_id in enumerate(run_ids):
+            argv = [*base, "--run-id", run_id]
+            if k == 0:
+                argv = prof.command(profile_name, argv)
+            log = env.log_dir / f"{run_id}.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    argv,
+                    env=env.env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=str(REPO_ROOT),
+                )
+            procs.append((proc, time.perf_counter(), log))
+        latencies: dict[int, float] = {}
+        deadline = time.monotonic() + 120
+        while len(latencies) < len(procs):
+            for k, (proc, t0, _) in enumerate(procs):
+                if k not in latencies and proc.poll() is not None:
+                    latencies[k] = (time.perf_counter() - t0) * 1000.0
+            if time.monotonic() > deadline:
+                raise BenchError(f"{len(procs) - len(latencies)} `sluice dags trigger` unfinished")
+            time.sleep(0.005)
+    finally:
+        for proc, _, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    failed = [log.read_text(errors="replace")[-1500:] for p, _, log in procs if p.returncode]
+    if failed:
+        raise BenchError(f"{len(failed)} `sluice dags trigger` failed:\n{failed[0]}")
+    prof.collect(profile_name, focus=(None, "trigger"))
+    return sent, [latencies[k] for k in range(len(procs))]
+
+
+def _triggered_batch(
+    env: LiveEnv, sizes: Sizes, run_ids: list[str], sent: float, latencies: list[float]
+) -> dict[str, float]:
+    """Wait for the runs named `run_ids` (W3's DAG); their figures: tasks/s from `sent`
+    (wall clock, the first trigger) to the last run's end, W3's own (first task's start
+    → last task's end), queued → start of the TIs and of the runs, the triggers' latency."""
+    with env.factory() as session:
+        pks = list(
+            session.scalars(
+                select(DagRun.id).where(DagRun.dag_id == DAG_W3, DagRun.run_id.in_(run_ids))
+            )
+        )
+    if len(pks) != len(run_ids):
+        raise BenchError(f"{len(run_ids)} runs triggered, {len(pks)} found")
+    env.wait_runs(pks, sizes.run_timeout)
+    runs = read_runs(env.factory, pks)
+    tis = read_tis(env.factory, pks)
+    own = throughput(tis)
+    seconds = _last_end(runs) - sent
+    queued = summary_ms([_ms_between(t.queued_at, t.start) for t in tis if t.queued_at and t.start])
+    run_start = summary_ms(
+        [_ms_between(r.queued_at, r.start) for r in runs if r.queued_at and r.start]
+    )
+    latency = summary_ms(latencies)
+    first_created = min(r.queued_at for r in runs if r.queued_at is not None).timestamp()
+    last_created = max(r.queued_at for r in runs if r.queued_at is not None).timestamp()
+    return {
+        "tasks": own["tasks"],
+        "runs": float(len(runs)),
+        "trigger_to_end_seconds": seconds,
+        "tasks_per_s": own["tasks"] / seconds if seconds > 0 else math.nan,
+        "ti_span_seconds": own["seconds"],
+        "ti_span_tasks_per_s": own["tasks_per_s"],
+        "runs_seconds": run_seconds(runs),
+        "slots_busy_mean": own["slots_busy_mean"],
+        "queued_to_start_median_ms": queued["median_ms"],
+        "queued_to_start_p95_ms": queued["p95_ms"],
+        "run_queued_to_start_median_ms": run_start["median_ms"],
+        "run_queued_to_start_p95_ms": run_start["p95_ms"],
+        "trigger_median_ms": latency["median_ms"],
+        "trigger_p95_ms": latency["p95_ms"],
+        "trigger_max_ms": latency["max_ms"],
+        "sent_to_first_run_created_ms": (first_created - sent) * 1000.0,
+        "runs_created_window_ms": (last_created - first_created) * 1000.0,
+        "sent_to_first_task_start_ms": _ms_since(sent, min(t.start for t in tis if t.start)),
+    }
+
+
+def _last_end(runs: list[RunTimes]) -> float:
+    """The last run's end (epoch seconds)."""
+    ends = [r.end for r in runs if r.end is not None]
+    if not ends:
+        raise BenchError("no run has ended")
+    return max(ends).timestamp()
+
+
+def _ms_since(epoch: float, at: dt.datetime) -> float:
+    return (at.timestamp() - epoch) * 1000.0
 
 
 def w11_mapped(

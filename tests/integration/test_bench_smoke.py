@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from tests.conftest import IN_CI, PG_ADMIN_URL, REDIS_HOST
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-WORKLOADS = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W11"]
+WORKLOADS = ["W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W4", "W5", "W6", "W7", "W8", "W11"]
 
 
 def _require_services() -> None:
