@@ -9,6 +9,7 @@ by the functions that use them, so a CLI command that needs neither starts faste
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,14 +79,27 @@ class UnknownTaskId(InputError):
 
 def wake_schedulers(settings: Settings, run_pk: int | None = None) -> None:
     """Wake every scheduler of the deployment now, naming the run with news if given
-    (best-effort: never raises)."""
+    (best-effort: never raises). One waker per deployment and process is kept (the API
+    wakes them at every trigger: a Redis connection each time cost a fifth of it)."""
+    _publisher(settings).wake(run_pk)
+
+
+_PUBLISHERS: dict[Settings, Any] = {}
+_PUBLISHERS_LOCK = threading.Lock()
+_PUBLISHERS_MAX = 8
+"""Wakers kept per process (one per deployment's settings; the oldest is closed first)."""
+
+
+def _publisher(settings: Settings) -> Any:
     from sluice.broker.wakeup import waker_for  # Redis: only when needed
 
-    waker = waker_for(settings)
-    try:
-        waker.wake(run_pk)
-    finally:
-        waker.close()
+    with _PUBLISHERS_LOCK:
+        waker = _PUBLISHERS.get(settings)
+        if waker is None:
+            if len(_PUBLISHERS) >= _PUBLISHERS_MAX:
+                _PUBLISHERS.pop(next(iter(_PUBLISHERS))).close()
+            waker = _PUBLISHERS[settings] = waker_for(settings)
+        return waker
 
 
 def cancel_run(session: Session, run: DagRun, *, who: str, now: dt.datetime) -> Cancelled:
