@@ -271,7 +271,8 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
         )
     if "W9" in ran:
         tasks = _fig(results, "W9", "tasks") or 0
-        for name, label in (("dag_detail", "DAG detail"), ("grid", "grid")):
+        runs = _fig(results, "W9", "runs") or 1
+        for name, label in (("dag_detail", "DAG detail"), ("grid", f"grid ({runs:.0f} runs)")):
             for when in ("cold", "warm"):
                 v = _fig(results, "W9", f"{name}_{when}_ms")
                 rows.append(
@@ -472,9 +473,9 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "one scheduler then two (A-B-B-A): what the schedulers themselves do for many small",
         "runs (start, decide, queue, publish), as Airflow's scheduler benchmark measures its",
         "scheduler with the executor short-circuited.",
-        "W9 drives the REST API app in-process (no network) on a 10,000-task DAG with one",
-        "run: the DAG detail and the grid, the first request of each (cold: the DAG's task",
-        "order and task list computed) and the median of five more (warm); the heap is",
+        "W9 drives the REST API app in-process (no network) on a 10,000-task DAG with 25",
+        "runs: the DAG detail and the grid of all 25, the first request of each (cold: the",
+        "DAG's task order and task list computed) and the median of five more (warm); the heap is",
         "settled and one DAG-list request made first, as `sluice api` serves.",
         "W10: five runs of first >> hold >> after, one at a time; while `hold` runs,",
         "`sluice tasks mark … hold --state success` (a process, as a user runs it) marks it;",

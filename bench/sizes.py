@@ -62,6 +62,8 @@ class Sizes:
     w8_w1_width: int = 200
     w8_w2_length: int = 50
     w9_tasks: int = 10_000
+    w9_runs: int = 25
+    """Runs of W9's DAG the grid shows (issue 21: a 10,000-task DAG with 25 runs)."""
     """Tasks of the DAG whose API reads W9 times (the DAG page of a big DAG)."""
     w10_marks: int = 5
     """Runs whose middle task is marked success with `sluice tasks mark` (W10)."""
@@ -99,6 +101,7 @@ QUICK = Sizes(
     w8_w1_width=10,
     w8_w2_length=5,
     w9_tasks=100,
+    w9_runs=2,
     w10_marks=1,
     w11_indexes=10,
     w11_expand_items=100,
