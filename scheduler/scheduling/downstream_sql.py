@@ -378,21 +378,6 @@ UNFINISHED = hot(
 """Whether a run has a TI left to finish (one indexed row)."""
 
 
-INDEX_LEFT = hot(
-    "mapped task has an unfinished index",
-    select(_TI.id)
-    .where(
-        _TI.dag_run_id == bindparam("run_pk"),
-        one_of(_TI.state, [state.value for state in TI_UNFINISHED]),
-        _TI.task_id == bindparam("task_id"),
-    )
-    .limit(1),
-    "One row by (dag_run_id, state), then the task: another index of a mapped task not "
-    "finished (`plans.waits_for_every_index`).",
-)
-"""Whether a mapped task has an index left to finish in the run."""
-
-
 _SIBLING = TaskInstance.__table__.alias("sibling")
 _WAITER = TaskInstance.__table__.alias("waiter")
 INDEX_COUNTING = hot(

@@ -317,3 +317,5 @@ def test_a_mapped_task_is_one_cell_that_opens_its_indexes(
         "SELECT map_index, try_number FROM task_instance WHERE task_id = 'load' ORDER BY 1",
     )
     assert tries == [(0, 1), (1, 1), (2, 2)]
+    # each index printed: its result and log went in one transaction (index_written)
+    assert sluice.logs().count("-> success (index_written") == 4

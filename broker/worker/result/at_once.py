@@ -29,12 +29,14 @@ wakes them), never a double queueing (every queueing is a compare-and-set).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 from sluice.broker.worker.result.case import Case, Recorded
 from sluice.broker.worker.retrying import retrying
@@ -174,10 +176,15 @@ def index_at_once(case: Case) -> Recorded:
 def _fill_with_spans(case: Case) -> FollowUp:
     """`_fill` in a transaction that also starts the span of the TI it queued."""
     with transaction(case.factory) as session:
-        now = utcnow()
-        messages = fill_freed_slot(session, pool=case.pool, now=now, with_trace=True)
-        if messages:
-            spans.start_ti_spans(session, [m.ti_id for m in messages], now)
+        return fill_in(session, case, utcnow())
+
+
+def fill_in(session: Session, case: Case, now: dt.datetime) -> FollowUp:
+    """In the caller's transaction: the slot `case`'s result freed given to the first TI
+    waiting in its pool, its span started when tracing; what to send."""
+    messages = fill_freed_slot(session, pool=case.pool, now=now, with_trace=case.tracing)
+    if case.tracing and messages:
+        spans.start_ti_spans(session, [m.ti_id for m in messages], now)
     return FollowUp(messages)
 
 

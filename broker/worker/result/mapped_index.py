@@ -13,19 +13,20 @@ run, a loop interval later). What the fill queued is published after the commit.
 
 from __future__ import annotations
 
+from sluice.broker.worker.result.at_once import fill_in
 from sluice.broker.worker.result.case import Case, Recorded
-from sluice.broker.worker.result.in_transaction import move_result
 from sluice.broker.worker.retrying import retrying
 from sluice.scheduler.core.db import Pipeline, transaction_opened_by, utcnow
 from sluice.scheduler.core.queries.task_logs import save_task_log
-from sluice.scheduler.scheduling import spans
-from sluice.scheduler.scheduling.downstream import FollowUp, drives, fill_freed_slot
-from sluice.scheduler.scheduling.downstream_sql import INDEX_LEFT, run_lock
+from sluice.scheduler.scheduling.downstream import FollowUp, drives
+from sluice.scheduler.scheduling.downstream_sql import index_write, run_lock
 
 
 def index_written(case: Case) -> Recorded:
-    """The index's result written under the run's lock; the freed slot filled while other
-    indexes are unfinished, else the schedulers woken."""
+    """The index's result written under the run's lock by the UPDATE that also says
+    whether another index is unfinished and TIs wait in its pool (`index_write`, as
+    `index_at_once` sends it); the freed slot filled while other indexes are unfinished,
+    else the schedulers woken."""
     follow: list[FollowUp] = []
 
     def write() -> bool:
@@ -33,26 +34,29 @@ def index_written(case: Case) -> Recorded:
         now = utcnow()
         opener = Pipeline()
         lock = opener.add(run_lock(case.run_pk), "run lock")
+        result = opener.add(
+            index_write(
+                run_pk=case.run_pk,
+                task_id=case.task_id,
+                pool=case.pool,
+                ti_id=case.ti_id,
+                attempt_id=case.attempt_id,
+                now=now,
+                values=case.values,
+            ),
+            "result",
+        )
         with transaction_opened_by(case.factory, opener) as (session, opened):
-            run = opened.first(lock)
-            if case.task_log is not None:
+            run, row = opened.first(lock), opened.first(result)
+            if case.task_log is not None:  # stored even when the result lost
                 save_task_log(session, case.task_log, now=now)
-            if not move_result(case, session, now):
+            if row is None:  # the compare-and-set lost
                 return False
             assert case.dag is not None
-            if run is None or not drives(run, case.dag):
-                follow.append(FollowUp(wake=True))
-                return True
-            left = session.execute(
-                INDEX_LEFT, {"run_pk": case.run_pk, "task_id": case.task_id}
-            ).first()
-            if left is None:  # the last index: the schedulers decide the downstream
-                follow.append(FollowUp(wake=True))
-                return True
-            messages = fill_freed_slot(session, pool=case.pool, now=now, with_trace=case.tracing)
-            if case.tracing and messages:
-                spans.start_ti_spans(session, [m.ti_id for m in messages], now)
-            follow.append(FollowUp(messages))
+            if run is None or not drives(run, case.dag) or not row.unfinished:
+                follow.append(FollowUp(wake=True))  # the last index: the schedulers decide
+            else:
+                follow.append(fill_in(session, case, now) if row.backlog else FollowUp())
             return True
 
     won = retrying(write)

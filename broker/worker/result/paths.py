@@ -79,9 +79,9 @@ PATHS: tuple[ResultPath, ...] = (
         condition="a success with no log to store of one index of a mapped task whose "
         "downstream waits for every index (none follows it one to one)",
         round_trips="1: BEGIN, the run's lock, the UPDATE that writes the result and says "
-        "whether another index is unfinished and TIs wait in its pool, COMMIT; then 0 or 1 "
-        "more (the freed slot filled)",
-        locks="the run's row while the query runs; then the freed pool's row",
+        "whether another index is unfinished, the pool's lock, the first TI waiting in it "
+        "queued if it fits, COMMIT; with spans to start, the fill is 1 transaction more",
+        locks="the run's row, then the freed pool's row, while the query runs",
         fallback="the last index, or a run the worker may not drive: the schedulers are "
         "woken and decide what follows",
         applies=lambda c: c.decides and c.quiet_success and c.every_index,
@@ -91,8 +91,9 @@ PATHS: tuple[ResultPath, ...] = (
         name="index_written",
         condition="a success with a log to store of one index of a mapped task whose "
         "downstream waits for every index",
-        round_trips="2 or 3: BEGIN with the run's lock, the result (and the log), the "
-        "count of its other unfinished indexes, the freed slot filled, COMMIT",
+        round_trips="2 or 3: BEGIN with the run's lock and the result's UPDATE that says "
+        "whether another index is unfinished and TIs wait in its pool, the log, the freed "
+        "slot filled if they do, COMMIT",
         locks="the run's row first, then the TI, then the freed pool's row",
         fallback="the last index, or a run the worker may not drive: the schedulers are "
         "woken and decide what follows",
