@@ -215,13 +215,10 @@ def verdict_state(
         branch = tasks[up].get("is_branch")
         for ti in tis:
             current = state[ti.id]
-            if branch and current is TI.SUCCESS:
-                chosen = branch_choice(ti.result)
-                if chosen is not None and task_id not in chosen:
-                    return TI.SKIPPED
+            if branch and current is TI.SUCCESS and _not_chosen(task_id, ti.result):
+                return TI.SKIPPED
             states.append(current)
-    verdict = decide(TriggerRule(task["trigger_rule"]), upstream_counts(states))
-    return VERDICT_MOVES.get(verdict)
+    return _verdict(task, states)
 
 
 VERDICT_MOVES: dict[Verdict, TaskInstanceState] = {
@@ -229,6 +226,17 @@ VERDICT_MOVES: dict[Verdict, TaskInstanceState] = {
     Verdict.SKIP: TI.SKIPPED,
     Verdict.UPSTREAM_FAILED: TI.UPSTREAM_FAILED,
 }
+
+
+def _not_chosen(task_id: str, branch_result: str | None) -> bool:
+    """Whether a successful branch task, by its stored choice, did not pick `task_id`."""
+    chosen = branch_choice(branch_result)
+    return chosen is not None and task_id not in chosen
+
+
+def _verdict(task: Mapping[str, Any], states: list[TaskInstanceState]) -> TaskInstanceState | None:
+    """The move `task`'s trigger rule makes of its upstream TIs' `states` (None: wait)."""
+    return VERDICT_MOVES.get(decide(TriggerRule(task["trigger_rule"]), upstream_counts(states)))
 
 
 def decide_one(
@@ -240,19 +248,10 @@ def decide_one(
     """The move for one `none` TI (None: wait); `state` must hold all its upstreams' TIs."""
     upstream = [u for u in task["upstream"] if u in state]
     for up in upstream:
-        if tasks[up].get("is_branch") and state[up] is TI.SUCCESS:
-            chosen = branch_choice(by_task[up].result)
-            if chosen is not None and task["task_id"] not in chosen:
-                return TI.SKIPPED
-    counts = upstream_counts([state[u] for u in upstream])
-    verdict = decide(TriggerRule(task["trigger_rule"]), counts)
-    if verdict is Verdict.RUN:
-        return TI.SCHEDULED
-    if verdict is Verdict.SKIP:
-        return TI.SKIPPED
-    if verdict is Verdict.UPSTREAM_FAILED:
-        return TI.UPSTREAM_FAILED
-    return None
+        branch = tasks[up].get("is_branch") and state[up] is TI.SUCCESS
+        if branch and _not_chosen(task["task_id"], by_task[up].result):
+            return TI.SKIPPED
+    return _verdict(task, [state[u] for u in upstream])
 
 
 def upstream_counts(states: list[TaskInstanceState]) -> UpstreamCounts:
