@@ -56,6 +56,7 @@ from bench.sizes import (
 )
 
 REDIS_HOST = os.environ.get("SLUICE_BENCH_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("SLUICE_BENCH_REDIS_PORT", "6379"))
 SLUICE_REDIS_DB = 14
 FLOOR_REDIS_DB = 15
 LOOP_INTERVAL = 1.0
@@ -110,8 +111,8 @@ class Bench:
         self.logs = self.workdir / "logs"
         self.logs.mkdir()
         self.admin = admin_engine()
-        self.broker_url = f"redis://{REDIS_HOST}:6379/{SLUICE_REDIS_DB}"
-        self.floor_url = f"redis://{REDIS_HOST}:6379/{FLOOR_REDIS_DB}"
+        self.broker_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{SLUICE_REDIS_DB}"
+        self.floor_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{FLOOR_REDIS_DB}"
         self.guard = RedisGuard([self.broker_url, self.floor_url], self.tag)
         self.results: dict[str, Any] = {
             "mode": sizes.mode,
