@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from tests.integration.test_cancel_run import DAG as CANCEL_DAG
-from tests.integration.test_cancel_run import assert_cancelled, logs
+from tests.integration.test_cancel_run import assert_cancelled, logs, rows
 from tests.procs import Sluice, wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dags"
@@ -60,3 +60,32 @@ def test_wakeups_go_through_redis_beside_rabbitmq(
     run_id = sluice.trigger("example_hello")
     # Then it is done long before a 30 s loop would have looked
     assert sluice.wait_run("example_hello", run_id, timeout=15) == "success"
+
+
+def test_wakeups_go_through_postgresql_when_there_is_no_redis(
+    sluice_on_rabbitmq: Sluice,
+) -> None:
+    # Given RabbitMQ as the broker, no Redis anywhere, and a scheduler whose loop waits
+    # 30 s: only wake-ups (PostgreSQL notifications) can carry runs through quickly
+    sluice = sluice_on_rabbitmq
+    sluice.extra_env.update(SLUICE_LOOP_INTERVAL="30")
+    assert "SLUICE_WAKEUP_URL" not in sluice.extra_env
+    shutil.copy(EXAMPLES / "example_etl.py", sluice.dags_folder / "example_etl.py")
+    sluice.ok("dags", "list")
+    sluice.scheduler()
+    sluice.worker(concurrency=2)
+    wait_until(lambda: "sluice-waker-listen" in _applications(sluice), timeout=20)
+    # When runs are triggered one after another (the CLI wakes the scheduler to start
+    # each; the worker wakes it to end each)
+    for _ in range(2):
+        run_id = sluice.trigger("example_etl")
+        # Then each is done long before a 30 s loop would have looked
+        assert sluice.wait_run("example_etl", run_id, timeout=20) == "success"
+
+
+def _applications(sluice: Sluice) -> str:
+    found = rows(
+        sluice.database_url,
+        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()",
+    )
+    return " ".join(str(r[0]) for r in found)
