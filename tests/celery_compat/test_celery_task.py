@@ -197,7 +197,7 @@ def test_their_app_on_rabbitmq_runs_sluice_and_their_task(
     # Then their task's result flowed downstream, and their worker ran Sluice's tasks
     engine = make_engine(sluice.database_url)
     with engine.connect() as conn:
-        rows = dict(
+        rows: dict[str, Any] = dict(
             conn.execute(
                 text("SELECT task_id, result FROM task_instance WHERE run_id = :r"), {"r": run_id}
             ).all()
