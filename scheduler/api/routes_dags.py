@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from sqlalchemy import func, select
+from sqlalchemy import String, bindparam, func, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
@@ -43,23 +44,46 @@ def recent_runs(
     session: Session, dag_ids: Sequence[str], per_dag: int
 ) -> dict[str, list[RunBrief]]:
     """The newest `per_dag` runs of each DAG (by logical date), newest first; one query of
-    the columns shown (never a run's conf)."""
+    the columns shown (never a run's conf). On PostgreSQL each DAG's runs are read
+    newest first from the (dag_id, logical_date) index and the read stops after
+    `per_dag` (a LATERAL join): the cost does not grow with the DAGs' history. SQLite
+    (the embedded mode) ranks every run of the DAGs with a window function."""
     if not dag_ids:
         return {}
-    rank = (
-        func.row_number()
-        .over(partition_by=DagRun.dag_id, order_by=DagRun.logical_date.desc())
-        .label("rank")
-    )
-    ranked = select(DagRun.id, rank).where(DagRun.dag_id.in_(list(dag_ids))).subquery()
-    rows = session.execute(
-        select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.logical_date)
-        .join(ranked, ranked.c.id == DagRun.id)
-        .where(ranked.c.rank <= per_dag)
-        .order_by(DagRun.dag_id, DagRun.logical_date.desc())
-    ).all()
+    if session.get_bind().dialect.name == "postgresql":
+        wanted = (
+            func.unnest(bindparam("dag_ids", list(dag_ids), type_=ARRAY(String)))
+            .table_valued("dag_id")
+            .render_derived()
+        )
+        newest = (
+            select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.logical_date)
+            .where(DagRun.dag_id == wanted.c.dag_id)
+            .order_by(DagRun.logical_date.desc())
+            .limit(per_dag)
+            .lateral("newest")
+        )
+        query = (
+            select(newest.c.dag_id, newest.c.run_id, newest.c.state, newest.c.logical_date)
+            .select_from(wanted)
+            .join(newest, true())
+            .order_by(newest.c.dag_id, newest.c.logical_date.desc())
+        )
+    else:
+        rank = (
+            func.row_number()
+            .over(partition_by=DagRun.dag_id, order_by=DagRun.logical_date.desc())
+            .label("rank")
+        )
+        ranked = select(DagRun.id, rank).where(DagRun.dag_id.in_(list(dag_ids))).subquery()
+        query = (
+            select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.logical_date)
+            .join(ranked, ranked.c.id == DagRun.id)
+            .where(ranked.c.rank <= per_dag)
+            .order_by(DagRun.dag_id, DagRun.logical_date.desc())
+        )
     found: dict[str, list[RunBrief]] = defaultdict(list)
-    for dag_id, run_id, run_state, logical_date in rows:
+    for dag_id, run_id, run_state, logical_date in session.execute(query).all():
         found[dag_id].append(RunBrief(run_id=run_id, state=run_state, logical_date=logical_date))
     return found
 

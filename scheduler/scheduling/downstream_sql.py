@@ -18,7 +18,7 @@ from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exis
 from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
-from sluice.scheduler.core.queries.sql import expected_state, one_of
+from sluice.scheduler.core.queries.sql import expected_state, is_scheduled, one_of
 from sluice.scheduler.core.queries.tis import (
     FITS_ITS_POOL_FIRST,
     NEXT_WAITING_FITS_ITS_POOL,
@@ -38,9 +38,7 @@ _TI = TaskInstance.__table__.c
 _RUN = DagRun.__table__.c
 _POOL = Pool.__table__.c
 
-WAITING = exists().where(
-    _TI.state == TI.SCHEDULED.value, _TI.pool.in_(bindparam("pools", expanding=True))
-)
+WAITING = exists().where(is_scheduled(_TI.state), _TI.pool.in_(bindparam("pools", expanding=True)))
 """TIs wait in `scheduled` in the pools concerned (`backlog`)."""
 UNCLAIMED = hot(
     "runs no job claimed",
@@ -157,7 +155,7 @@ _OF_RUN_UNFINISHED = (
     one_of(_OTHER.c.state, [state.value for state in TI_UNFINISHED]),
 )
 _POOL_TOTAL_IF_WAITING = _locked_pool_total(
-    exists().where(_TI.state == TI.SCHEDULED.value, _TI.pool == bindparam("lock_pool"))
+    exists().where(is_scheduled(_TI.state), _TI.pool == bindparam("lock_pool"))
 )
 """The slots of the finished TI's pool, its row locked, if TIs wait in it (the slot this
 result frees goes to one of them); else NULL and nothing locked."""
@@ -392,7 +390,7 @@ INDEX_COUNTING = hot(
         )
         .label("unfinished"),
         exists()
-        .where(_WAITER.c.state == TI.SCHEDULED.value, _WAITER.c.pool == bindparam("lock_pool"))
+        .where(is_scheduled(_WAITER.c.state), _WAITER.c.pool == bindparam("lock_pool"))
         .label("backlog"),
     ),
     "What the result of a mapped task's index returns, under the run's lock: whether "

@@ -7,7 +7,7 @@ WHERE dag_run.id = %(run_pk)s::BIGINT AND (dag_run.state || '') = %(param_1)s::V
 FROM task_instance AS finished 
 WHERE finished.id = %(finished_id)s::BIGINT AND (finished.state || '') = %(param_2)s::VARCHAR)) AND NOT (EXISTS (SELECT * 
 FROM task_instance AS waiting, task_instance 
-WHERE waiting.state = %(state_1)s::VARCHAR AND waiting.pool = task_instance.pool)) AND (SELECT coalesce(sum(active.pool_slots), %(coalesce_2)s::INTEGER) AS coalesce_1 
+WHERE waiting.state = 'scheduled' AND waiting.pool = task_instance.pool)) AND (SELECT coalesce(sum(active.pool_slots), %(coalesce_2)s::INTEGER) AS coalesce_1 
 FROM task_instance AS active, task_instance 
 WHERE active.state IN (%(param_3)s::VARCHAR, %(param_4)s::VARCHAR) AND active.pool = task_instance.pool) + task_instance.pool_slots <= (SELECT pool.slots 
 FROM pool, task_instance 

@@ -7,9 +7,9 @@ FROM task_instance AS other
 WHERE other.dag_run_id = %(run_pk)s::BIGINT AND other.state IN (%(param_1)s::VARCHAR, %(param_2)s::VARCHAR, %(param_3)s::VARCHAR, %(param_4)s::VARCHAR, %(param_5)s::VARCHAR) AND other.task_id IN (__[POSTCOMPILE_fan_in])),
 EXISTS (SELECT * 
 FROM task_instance 
-WHERE task_instance.state = %(state_1)s::VARCHAR AND task_instance.pool IN (__[POSTCOMPILE_pools])),
+WHERE task_instance.state = 'scheduled' AND task_instance.pool IN (__[POSTCOMPILE_pools])),
 (SELECT pool.slots 
 FROM pool 
 WHERE pool.name = %(lock_pool)s::VARCHAR AND (EXISTS (SELECT * 
 FROM task_instance 
-WHERE task_instance.state = %(state_1)s::VARCHAR AND task_instance.pool = %(lock_pool)s::VARCHAR)) FOR UPDATE OF pool)
+WHERE task_instance.state = 'scheduled' AND task_instance.pool = %(lock_pool)s::VARCHAR)) FOR UPDATE OF pool)

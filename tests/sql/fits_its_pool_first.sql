@@ -2,7 +2,7 @@
 -- Nobody waits in the TI's pool (they would come first) and it has room, as HAS_ROOM.
 NOT (EXISTS (SELECT * 
 FROM task_instance AS waiting, task_instance 
-WHERE waiting.state = %(state_1)s::VARCHAR AND waiting.pool = task_instance.pool)) AND (SELECT coalesce(sum(active.pool_slots), %(coalesce_2)s::INTEGER) AS coalesce_1 
+WHERE waiting.state = 'scheduled' AND waiting.pool = task_instance.pool)) AND (SELECT coalesce(sum(active.pool_slots), %(coalesce_2)s::INTEGER) AS coalesce_1 
 FROM task_instance AS active, task_instance 
 WHERE active.state IN (%(param_1)s::VARCHAR, %(param_2)s::VARCHAR) AND active.pool = task_instance.pool) + task_instance.pool_slots <= (SELECT pool.slots 
 FROM pool, task_instance 

@@ -7,4 +7,4 @@ FROM task_instance AS sibling, task_instance
 WHERE sibling.dag_run_id = %(run_pk)s::BIGINT AND sibling.state IN (%(param_1)s::VARCHAR, %(param_2)s::VARCHAR, %(param_3)s::VARCHAR, %(param_4)s::VARCHAR, %(param_5)s::VARCHAR) AND sibling.task_id = %(counted_task)s::VARCHAR AND sibling.id != task_instance.id),
 EXISTS (SELECT * 
 FROM task_instance AS waiter 
-WHERE waiter.state = %(state_1)s::VARCHAR AND waiter.pool = %(lock_pool)s::VARCHAR)
+WHERE waiter.state = 'scheduled' AND waiter.pool = %(lock_pool)s::VARCHAR)

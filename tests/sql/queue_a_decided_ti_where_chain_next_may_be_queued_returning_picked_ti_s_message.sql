@@ -5,7 +5,7 @@ WHERE dag_run.id = %(run_pk)s::BIGINT AND (dag_run.state || '') = %(param_2)s::V
 FROM task_instance AS finished 
 WHERE finished.id = %(finished_id)s::BIGINT AND (finished.state || '') = %(param_3)s::VARCHAR)) AND NOT (EXISTS (SELECT * 
 FROM task_instance AS waiting 
-WHERE waiting.state = %(state_1)s::VARCHAR AND waiting.pool = task_instance.pool)) AND (SELECT coalesce(sum(active.pool_slots), %(coalesce_2)s::INTEGER) AS coalesce_1 
+WHERE waiting.state = 'scheduled' AND waiting.pool = task_instance.pool)) AND (SELECT coalesce(sum(active.pool_slots), %(coalesce_2)s::INTEGER) AS coalesce_1 
 FROM task_instance AS active 
 WHERE active.state IN (%(param_4)s::VARCHAR, %(param_5)s::VARCHAR) AND active.pool = task_instance.pool) + task_instance.pool_slots <= (SELECT pool.slots 
 FROM pool 

@@ -3,8 +3,8 @@ UPDATE task_instance SET state=%(state)s::VARCHAR, end_date=%(v_end_date)s::TIME
 FROM task_instance AS other 
 WHERE other.dag_run_id = %(run_pk)s::BIGINT AND other.state IN (%(param_2)s::VARCHAR, %(param_3)s::VARCHAR, %(param_4)s::VARCHAR, %(param_5)s::VARCHAR, %(param_6)s::VARCHAR) AND (other.task_id NOT IN (__[POSTCOMPILE_fan_in]))) AS unfinished, EXISTS (SELECT * 
 FROM task_instance 
-WHERE task_instance.state = %(state_1)s::VARCHAR AND task_instance.pool IN (__[POSTCOMPILE_pools])) AS backlog, (SELECT pool.slots 
+WHERE task_instance.state = 'scheduled' AND task_instance.pool IN (__[POSTCOMPILE_pools])) AS backlog, (SELECT pool.slots 
 FROM pool 
 WHERE pool.name = %(lock_pool)s::VARCHAR AND (EXISTS (SELECT * 
 FROM task_instance 
-WHERE task_instance.state = %(state_2)s::VARCHAR AND task_instance.pool = %(lock_pool)s::VARCHAR)) FOR UPDATE OF pool) AS pool_total
+WHERE task_instance.state = 'scheduled' AND task_instance.pool = %(lock_pool)s::VARCHAR)) FOR UPDATE OF pool) AS pool_total

@@ -34,3 +34,14 @@ def expected_state(column: ColumnElement[Any], values: Iterable[Any]) -> ColumnE
     prepared statement keeps it until the next ANALYZE) otherwise picks an index on the
     state and reads every row in that state to change one."""
     return one_of(unindexed(column), values)
+
+
+def is_scheduled(column: ColumnElement[Any]) -> ColumnElement[bool]:
+    """`column = 'scheduled'` with the state written inline, for the checks of TIs that
+    wait in a pool. The partial index `ix_task_instance_waiting` (state = 'scheduled')
+    serves them only so: a prepared statement's generic plan cannot use a partial index
+    whose condition depends on a parameter, and with the state as a parameter it
+    estimates a third of the table in it, so an EXISTS or a LIMIT looks cheap to answer
+    from a sequential scan, which on a table of a million finished TIs and none waiting
+    reads all of them at every task's result."""
+    return column == literal_column("'scheduled'")

@@ -24,14 +24,13 @@ from sqlalchemy import (
     exists,
     func,
     literal,
-    literal_column,
     select,
 )
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
-from sluice.scheduler.core.queries.sql import one_of
+from sluice.scheduler.core.queries.sql import is_scheduled, one_of
 from sluice.scheduler.core.states import TI, TI_ACTIVE, DagRunState
 
 _POOLS = Pool.__table__.c
@@ -167,7 +166,7 @@ _FIRST_WAITING = (
     select(_WAITING.c.id)
     .join(DagRun.__table__, _RUNS.id == _WAITING.c.dag_run_id)
     .where(
-        _WAITING.c.state == literal_column(f"'{TI.SCHEDULED.value}'"),  # inline: the index
+        is_scheduled(_WAITING.c.state),  # inline: the index
         _WAITING.c.pool == bindparam("r_pool"),
         _RUNS.state == DagRunState.RUNNING.value,
         _RUNS.claimed_by_job_id.is_(None),
@@ -203,7 +202,7 @@ right after the one that locked the pool's row, `pool_lock`)."""
 FITS_ITS_POOL_FIRST = hot(
     "fits its pool first",
     and_(
-        ~exists().where(_WAITING.c.state == TI.SCHEDULED.value, _WAITING.c.pool == _TIS.pool),
+        ~exists().where(is_scheduled(_WAITING.c.state), _WAITING.c.pool == _TIS.pool),
         _room_for(
             _TIS.pool,
             _TIS.pool_slots,
@@ -278,7 +277,7 @@ def _scheduled_statement(
         )
         .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
         .join(Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
-        .where(_TIS.state == TI.SCHEDULED.value, DagRun.state == DagRunState.RUNNING, runs)
+        .where(is_scheduled(_TIS.state), DagRun.state == DagRunState.RUNNING, runs)
         .order_by(_TIS.priority_weight.desc(), _TIS.scheduled_at, _TIS.id)
         .limit(bindparam("limit"))
         .with_for_update(of=TaskInstance.__table__, skip_locked=True)
