@@ -38,6 +38,26 @@ class Upstream:
     def __hash__(self) -> int:
         return hash(("Upstream", self.task_id))
 
+    # A task's result links as its task does (``start >> load.expand(path=files())``, as
+    # Airflow's XComArg): the task is looked up in the DAG being defined.
+    def __rshift__(self, other: Any) -> Any:
+        return _task_of(self) >> other
+
+    def __lshift__(self, other: Any) -> Any:
+        return _task_of(self) << other
+
+    def __rrshift__(self, other: Any) -> Any:
+        return other >> _task_of(self)
+
+    def __rlshift__(self, other: Any) -> Any:
+        return other << _task_of(self)
+
+
+def _task_of(ref: Upstream) -> Any:
+    from sluice.tasks.task import task_of  # the task module imports this one
+
+    return task_of(ref)
+
 
 def referenced(value: Any) -> str | None:
     """The task id `value` refers to, if it is a reference (not walking containers)."""

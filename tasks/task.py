@@ -40,7 +40,9 @@ TASK_DEFAULTS: dict[str, Any] = {
     "max_active_tis_per_dagrun": None,
 }
 
-_Deps = TypeVar("_Deps", bound="Task | list[Task] | tuple[Task, ...] | set[Task]")
+_Deps = TypeVar(
+    "_Deps", bound="Task | Upstream | list[Task | Upstream] | tuple[Task, ...] | set[Task]"
+)
 
 
 def _as_timedelta(name: str, value: Any, *, optional: bool, positive: bool) -> timedelta | None:
@@ -126,12 +128,27 @@ def _check_binding(
         raise DagDefinitionError(f"task '{task_id}' is called with bad arguments: {exc}") from None
 
 
+def task_of(ref: Upstream) -> Task:
+    """The task whose result `ref` stands for, in the DAG whose ``with`` block runs."""
+    dag = current_dag()
+    found = dag.tasks.get(ref.task_id) if dag is not None else None
+    if found is None:
+        where = f"DAG '{dag.dag_id}'" if dag is not None else "no DAG's with block"
+        raise DagDefinitionError(f"{ref!r} links no task: '{ref.task_id}' is not in {where}")
+    return found
+
+
 def _as_tasks(other: object) -> list[Task]:
+    """The tasks `other` names: a task, a task's result (`Upstream`), or a list of them."""
     items = list(other) if isinstance(other, list | tuple | set | frozenset) else [other]
+    found: list[Task] = []
     for item in items:
+        if isinstance(item, Upstream):
+            item = task_of(item)
         if not isinstance(item, Task):
             raise TypeError(f"dependencies link tasks, got {type(item).__name__}: {item!r}")
-    return items  # type: ignore[return-value]
+        found.append(item)
+    return found
 
 
 def _link(up: Task, down: Task) -> None:
@@ -327,13 +344,13 @@ class Task:
         mapped = [source for _, source in self.map.args] if self.map is not None else []
         return any(references([call, mapped]))
 
-    def set_downstream(self, other: Task | Iterable[Task]) -> None:
-        """Make ``other`` (a task or a list of tasks) run after this task."""
+    def set_downstream(self, other: Task | Upstream | Iterable[Task | Upstream]) -> None:
+        """Make ``other`` (a task, a task's result, or a list of them) run after this task."""
         for down in _as_tasks(other):
             _link(self, down)
 
-    def set_upstream(self, other: Task | Iterable[Task]) -> None:
-        """Make ``other`` (a task or a list of tasks) run before this task."""
+    def set_upstream(self, other: Task | Upstream | Iterable[Task | Upstream]) -> None:
+        """Make ``other`` (a task, a task's result, or a list of them) run before this task."""
         for up in _as_tasks(other):
             _link(up, self)
 

@@ -61,6 +61,58 @@ def test_a_task_expanded_over_a_mapped_output_alone_maps_one_to_one() -> None:
     assert dag.tasks["c"].per_index == "a" and dag.tasks["b"].per_index is None
 
 
+def test_a_tasks_result_links_as_its_task() -> None:
+    # As Airflow's XComArg: `start >> load.expand(...)`, `total(...) >> report`
+    with DAG("links", schedule=None) as dag:
+
+        @task
+        def start() -> None:
+            return None
+
+        @task
+        def load(path: str) -> int:
+            return len(path)
+
+        @task
+        def total(counts: list[int]) -> int:
+            return sum(counts)
+
+        @task
+        def report() -> None:
+            return None
+
+        @task
+        def audit() -> None:
+            return None
+
+        counts = load.expand(path=["a", "b"])
+        start >> counts
+        total(counts) >> report
+        [audit] << counts  # the list runs after the result's task
+        assert counts.__rshift__(report) is report
+    upstream = {t: sorted(dag.tasks[t].upstream_task_ids) for t in dag.tasks}
+    assert upstream == {
+        "start": [],
+        "load": ["start"],
+        "total": ["load"],
+        "report": ["load", "total"],
+        "audit": ["load"],
+    }
+    assert sorted(dag.tasks["load"].downstream_task_ids) == ["audit", "report", "total"]
+
+
+def test_a_result_outside_its_dag_links_nothing() -> None:
+    with DAG("apart", schedule=None):
+
+        @task
+        def only() -> None:
+            return None
+
+    gone = r"Upstream\('gone'\) links no task"
+    with pytest.raises(DagDefinitionError, match=gone), DAG("other", schedule=None):
+        only >> Upstream("gone")
+
+
 def test_an_unmapped_dag_keeps_its_version_hash() -> None:
     def build() -> DAG:
         with DAG("plain", schedule=None) as dag:
