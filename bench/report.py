@@ -328,6 +328,53 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
                 passed=_check(v is not None and v < 1, v),
             )
         )
+    rows += _history_rows(results)
+    return rows
+
+
+_HISTORY_FIGURES = (
+    ("tick_ms", "scheduler tick, ms"),
+    ("dag_list_ms", "API DAG list, ms"),
+    ("grid_ms", "API grid, ms"),
+    ("run_list_ms", "API run list, ms"),
+    ("w1_tasks_per_s", "W1 fan-out, tasks/s"),
+    ("w2_hop_median_ms", "W2 hop median, ms"),
+    ("w3_tasks_per_s", "W3 many runs, tasks/s"),
+)
+
+
+def _history_rows(results: dict[str, Any]) -> list[Row]:
+    """W12: each figure with years of history against the same on a young database."""
+    if "W12" not in results["workloads"]:
+        return []
+    loaded = _fig(results, "W12", "tis_loaded")
+    rows = [Row("W12", "finished TIs loaded (with their runs and logs)", loaded)]
+    for key, label in _HISTORY_FIGURES:
+        v, ref = _fig(results, "W12", f"{key}_history"), _fig(results, "W12", f"{key}_empty")
+        worse = _fig(results, "W12", f"{key}_slowdown")
+        rows.append(
+            Row(
+                "W12",
+                f"{label} with history",
+                v,
+                ref,
+                "young database",
+                worse,
+                "≤ 1.2× worse",
+                _check(worse is not None and worse <= 1.2, worse),
+            )
+        )
+    for table in ("task_instance", "dag_run", "task_log"):
+        v = _fig(results, "W12", f"seq_rows_read_{table}")
+        rows.append(
+            Row(
+                "W12",
+                f"rows of {table} read by sequential scans during the measurements",
+                v,
+                target="no whole-table scan",
+                passed=_check(v is not None and loaded is not None and v < 0.05 * loaded, v),
+            )
+        )
     return rows
 
 
@@ -552,6 +599,13 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "it), then one transaction as a pass makes it (the run claimed FOR NO KEY UPDATE,",
         "`update_state`, the commit) that writes the 10,000 indexes, scheduled; the median of",
         "five such runs.",
+        "W12: the same figures on two databases of their own, young (10 finished runs of each",
+        "DAG, what the DAG list shows) and with years of history: finished runs of 100",
+        "20-task DAGs (1,000,000 TIs with their runs and logs) bulk-loaded as Sluice writes",
+        "them, then ANALYZE; the scheduler's tick in-process,",
+        "the API's DAG list, grid (100 runs × 50 tasks) and run list in-process (warm",
+        "medians), W1-W3 with a live scheduler and worker; and the rows sequential scans of",
+        "the big tables read meanwhile (pg_stat_user_tables).",
         "W1R, W2R, W3R: W1, W2 and W3 again on a second deployment whose broker is RabbitMQ",
         "(a vhost of the bench's own, wake-ups over PostgreSQL LISTEN/NOTIFY as there is no",
         "Redis), against the floor's app on the same RabbitMQ (results in its Redis db),",

@@ -30,7 +30,7 @@ import celery
 import redis
 from sqlalchemy.exc import OperationalError
 
-from bench import api_reads, inproc, raw_celery, standalone, workloads
+from bench import api_reads, history, inproc, raw_celery, standalone, workloads
 from bench.dagfiles import chain_call, fanout_call, held_call, mapped_call, write_dag_file
 from bench.live import LiveEnv
 from bench.metrics import median_run, runs_of
@@ -224,6 +224,8 @@ class Bench:
             )
         if "W11" in want:
             self.attempt(["W11"], self.w11_expansion, uses_redis=False)
+        if "W12" in want:
+            self.attempt(["W12"], self.w12_history)
 
     def floor(
         self,
@@ -458,6 +460,33 @@ class Bench:
                 "runs": {**(entry.get("runs") or {}), **expansion["runs"]},
             }
         }
+
+    def w12_history(self) -> dict[str, Any]:
+        """W12's two phases, each on a database and namespace of its own (`bench.history`)."""
+        phases: dict[str, dict[str, float]] = {}
+        for name in ("empty", "history"):
+            db = BenchDb.create(self.admin, self.tag, f"w12{name[0]}")
+            namespace = f"{self.namespace}-w12{name[0]}"
+            logs = self.logs / f"w12-{name}"
+            logs.mkdir(exist_ok=True)
+            try:
+                phases[name] = history.phase(
+                    db,
+                    self.workdir / f"w12-{name}",
+                    logs,
+                    self.broker_url,
+                    namespace,
+                    self.sizes,
+                    self.prof,
+                    history=name == "history",
+                )
+            finally:
+                db.drop()
+                cleanup_redis(self.broker_url, namespace)
+        s = self.sizes
+        tis = s.w12_dags * s.w12_runs_per_dag * 20
+        title = f"years of history: {tis:,} finished TIs against a young database"
+        return {"W12": {"title": title, "figures": history.compare(**phases)}}
 
     def in_own_db(self, suffix: str, measure: Callable[..., dict[str, Any]]) -> dict[str, Any]:
         db = BenchDb.create(self.admin, self.tag, suffix)

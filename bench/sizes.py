@@ -19,13 +19,15 @@ WORKLOADS = (
     "W9",
     "W10",
     "W11",
+    "W12",
     "W1R",
     "W2R",
     "W3R",
 )
 """W3API, W3B and W3CLI: W3's runs triggered as users trigger them (the REST API of a
 `sluice api` process, `sluice dags trigger` processes). W1R, W2R, W3R: W1-W3 with
-RabbitMQ as the broker, beside raw Celery on RabbitMQ."""
+RabbitMQ as the broker, beside raw Celery on RabbitMQ. W12: the same figures on an
+young database and on one with years of history."""
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"
@@ -69,6 +71,11 @@ class Sizes:
     w9_runs: int = 25
     """Runs of W9's DAG the grid shows (issue 21: a 10,000-task DAG with 25 runs)."""
     """Tasks of the DAG whose API reads W9 times (the DAG page of a big DAG)."""
+    w12_dags: int = 100
+    w12_runs_per_dag: int = 500
+    """W12's history: finished runs of each of its `w12_dags` 20-task DAGs (1,000,000 TIs)."""
+    w12_grid_runs: int = 100
+    """Finished runs of W12's 50-task DAG, all in its grid (issue 21: 100 runs × 50 tasks)."""
     w10_marks: int = 5
     """Runs whose middle task is marked success with `sluice tasks mark` (W10)."""
     w11_indexes: int = 1000
@@ -106,6 +113,9 @@ QUICK = Sizes(
     w8_w2_length=5,
     w9_tasks=100,
     w9_runs=2,
+    w12_dags=10,
+    w12_runs_per_dag=20,
+    w12_grid_runs=10,
     w10_marks=1,
     w11_indexes=10,
     w11_expand_items=100,
