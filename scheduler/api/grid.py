@@ -17,10 +17,11 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, text
+from sqlalchemy import Connection, Engine, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.types import BigInteger, String
@@ -295,11 +296,38 @@ costs, and compiling would cost more than running); plans made for the arrays' s
 (a generic plan of a statement psycopg prepared knows neither)."""
 
 
+SPLIT_FROM = 8
+"""From this many runs on, half of them are aggregated on a second connection at the same
+time (PostgreSQL runs one statement on one core): each half reads its own snapshot."""
+
+
+def _aggregate(connection: Connection, run_pks: list[int], order: list[str]) -> list[Any]:
+    connection.execute(_SETTINGS_SQL)
+    return list(connection.execute(_COMPACT_SQL, {"runs": run_pks, "task_ids": order}))
+
+
+def _aggregate_apart(engine: Engine, run_pks: list[int], order: list[str]) -> list[Any]:
+    """`_aggregate` on a connection of its own (rolled back: it only reads)."""
+    with engine.connect() as connection:
+        return _aggregate(connection, run_pks, order)
+
+
+def _compact_rows(session: Session, run_pks: list[int], order: list[str]) -> list[Any]:
+    """`_COMPACT_SQL`'s rows for these runs, in two halves at once from SPLIT_FROM runs."""
+    if len(run_pks) < SPLIT_FROM:
+        return _aggregate(session.connection(), run_pks, order)
+    half = len(run_pks) // 2
+    engine = session.get_bind()
+    assert isinstance(engine, Engine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        apart = pool.submit(_aggregate_apart, engine, run_pks[half:], order)
+        return _aggregate(session.connection(), run_pks[:half], order) + apart.result()
+
+
 def _pg_columns(
     session: Session, runs: Sequence[RunRow], order: Sequence[str]
 ) -> tuple[list[str], dict[int, CompactColumn]]:
-    session.execute(_SETTINGS_SQL)
-    found = session.execute(_COMPACT_SQL, {"runs": [r.id for r in runs], "task_ids": order})
+    found = _compact_rows(session, [r.id for r in runs], list(order))
     columns: dict[int, CompactColumn] = {}
     odd: list[int] = []
     for run_pk, states, tries, others in found:
