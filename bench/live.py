@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import redis
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bench.pg import BenchDb
 from bench.procs import BenchError, Proc, clean_env, run_cli, sluice_argv, wait_until
-from sluice.broker.wakeup import RedisWaker, wakeup_channel
+from sluice.broker.wakeup import Waker, waker_for, wakeup_channel, wakeup_url
 from sluice.scheduler.core.db import make_session_factory, transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun, Job
 from sluice.scheduler.core.settings import Settings
@@ -58,7 +58,7 @@ class LiveEnv:
         self.api_token = ""
         self._engine: Engine | None = None
         self._factory: sessionmaker[Session] | None = None
-        self._waker: RedisWaker | None = None
+        self._waker: Waker | None = None
 
     # -- setup -----------------------------------------------------------------------------
     @property
@@ -125,18 +125,34 @@ class LiveEnv:
             return bool(count)
 
         wait_until(registered, 60, f"{proc.name} to register its job", proc)
-        channel = wakeup_channel(self.broker_url, self.namespace)
+        # else a wake-up sent now is lost and a run waits a loop interval
+        wait_until(
+            lambda: self._listeners() >= len(self.schedulers),
+            60,
+            f"{proc.name} to listen for wake-ups",
+            proc,
+        )
+        return proc
+
+    def _listeners(self) -> int:
+        """Processes listening for this deployment's wake-ups: on Redis's channel, or
+        PostgreSQL's (`broker.pg_wakeup`, when the broker is not Redis)."""
+        if wakeup_url(self.settings) is None:
+            with self.factory() as session:
+                return int(
+                    session.scalar(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND application_name = 'sluice-waker-listen'"
+                        )
+                    )
+                    or 0
+                )
         client = redis.Redis.from_url(self.broker_url)
-        try:  # else a wake-up sent now is lost and a run waits a loop interval
-            wait_until(
-                lambda: client.pubsub_numsub(channel)[0][1] >= len(self.schedulers),
-                60,
-                f"{proc.name} to listen for wake-ups",
-                proc,
-            )
+        try:
+            return int(client.pubsub_numsub(wakeup_channel(self.broker_url, self.namespace))[0][1])
         finally:
             client.close()
-        return proc
 
     def start_worker(self, concurrency: int = 4) -> Proc:
         n = len(self.workers)
@@ -202,7 +218,7 @@ class LiveEnv:
 
     def wake(self) -> None:
         if self._waker is None:
-            self._waker = RedisWaker(self.broker_url, self.namespace)
+            self._waker = waker_for(self.settings)
         self._waker.wake()
 
     def finished(self, run_pks: Sequence[int]) -> tuple[int, int]:

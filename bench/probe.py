@@ -104,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedulers", type=int, default=1, help="sluice scheduler processes")
     p.add_argument("--backends", action="store_true", help="sample pg_stat_activity (costs CPU)")
     p.add_argument(
+        "--broker",
+        default="redis://127.0.0.1:6379/14",
+        help="the broker URL (default Redis db 14; e.g. amqp://guest:guest@127.0.0.1:5672/VHOST)",
+    )
+    p.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for all"
     )
     args = p.parse_args(argv)
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix=f"sluice-probe-{tag}-"))
     (work / "dags").mkdir()
     write_dag_file(work / "dags" / "probe.py", [call])
-    env = LiveEnv(db, "redis://127.0.0.1:6379/14", f"probe-{tag}", work / "dags", work, 1.0)
+    env = LiveEnv(db, args.broker, f"probe-{tag}", work / "dags", work, 1.0)
     env.extra_env = dict(item.split("=", 1) for item in args.env)
     try:
         env.migrate()
@@ -157,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             f"  pool process: gap between tasks median {median(gaps):.2f} ms, "
             f"claim → result median {median(busy):.2f} ms"
         )
+        hops = _hops(env)
+        if hops:
+            print(f"  hop (a task's end → the next start in its run): median {median(hops):.2f} ms")
         for what, n in sorted(backends.counts.items()):
             print(f"  backends {what}: {n / max(backends.samples, 1):.2f} on average")
     finally:
@@ -185,6 +193,22 @@ def _stamps(env: LiveEnv) -> tuple[list[float], list[float]]:
     ]
     busy = [(r.end_date - r.start_date).total_seconds() * 1000 for r in rows]
     return gaps, busy
+
+
+def _hops(env: LiveEnv) -> list[float]:
+    """In runs whose tasks ran one after another (a chain): each end → the next start."""
+    query = text(
+        "SELECT dag_run_id, start_date, end_date FROM task_instance "
+        "WHERE start_date IS NOT NULL AND end_date IS NOT NULL ORDER BY dag_run_id, start_date"
+    )
+    with env.factory() as session:
+        rows = session.execute(query).all()
+    return [
+        ms
+        for a, b in zip(rows, rows[1:], strict=False)
+        if a.dag_run_id == b.dag_run_id
+        and 0 <= (ms := (b.start_date - a.end_date).total_seconds() * 1000) < 1000
+    ]
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The floor: a bare Celery app with Sluice's worker settings, measured in the same run.
 
-Same broker (Redis, its own db), prefork pool with `-c 4`, late acks, prefetch 1,
-JSON only, no mingle or gossip; a Redis result backend carries results for the
-round trips. The worker runs as `celery -A bench.raw_celery worker`; the module
-attribute `app` is built on first access from BENCH_RAW_BROKER and BENCH_RAW_QUEUE.
+Same broker (Redis, its own db; or RabbitMQ, a vhost of the bench's), prefork pool with
+`-c 4`, late acks, prefetch 1, JSON only, no mingle or gossip; a Redis result backend
+carries results for the round trips (the broker's db, or BENCH_RAW_BACKEND beside
+RabbitMQ). The worker runs as `celery -A bench.raw_celery worker`; the module attribute
+`app` is built on first access from BENCH_RAW_BROKER, BENCH_RAW_QUEUE and
+BENCH_RAW_BACKEND.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from bench.redisguard import cleanup_redis
 
 BROKER_ENV = "BENCH_RAW_BROKER"
 QUEUE_ENV = "BENCH_RAW_QUEUE"
+BACKEND_ENV = "BENCH_RAW_BACKEND"
 DEFAULT_BROKER = "redis://127.0.0.1:6379/15"
 
 
-def create_raw_app(broker_url: str, queue: str) -> Celery:
-    """A Celery app with the worker settings of `broker.app.create_app`, plus results."""
-    app = Celery("bench_raw", broker=broker_url, backend=broker_url, set_as_current=False)
+def create_raw_app(broker_url: str, queue: str, backend_url: str | None = None) -> Celery:
+    """A Celery app with the worker settings of `broker.app.create_app`, plus results (in
+    `backend_url`, a Redis; by default the broker's)."""
+    backend = backend_url or broker_url
+    app = Celery("bench_raw", broker=broker_url, backend=backend, set_as_current=False)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -69,13 +74,21 @@ def __getattr__(name: str) -> Any:
     if name == "app":
         if _lazy_app is None:
             _lazy_app = create_raw_app(
-                os.environ.get(BROKER_ENV, DEFAULT_BROKER), os.environ.get(QUEUE_ENV, "bench.raw")
+                os.environ.get(BROKER_ENV, DEFAULT_BROKER),
+                os.environ.get(QUEUE_ENV, "bench.raw"),
+                os.environ.get(BACKEND_ENV) or None,
             )
         return _lazy_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def start_raw_worker(broker_url: str, queue: str, log_dir: Path, concurrency: int = 4) -> Proc:
+def start_raw_worker(
+    broker_url: str,
+    queue: str,
+    log_dir: Path,
+    concurrency: int = 4,
+    backend_url: str | None = None,
+) -> Proc:
     argv = [
         sys.executable,
         "-m",
@@ -96,7 +109,7 @@ def start_raw_worker(broker_url: str, queue: str, log_dir: Path, concurrency: in
         "--without-mingle",
         "--without-gossip",
     ]
-    env = clean_env({BROKER_ENV: broker_url, QUEUE_ENV: queue})
+    env = clean_env({BROKER_ENV: broker_url, QUEUE_ENV: queue, BACKEND_ENV: backend_url or ""})
     proc = Proc("raw-celery-worker", argv, env, log_dir / "raw-celery-worker.log")
     proc.wait_for_log(" ready.", timeout=60)
     return proc
@@ -174,10 +187,17 @@ class PairedFloor:
     tens of percent within minutes, the ratio of two figures from the same minute says
     more than the ratio of medians taken minutes apart."""
 
-    def __init__(self, broker_url: str, queue: str, log_dir: Path, drain_n: int) -> None:
+    def __init__(
+        self,
+        broker_url: str,
+        queue: str,
+        log_dir: Path,
+        drain_n: int,
+        backend_url: str | None = None,
+    ) -> None:
         self.broker_url, self.queue, self.drain_n = broker_url, queue, drain_n
-        self.worker = start_raw_worker(broker_url, queue, log_dir)
-        self.app = create_raw_app(broker_url, queue)
+        self.worker = start_raw_worker(broker_url, queue, log_dir, backend_url=backend_url)
+        self.app = create_raw_app(broker_url, queue, backend_url)
         self.ids: list[str] = []
         noop = self.app.tasks["bench.noop"]
         for _ in range(8):  # warm every pool child and the connections
@@ -195,4 +215,4 @@ class PairedFloor:
             _forget(self.app, self.ids)
         finally:
             self.app.close()
-            cleanup_redis(self.broker_url, self.queue)
+            cleanup_redis(self.broker_url, self.queue)  # nothing to do on RabbitMQ

@@ -33,7 +33,10 @@ class RedisGuard:
 
 def cleanup_redis(url: str, name: str) -> None:
     """Delete the keys that hold `name` (a run's namespace or queue: its queues and
-    bindings), nothing else."""
+    bindings), nothing else; nothing on a broker that is not Redis (the bench's RabbitMQ
+    vhost is deleted whole)."""
+    if not url.startswith(("redis://", "rediss://")):
+        return
     client = redis.Redis.from_url(url)
     try:
         for key in client.scan_iter(match=f"*{name}*"):

@@ -56,6 +56,7 @@ from bench.sizes import (
 )
 
 REDIS_HOST = os.environ.get("SLUICE_BENCH_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("SLUICE_BENCH_REDIS_PORT", "6379"))
 SLUICE_REDIS_DB = 14
 FLOOR_REDIS_DB = 15
 LOOP_INTERVAL = 1.0
@@ -66,6 +67,9 @@ LIVE = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W6", "W7", "W10", "W11
 NEEDS_FLOOR = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W11"}
 PAIRED = {"W1", "W3", "W3API", "W3B", "W3CLI", "W11"}
 """The workloads each of whose runs follows a drain of the floor (`paired_floor`)."""
+ON_RABBITMQ = {"W1R": "W1", "W2R": "W2", "W3R": "W3"}
+"""W1-W3 with RabbitMQ as the broker (a vhost of the bench's), beside raw Celery on it."""
+AMQP_HOST = os.environ.get("SLUICE_BENCH_AMQP_HOST", "127.0.0.1")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -110,8 +114,8 @@ class Bench:
         self.logs = self.workdir / "logs"
         self.logs.mkdir()
         self.admin = admin_engine()
-        self.broker_url = f"redis://{REDIS_HOST}:6379/{SLUICE_REDIS_DB}"
-        self.floor_url = f"redis://{REDIS_HOST}:6379/{FLOOR_REDIS_DB}"
+        self.broker_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{SLUICE_REDIS_DB}"
+        self.floor_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{FLOOR_REDIS_DB}"
         self.guard = RedisGuard([self.broker_url, self.floor_url], self.tag)
         self.results: dict[str, Any] = {
             "mode": sizes.mode,
@@ -181,6 +185,9 @@ class Bench:
             self.live(live)
         if want & PAIRED and self.sizes.repeats > 1 and "drains" in self.results.get("floor", {}):
             self.attempt(["floor"], self.floor_after)
+        on_rabbitmq = [name for name in self.chosen if name in ON_RABBITMQ]
+        if on_rabbitmq:
+            self.rabbitmq(on_rabbitmq)
         if "W7" in want:
             self.attempt(["W7"], self.w7_alone)
         if "W4" in want:
@@ -218,10 +225,19 @@ class Bench:
         if "W11" in want:
             self.attempt(["W11"], self.w11_expansion, uses_redis=False)
 
-    def floor(self, rtt_n: int | None = None, repeats: int | None = None) -> dict[str, Any]:
+    def floor(
+        self,
+        rtt_n: int | None = None,
+        repeats: int | None = None,
+        broker_url: str | None = None,
+    ) -> dict[str, Any]:
+        """The floor's drains and round trips on the floor's Redis db, or on `broker_url`
+        (RabbitMQ: results in the floor's Redis db)."""
         queue = f"bench-raw-{self.tag}"
-        worker = raw_celery.start_raw_worker(self.floor_url, queue, self.logs)
-        app = raw_celery.create_raw_app(self.floor_url, queue)
+        broker = broker_url or self.floor_url
+        backend = self.floor_url if broker_url else None
+        worker = raw_celery.start_raw_worker(broker, queue, self.logs, backend_url=backend)
+        app = raw_celery.create_raw_app(broker, queue, backend)
         s = self.sizes
         try:
             return {
@@ -236,15 +252,19 @@ class Bench:
         finally:
             worker.stop()
             app.close()
-            cleanup_redis(self.floor_url, queue)
+            cleanup_redis(broker, queue)
 
-    def paired_floor(self) -> raw_celery.PairedFloor | None:
+    def paired_floor(self, broker_url: str | None = None) -> raw_celery.PairedFloor | None:
         """The floor's worker beside W1, W3 (W3API, W3B, W3CLI) and W11, for a drain before
         each of their runs (`raw_celery.PairedFloor`); None (unpaired figures) if it does
         not start."""
         try:
             return raw_celery.PairedFloor(
-                self.floor_url, f"bench-raw-pairs-{self.tag}", self.logs, self.sizes.floor_drain
+                broker_url or self.floor_url,
+                f"bench-raw-pairs-{self.tag}",
+                self.logs,
+                self.sizes.floor_drain,
+                backend_url=self.floor_url if broker_url else None,
             )
         except Exception as exc:
             print(f"bench: no paired floor drains: {type(exc).__name__}: {exc}")
@@ -268,10 +288,18 @@ class Bench:
             }
         }
 
-    def live(self, want: set[str]) -> None:
-        db = BenchDb.create(self.admin, self.tag)
-        folder = self.workdir / "dags"
-        env = LiveEnv(db, self.broker_url, self.namespace, folder, self.logs, LOOP_INTERVAL)
+    def live(self, want: set[str], broker_url: str | None = None) -> None:
+        """The live workloads of `want` on one deployment: Redis (db 14), or `broker_url`
+        (RabbitMQ: W1-W3 only, recorded under their `ON_RABBITMQ` names, paired with a
+        floor on the same broker)."""
+        broker = broker_url or self.broker_url
+        rename = {v: k for k, v in ON_RABBITMQ.items()} if broker_url else {}
+        attempt: Callable[..., None] = self._renamed(rename) if rename else self.attempt
+        db = BenchDb.create(self.admin, self.tag, "amqp" if broker_url else "")
+        folder = self.workdir / ("dags-amqp" if broker_url else "dags")
+        logs = self.logs / "amqp" if broker_url else self.logs
+        logs.mkdir(exist_ok=True)
+        env = LiveEnv(db, broker, self.namespace, folder, logs, LOOP_INTERVAL)
         s = self.sizes
         calls = [
             fanout_call(DAG_WARMUP, 8),
@@ -301,28 +329,28 @@ class Bench:
                 ready = True
                 return {}
 
-            self.attempt(sorted(want), start, retry=False)
+            attempt(sorted(want), start, retry=False)
             if not ready:
                 return
             if "W2" in want:
-                self.attempt(["W2"], lambda: {"W2": workloads.w2_chain(env, s, self.prof)})
-            pairs = self.paired_floor() if want & PAIRED and s.repeats > 1 else None
+                attempt(["W2"], lambda: {"W2": workloads.w2_chain(env, s, self.prof)})
+            pairs = self.paired_floor(broker_url) if want & PAIRED and s.repeats > 1 else None
             drain = pairs.drain if pairs else None
             try:
                 if want & {"W1", "W6"}:
                     names = sorted(want & {"W1", "W6"})
-                    self.attempt(
+                    attempt(
                         names,
                         lambda: workloads.w1_and_w6(
                             env, s, self.prof, with_commits="W6" in want, floor_drain=drain
                         ),
                     )
                 if "W3" in want:
-                    self.attempt(
+                    attempt(
                         ["W3"], lambda: {"W3": workloads.w3_many_runs(env, s, self.prof, drain)}
                     )
                 if "W3API" in want:
-                    self.attempt(
+                    attempt(
                         ["W3API"],
                         lambda: {
                             "W3API": workloads.w3_via_api(
@@ -331,7 +359,7 @@ class Bench:
                         },
                     )
                 if "W3B" in want:
-                    self.attempt(
+                    attempt(
                         ["W3B"],
                         lambda: {
                             "W3B": workloads.w3_via_api(env, s, self.prof, s.w3b_runs, "W3B", drain)
@@ -339,20 +367,20 @@ class Bench:
                     )
                 env.stop_api()
                 if "W3CLI" in want:
-                    self.attempt(
+                    attempt(
                         ["W3CLI"], lambda: {"W3CLI": workloads.w3_via_cli(env, s, self.prof, drain)}
                     )
                 if "W11" in want:
-                    self.attempt(
+                    attempt(
                         ["W11"], lambda: {"W11": workloads.w11_mapped(env, s, self.prof, drain)}
                     )
             finally:
                 if pairs:
                     pairs.close()
             if "W7" in want:
-                self.attempt(["W7"], lambda: {"W7": workloads.w7_two_schedulers(env, s, self.prof)})
+                attempt(["W7"], lambda: {"W7": workloads.w7_two_schedulers(env, s, self.prof)})
             if "W10" in want:
-                self.attempt(["W10"], lambda: {"W10": workloads.w10_mark(env, s)})
+                attempt(["W10"], lambda: {"W10": workloads.w10_mark(env, s)})
             if e2e:
                 try:
                     self.guard.arm()
@@ -365,7 +393,44 @@ class Bench:
         finally:
             env.stop_all()
             db.drop()
-            cleanup_redis(self.broker_url, self.namespace)
+            cleanup_redis(broker, self.namespace)
+
+    def _renamed(self, rename: dict[str, str]) -> Callable[..., None]:
+        """`attempt` recording each workload under `rename`'s name for it."""
+
+        def attempt(names: list[str], step: Callable[[], dict[str, Any]], **kw: Any) -> None:
+            def renamed() -> dict[str, Any]:
+                return {rename.get(k, k): v for k, v in step().items()}
+
+            self.attempt([rename.get(n, n) for n in names], renamed, **kw)
+
+        return attempt
+
+    def rabbitmq(self, names: list[str]) -> None:
+        """W1-W3 on RabbitMQ: a vhost of the bench's own, the floor on it (results in the
+        floor's Redis db) and one live deployment on it; the vhost deleted after."""
+        vhost = f"sluice_bench_{self.tag}"
+        try:
+            _rabbitmqctl("add_vhost", vhost)
+            _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        except (OSError, subprocess.SubprocessError) as exc:
+            for name in names:
+                self.results["workloads"].setdefault(name, {})["error"] = f"RabbitMQ: {exc}"
+            return
+        amqp = f"amqp://guest:guest@{AMQP_HOST}:5672/{vhost}"
+        try:
+
+            def floor() -> dict[str, Any]:
+                self.results["floor_amqp"] = self.floor(broker_url=amqp)["floor"]
+                return {}
+
+            self.attempt(["floor_amqp"], floor)
+            self.live({ON_RABBITMQ[name] for name in names}, broker_url=amqp)
+        finally:
+            try:
+                _rabbitmqctl("delete_vhost", vhost)
+            except (OSError, subprocess.SubprocessError) as exc:
+                print(f"bench: vhost {vhost} not deleted: {exc}")
 
     def w7_alone(self) -> dict[str, Any]:
         """The schedulers alone (no worker), merged into W7's figures and runs."""
@@ -408,6 +473,10 @@ class Bench:
             print(f"bench: work directory kept: {self.workdir}")
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
 
 
 def _brief(entry: dict[str, Any]) -> str:

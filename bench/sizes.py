@@ -19,9 +19,13 @@ WORKLOADS = (
     "W9",
     "W10",
     "W11",
+    "W1R",
+    "W2R",
+    "W3R",
 )
 """W3API, W3B and W3CLI: W3's runs triggered as users trigger them (the REST API of a
-`sluice api` process, `sluice dags trigger` processes)."""
+`sluice api` process, `sluice dags trigger` processes). W1R, W2R, W3R: W1-W3 with
+RabbitMQ as the broker, beside raw Celery on RabbitMQ."""
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"

@@ -90,7 +90,8 @@ class News:
         return None if everything else runs
 
 
-def _payload(run_id: int | None) -> bytes:
+def payload_of(run_id: int | None) -> bytes:
+    """A wake-up's payload: the run id with news, or `*` (look at everything)."""
     return b"*" if run_id is None else str(run_id).encode()
 
 
@@ -112,7 +113,7 @@ class LocalWaker:
         self._news = News()
 
     def wake(self, run_id: int | None = None, *, shared: bool = False) -> None:
-        self._news.add(_payload(run_id))  # one scheduler per process: nothing to share
+        self._news.add(payload_of(run_id))  # one scheduler per process: nothing to share
         self._event.set()
 
     def take_news(self) -> set[int] | None:
@@ -222,7 +223,7 @@ class RedisWaker:
     def wake(self, run_id: int | None = None, *, shared: bool = False) -> None:
         try:
             if run_id is None or not shared:
-                self._redis().publish(self.channel, _payload(run_id))
+                self._redis().publish(self.channel, payload_of(run_id))
                 return
             pipe = self._redis().pipeline(transaction=False)
             pipe.sadd(self.news_key, run_id)
@@ -316,12 +317,18 @@ def wakeup_url(settings: Settings) -> str | None:
 
 
 def waker_for(settings: Settings) -> Waker:
-    """The waker of a deployment: in-process when embedded, Redis pub/sub otherwise; with
-    no Redis to go through, a waker of this process alone, so the schedulers rely on
-    their full pass each `SLUICE_LOOP_INTERVAL` for what other processes did."""
+    """The waker of a deployment: in-process when embedded, Redis pub/sub when there is a
+    Redis to go through (`wakeup_url`), else PostgreSQL `LISTEN`/`NOTIFY` on the shared
+    database (`broker.pg_wakeup`); on SQLite without Redis a waker of this process alone,
+    so the schedulers rely on their full pass each `SLUICE_LOOP_INTERVAL` for what other
+    processes did."""
     if settings.embedded_broker:
         return local_waker(settings.namespace)
     url = wakeup_url(settings)
-    if url is None:
-        return LocalWaker()
-    return RedisWaker(url, settings.namespace, batch=settings.runs_per_loop)
+    if url is not None:
+        return RedisWaker(url, settings.namespace, batch=settings.runs_per_loop)
+    from sluice.broker.pg_wakeup import PgWaker, is_postgresql
+
+    if is_postgresql(settings.database_url):
+        return PgWaker(settings.database_url, settings.namespace)
+    return LocalWaker()

@@ -1,7 +1,9 @@
 """Shared fixtures: a fresh PostgreSQL database and Redis db per test, and process helpers.
 
 Real services only. Locally a missing service skips the tests that need it
-(with the reason); under CI=true it fails them.
+(with the reason); under CI=true it fails them. Redis is the tests' own: each pytest
+process runs a `redis-server` of its own on a free port (`tests.redis_server`), so the
+tests never read or flush the machine's Redis.
 """
 
 from __future__ import annotations
@@ -12,39 +14,28 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from typing import NoReturn
 
 import pytest
 import redis
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
+from tests.redis_server import session_redis, stop_session_redis
+
 PG_ADMIN_URL = os.environ.get(
     "SLUICE_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_HOST = os.environ.get("SLUICE_TEST_REDIS_HOST", "127.0.0.1")
 IN_CI = os.environ.get("CI") == "true"
 
 
-RESERVED_REDIS_DBS = frozenset({8, 9, 11, 12, 14, 15})
-"""Dbs no fixture gives out: 8 and 9 (test_attach's apps), 11 and 12 (test_worker_runner,
-which keeps apart by namespace), 14 and 15 (the benchmarks)."""
+RESERVED_REDIS_DBS = frozenset({14, 15})
+"""Dbs of the tests' Redis no fixture gives out: 14 and 15 (the benchmark's)."""
+
+_redis_dbs = itertools.cycle([db for db in range(16) if db not in RESERVED_REDIS_DBS])
 
 
-def _redis_db_range() -> list[int]:
-    """The Redis dbs this test process gives out, split between pytest-xdist workers so
-    that two tests running side by side never share one (each flushes its db)."""
-    free = [db for db in range(1, 14) if db not in RESERVED_REDIS_DBS]
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", … under -n
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    if not worker.startswith("gw") or count <= 1:
-        return free
-    return free[int(worker[2:]) :: count]
-
-
-_redis_dbs = itertools.cycle(_redis_db_range())
-
-
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if IN_CI:
         pytest.fail(f"{reason} (required under CI=true)")
     pytest.skip(reason)
@@ -88,15 +79,20 @@ def migrated_database(pg_admin: Engine) -> Iterator[str]:
 @pytest.fixture
 def redis_url() -> Iterator[str]:
     """A Redis db number of its own for this test, flushed before and after."""
-    db = next(_redis_dbs)
-    client = redis.Redis(host=REDIS_HOST, port=6379, db=db)
     try:
-        client.flushdb()
-    except redis.ConnectionError as exc:
-        _unavailable(f"Redis not reachable at {REDIS_HOST}:6379: {exc}")
-    yield f"redis://{REDIS_HOST}:6379/{db}"
+        server = session_redis()
+    except RuntimeError as exc:
+        _unavailable(str(exc))
+    db = next(_redis_dbs)
+    client = redis.Redis(port=server.port, db=db)
+    client.flushdb()
+    yield server.url(db)
     client.flushdb()
     client.close()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stop_session_redis()
 
 
 AMQP_HOST = os.environ.get("SLUICE_TEST_AMQP_HOST", "127.0.0.1")

@@ -16,7 +16,7 @@ from sluice.tasks.celery_task import external_id_for, resolve
 from sluice.tasks.serialize import serialize_dag
 from tests.celery_compat.their_app import make_app
 
-BROKER = "redis://127.0.0.1:6379/9"
+BROKER = "redis://127.0.0.1:1/9"  # never connected to: attach reads the URL only
 SETTINGS = Settings(broker_url=BROKER, namespace="sl")
 
 
@@ -55,7 +55,7 @@ def test_attach_without_settings_takes_the_apps_broker(monkeypatch: pytest.Monke
     [
         ({"task_always_eager": True}, "task_always_eager"),
         ({"task_serializer": "auth", "accept_content": ["auth"]}, "signed messages"),
-        ({"broker_url": "redis://127.0.0.1:6379/8"}, "not Sluice's broker_url"),
+        ({"broker_url": "redis://127.0.0.1:1/8"}, "not Sluice's broker_url"),
         ({"task_create_missing_queues": False}, "task_create_missing_queues=False"),
     ],
 )
@@ -114,8 +114,8 @@ def test_celery_task_serializes_and_resolves_upstream_references() -> None:
 
 
 def test_attach_refusing_a_broker_never_prints_its_password() -> None:
-    app = make_app("redis://:theirsecret@127.0.0.1:6379/8", attach_sluice=False)
-    settings = Settings(broker_url="redis://:oursecret@127.0.0.1:6379/9", namespace="sl")
+    app = make_app("redis://:theirsecret@127.0.0.1:1/8", attach_sluice=False)
+    settings = Settings(broker_url="redis://:oursecret@127.0.0.1:1/9", namespace="sl")
     with pytest.raises(AttachError, match="not Sluice's broker_url") as caught:
         attach(app, settings)
     assert "oursecret" not in str(caught.value) and "theirsecret" not in str(caught.value)

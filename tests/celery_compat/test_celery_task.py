@@ -31,8 +31,11 @@ from tests.procs import Sluice, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def their_worker(sluice: Sluice, queues: str | None = None) -> subprocess.Popen[bytes]:
-    """The user's worker, serving `queues` (default: their queue and Sluice's default)."""
+def their_worker(
+    sluice: Sluice, queues: str | None = None, backend_url: str | None = None
+) -> subprocess.Popen[bytes]:
+    """The user's worker, serving `queues` (default: their queue and Sluice's default),
+    its results in `backend_url` (default: the broker's Redis)."""
     log = open(sluice.log_dir / f"their-worker-{len(sluice.procs)}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.celery_compat.their_worker", "worker"]
@@ -42,6 +45,7 @@ def their_worker(sluice: Sluice, queues: str | None = None) -> subprocess.Popen[
         env={
             **sluice.env,
             "THEIR_BROKER_URL": sluice.broker_url,
+            "THEIR_BACKEND_URL": backend_url or sluice.broker_url,
             "THEIR_CALLBACK_LOG": str(sluice.log_dir / "their-callbacks.jsonl"),
         },
         cwd=ROOT,
@@ -153,6 +157,55 @@ def test_dag_mixes_python_tasks_and_their_task_on_one_worker(
     [context] = [json.loads(line) for line in called.read_text().splitlines()]
     assert (context["dag_id"], context["run_id"], context["state"]) == ("mixed", run_id, "success")
     assert context["kind"] == "on_success" and context["task_id"] is None
+
+
+def test_their_app_on_rabbitmq_runs_sluice_and_their_task(
+    sluice_on_rabbitmq: Sluice, redis_url: str
+) -> None:
+    # Given the user's app on RabbitMQ (results in a Redis, as many stacks have it) with
+    # Sluice attached, and a DAG: python -> their_module.add -> python
+    sluice = sluice_on_rabbitmq
+    write_dag(
+        sluice,
+        "mixed",
+        """
+        with DAG("mixed", schedule=None) as dag:
+            @task
+            def extract():
+                return 20
+
+            add = CeleryTask("add", name="their_module.add", args=[Upstream("extract"), 22],
+                             timeout=timedelta(seconds=30))
+
+            @task
+            def report(context):
+                return context["upstream"]["add"] + 1
+
+            extract >> add >> report
+        """,
+    )
+    sluice.extra_env["SLUICE_RESULT_BACKEND"] = redis_url  # the scheduler polls it
+    sluice.scheduler()
+    their_worker(sluice, backend_url=redis_url)
+    their_app = make_app(sluice.broker_url, backend_url=redis_url)
+
+    # When a run goes while the user keeps calling their task over AMQP
+    run_id = sluice.trigger("mixed", "--run-id", "r1")
+    assert their_app.tasks["their_module.add"].delay(2, 3).get(timeout=20) == 5
+    assert sluice.wait_run("mixed", run_id, timeout=40) == "success"
+
+    # Then their task's result flowed downstream, and their worker ran Sluice's tasks
+    engine = make_engine(sluice.database_url)
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                text("SELECT task_id, result FROM task_instance WHERE run_id = :r"), {"r": run_id}
+            ).all()
+        )
+    engine.dispose()
+    assert rows == {"extract": "20", "add": "42", "report": "43"}
+    worker_log = "\n".join(p.read_text() for p in sluice.log_dir.glob("their-worker-*.log"))
+    assert "Task mixed.extract[" in worker_log and "Task mixed.report[" in worker_log
 
 
 def test_failure_retry_and_timeout(sluice: Sluice, poller: Settings, tmp_path: Path) -> None:

@@ -18,9 +18,13 @@ from sluice.broker.worker.attaching import attach
 THEIR_QUEUE = "their_queue"
 
 
-def make_app(broker_url: str, *, attach_sluice: bool = True, **conf: Any) -> Celery:
-    """The user's app on `broker_url` (results in the same Redis), with Sluice attached."""
-    app = Celery("their_module", broker=broker_url, backend=broker_url, set_as_current=False)
+def make_app(
+    broker_url: str, *, attach_sluice: bool = True, backend_url: str | None = None, **conf: Any
+) -> Celery:
+    """The user's app on `broker_url` (results in `backend_url`, by default the broker's
+    Redis), with Sluice attached."""
+    backend = backend_url or broker_url
+    app = Celery("their_module", broker=broker_url, backend=backend, set_as_current=False)
     app.conf.update(
         task_default_queue=THEIR_QUEUE,
         task_serializer="json",

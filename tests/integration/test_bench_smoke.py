@@ -1,8 +1,8 @@
 """The benchmark command runs end to end on tiny workloads (`python -m bench --quick`).
 
 No timing is asserted: only that it exits 0 and reports numeric figures for every
-workload. It needs PostgreSQL and Redis (dbs 14 and 15); without them it is
-skipped locally and fails under CI=true.
+workload. It needs PostgreSQL and runs on the tests' own Redis (dbs 14 and 15); without them it
+is skipped locally and fails under CI=true.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from tests.conftest import IN_CI, PG_ADMIN_URL, REDIS_HOST
+from tests.conftest import IN_CI, PG_ADMIN_URL
+from tests.redis_server import session_redis
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ["W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W4", "W5", "W6", "W7", "W8", "W11"]
+WORKLOADS += ["W1R", "W2R", "W3R"]
 
 
 def _require_services() -> None:
@@ -35,14 +36,10 @@ def _require_services() -> None:
         problems.append(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc.orig}")
     finally:
         engine.dispose()
-    for db in (14, 15):
-        client = redis.Redis(host=REDIS_HOST, port=6379, db=db)
-        try:
-            client.ping()
-        except redis.ConnectionError as exc:
-            problems.append(f"Redis not reachable at {REDIS_HOST}:6379/{db}: {exc}")
-        finally:
-            client.close()
+    try:
+        session_redis()
+    except RuntimeError as exc:
+        problems.append(str(exc))
     if problems:
         reason = "; ".join(problems)
         if IN_CI:
@@ -55,7 +52,8 @@ def test_bench_quick_reports_every_workload(tmp_path: Path) -> None:
     _require_services()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
     env["SLUICE_BENCH_PG_ADMIN_URL"] = PG_ADMIN_URL
-    env["SLUICE_BENCH_REDIS_HOST"] = REDIS_HOST
+    env["SLUICE_BENCH_REDIS_HOST"] = "127.0.0.1"
+    env["SLUICE_BENCH_REDIS_PORT"] = str(session_redis().port)  # the tests' own Redis
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
         cwd=REPO_ROOT,

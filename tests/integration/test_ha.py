@@ -12,6 +12,7 @@ import os
 import signal
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -148,6 +149,12 @@ def test_sigkill_one_scheduler_mid_workload(sluice: Sluice, tmp_path: Path) -> N
 
 
 def test_sigkill_worker_mid_task_is_retried_elsewhere(sluice: Sluice, tmp_path: Path) -> None:
+    worker_killed_mid_task(sluice, tmp_path)
+
+
+def worker_killed_mid_task(sluice: Sluice, tmp_path: Path) -> None:
+    """A worker SIGKILLed with its pool child while a try runs: the task is retried on
+    another worker and runs exactly twice (the killed try, the retry)."""
     log = tmp_path / "exec.log"
     (sluice.dags_folder / "victim.py").write_text(
         textwrap.dedent(f"""
@@ -182,6 +189,18 @@ def test_sigkill_worker_mid_task_is_retried_elsewhere(sluice: Sluice, tmp_path: 
 
 
 def test_broker_losing_messages_loses_no_task(sluice: Sluice, tmp_path: Path) -> None:
+    def flush() -> None:
+        client = redis.Redis.from_url(sluice.broker_url)
+        assert client.dbsize() > 0
+        client.flushdb()  # the queued messages are gone
+        client.close()
+
+    broker_losing_messages(sluice, tmp_path, flush)
+
+
+def broker_losing_messages(sluice: Sluice, tmp_path: Path, lose: Callable[[], None]) -> None:
+    """Three runs' first tasks queued, then `lose` drops every message from the broker
+    before a worker starts: each task of each run runs once all the same."""
     sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "2"
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=5)
@@ -192,11 +211,7 @@ def test_broker_losing_messages_loses_no_task(sluice: Sluice, tmp_path: Path) ->
         lambda: len(query(sluice, "SELECT 1 FROM task_instance WHERE state = 'queued'")) == 3,
         timeout=30,
     )
-    db = int(sluice.broker_url.rsplit("/", 1)[1])
-    client = redis.Redis(host="127.0.0.1", db=db)
-    assert client.dbsize() > 0
-    client.flushdb()  # the queued messages are gone
-    client.close()
+    lose()
     sluice.worker(concurrency=2)
 
     for run_id in runs:

@@ -1,15 +1,20 @@
 """Sluice with RabbitMQ as the broker (a vhost of the test's own): a DAG with a fan-out,
 a branch and a shell task runs to success, a worker decides the hops, a task's
-callback runs once on the callback queue, and a cancel stops a running try."""
+callback runs once on the callback queue, a cancel stops a running try, wake-ups go
+through Redis beside it or through PostgreSQL without it, a killed worker's task is
+retried once and messages the broker lost are sent again."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
+from urllib.parse import urlparse
 
 from tests.integration.test_cancel_run import DAG as CANCEL_DAG
-from tests.integration.test_cancel_run import assert_cancelled, logs
+from tests.integration.test_cancel_run import assert_cancelled, logs, rows
+from tests.integration.test_ha import broker_losing_messages, worker_killed_mid_task
 from tests.procs import Sluice, wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dags"
@@ -60,3 +65,64 @@ def test_wakeups_go_through_redis_beside_rabbitmq(
     run_id = sluice.trigger("example_hello")
     # Then it is done long before a 30 s loop would have looked
     assert sluice.wait_run("example_hello", run_id, timeout=15) == "success"
+
+
+def test_wakeups_go_through_postgresql_when_there_is_no_redis(
+    sluice_on_rabbitmq: Sluice,
+) -> None:
+    # Given RabbitMQ as the broker, no Redis anywhere, and a scheduler whose loop waits
+    # 30 s: only wake-ups (PostgreSQL notifications) can carry runs through quickly
+    sluice = sluice_on_rabbitmq
+    sluice.extra_env.update(SLUICE_LOOP_INTERVAL="30")
+    assert "SLUICE_WAKEUP_URL" not in sluice.extra_env
+    shutil.copy(EXAMPLES / "example_etl.py", sluice.dags_folder / "example_etl.py")
+    sluice.ok("dags", "list")
+    sluice.scheduler()
+    sluice.worker(concurrency=2)
+    wait_until(lambda: "sluice-waker-listen" in _applications(sluice), timeout=20)
+    # When runs are triggered one after another (the CLI wakes the scheduler to start
+    # each; the worker wakes it to end each)
+    for _ in range(2):
+        run_id = sluice.trigger("example_etl")
+        # Then each is done long before a 30 s loop would have looked
+        assert sluice.wait_run("example_etl", run_id, timeout=20) == "success"
+
+
+def _applications(sluice: Sluice) -> str:
+    found = rows(
+        sluice.database_url,
+        "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()",
+    )
+    return " ".join(str(r[0]) for r in found)
+
+
+def test_a_worker_killed_mid_task_on_rabbitmq_retries_it_once(
+    sluice_on_rabbitmq: Sluice, tmp_path: Path
+) -> None:
+    # RabbitMQ gives the killed worker's unacknowledged message back at once: its claim
+    # loses (the try is the killed worker's), the heartbeat's timeout retries the task
+    worker_killed_mid_task(sluice_on_rabbitmq, tmp_path)
+
+
+def test_messages_rabbitmq_lost_are_sent_again(sluice_on_rabbitmq: Sluice, tmp_path: Path) -> None:
+    vhost = urlparse(sluice_on_rabbitmq.broker_url).path.lstrip("/")
+
+    def purge() -> None:
+        queues = _rabbitmqctl("list_queues", "--no-table-headers", "-p", vhost, "name", "messages")
+        waiting = [line.split() for line in queues.splitlines() if line.strip()]
+        assert sum(int(count) for _, count in waiting) > 0
+        for name, _ in waiting:
+            _rabbitmqctl("purge_queue", "-p", vhost, name)
+
+    broker_losing_messages(sluice_on_rabbitmq, tmp_path, purge)
+
+
+def _rabbitmqctl(*args: str) -> str:
+    done = subprocess.run(
+        ["rabbitmqctl", "-q", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout

@@ -6,76 +6,25 @@ it without touching the machine's Redis.
 
 from __future__ import annotations
 
-import shutil
-import signal
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.integration.test_ha import assert_all_once, trigger_many, write_fanout
 from tests.procs import Sluice, wait_until
-
-REDIS_SERVER = shutil.which("redis-server")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class OwnRedis:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        assert REDIS_SERVER is not None
-        self.proc = subprocess.Popen(
-            [
-                REDIS_SERVER,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port)
-        wait_until(lambda: _pings(client), timeout=10)
-        client.close()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
+from tests.redis_server import REDIS_SERVER, OwnRedis
 
 
 @pytest.fixture
 def own_redis() -> Iterator[OwnRedis]:
     if REDIS_SERVER is None:
         pytest.skip("redis-server not installed")
-    server = OwnRedis(free_port())
+    server = OwnRedis()
     server.start()
     yield server
-    server.kill()
+    server.stop()
 
 
 def test_restarted_redis_loses_no_task(sluice: Sluice, own_redis: OwnRedis, tmp_path: Path) -> None:

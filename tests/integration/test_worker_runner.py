@@ -34,9 +34,16 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.transitions import move_ti, move_tis
 from sluice.tasks.loader import DagCache
+from tests.redis_server import session_redis
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-REDIS_URL = "redis://127.0.0.1:6379/11"
+
+
+def _redis(db: int = 11) -> str:
+    """A db of the tests' own Redis (this process's: `tests.redis_server`)."""
+    return session_redis().url(db)
+
+
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "worker_test"
 
@@ -474,10 +481,10 @@ def test_malformed_message_is_rejected() -> None:
 
 @pytest.fixture()
 def redis_ns() -> Iterator[str]:
-    _require("Redis", lambda: redis.Redis.from_url(REDIS_URL).ping())
+    _require("Redis", lambda: redis.Redis.from_url(_redis()).ping())
     namespace = f"sluicetest{uuid.uuid4().hex[:8]}"
     yield namespace
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(_redis())
     for key in client.scan_iter(f"*{namespace}*"):
         client.delete(key)
     client.close()
@@ -488,7 +495,7 @@ def start_worker(engine: Engine, namespace: str) -> subprocess.Popen[bytes]:
         **os.environ,
         "PYTHONPATH": str(REPO),
         "SLUICE_DATABASE_URL": engine.url.render_as_string(hide_password=False),
-        "SLUICE_BROKER_URL": REDIS_URL,
+        "SLUICE_BROKER_URL": _redis(),
         "SLUICE_NAMESPACE": namespace,
     }
     return subprocess.Popen(
@@ -537,7 +544,7 @@ def test_celery_worker_runs_published_messages(engine, factory, dag_file, redis_
         others = [ti_id for task_id, ti_id in ids.items() if task_id != "ok"]
         move_tis(session, others, TI.REMOVED, expect=[TI.NONE], now=utcnow())
     msg = queue_ti(factory, ids["ok"], run_id, "ok")
-    settings = Settings(database_url="unused://", broker_url=REDIS_URL, namespace=redis_ns)
+    settings = Settings(database_url="unused://", broker_url=_redis(), namespace=redis_ns)
     waker = waker_for(settings)
     assert isinstance(waker, RedisWaker)
     assert not waker.wait(0.01)  # subscribes
@@ -570,9 +577,9 @@ def test_celery_worker_runs_published_messages(engine, factory, dag_file, redis_
 
 
 def test_redis_waker_wakes_another_thread(redis_ns: str) -> None:
-    waiter = RedisWaker(REDIS_URL, redis_ns)
-    other_db = RedisWaker(REDIS_URL.replace("/11", "/12"), redis_ns)
-    waker = RedisWaker(REDIS_URL, redis_ns)
+    waiter = RedisWaker(_redis(), redis_ns)
+    other_db = RedisWaker(_redis(12), redis_ns)
+    waker = RedisWaker(_redis(), redis_ns)
     try:
         assert waiter.channel == f"{redis_ns}:11:wakeup"
         assert not waiter.wait(0.01)  # subscribes
@@ -597,8 +604,8 @@ def test_redis_waker_wakes_another_thread(redis_ns: str) -> None:
 
 
 def test_shared_news_go_to_one_scheduler_broadcast_news_to_all(redis_ns: str) -> None:
-    first, second = RedisWaker(REDIS_URL, redis_ns), RedisWaker(REDIS_URL, redis_ns)
-    waker = RedisWaker(REDIS_URL, redis_ns)
+    first, second = RedisWaker(_redis(), redis_ns), RedisWaker(_redis(), redis_ns)
+    waker = RedisWaker(_redis(), redis_ns)
     try:
         for w in (first, second):
             assert not w.wait(0.01)  # subscribes
@@ -622,8 +629,8 @@ def test_shared_news_go_to_one_scheduler_broadcast_news_to_all(redis_ns: str) ->
 def test_shared_news_are_popped_one_batch_at_a_time(redis_ns: str) -> None:
     """A scheduler takes at most one batch of shared news; while more are left its wait
     returns at once, and what one scheduler shares back another takes."""
-    first = RedisWaker(REDIS_URL, redis_ns, batch=2)
-    second = RedisWaker(REDIS_URL, redis_ns, batch=2)
+    first = RedisWaker(_redis(), redis_ns, batch=2)
+    second = RedisWaker(_redis(), redis_ns, batch=2)
     try:
         for w in (first, second):
             assert not w.wait(0.01)  # subscribes
@@ -646,10 +653,10 @@ def test_shared_news_are_popped_one_batch_at_a_time(redis_ns: str) -> None:
 
 
 def test_redis_waker_survives_lost_connection_and_dead_server(redis_ns: str) -> None:
-    waiter = RedisWaker(REDIS_URL, redis_ns)
-    waker = RedisWaker(REDIS_URL, redis_ns)
+    waiter = RedisWaker(_redis(), redis_ns)
+    waker = RedisWaker(_redis(), redis_ns)
     dead = RedisWaker("redis://127.0.0.1:1/11", redis_ns)
-    admin = redis.Redis.from_url(REDIS_URL)
+    admin = redis.Redis.from_url(_redis())
     try:
         assert not waiter.wait(0.01)
         # The subscriber's connection is killed (as by a Redis restart).
