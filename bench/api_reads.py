@@ -4,12 +4,15 @@ One DAG of `w9_tasks` tasks (start >> the rest in parallel >> join, W5's shape: 
 widest ready set a topological order can meet) and `w9_runs` runs of it (the grid shows
 them all), on a database of its own. The API app (`create_app`) is driven by an
 in-process client, so the figures are the server's work (routing, the queries, the task
-order, the JSON) with no network: `GET /api/v1/dags/{id}` (the DAG page's task list) and
-`GET /api/v1/dags/{id}/grid?limit=<w9_runs>`, the first request of each (`cold`: the
-order is computed) and the median of the next few (`warm`: the order comes from its
-cache). As `sluice api` does, the heap is settled before serving (`settle_heap`), and one
-request to the DAG list comes first: the process's own first request (its connections,
-its first compilations) is not the DAG's.
+order, the JSON) with no network: `GET /api/v1/dags/{id}` (the DAG page's task list),
+`GET /api/v1/dags/{id}/grid?format=compact&limit=<w9_runs>` (the grid as the web UI asks
+for it) and, as a second figure, the same grid in the default format (`grid_cells`, a
+cell object per TI, as older clients ask), each in turn: the first request of each
+(`cold`: the task order is computed by the first of them) and the median of the next few
+(`warm`: the order comes from its cache). As `sluice api` does, the heap is settled
+before serving (`settle_heap`), and one request to the DAG list comes first: the
+process's own first request (its connections, its first compilations) is not the DAG's.
+The sizes of the grid's answers are kept too (`grid_bytes`, `grid_cells_bytes`).
 """
 
 from __future__ import annotations
@@ -43,13 +46,14 @@ WARM_REQUESTS = 5
 Result = dict[str, Any]
 
 
-def _timed_get(client: TestClient, path: str) -> float:
+def _timed_get(client: TestClient, path: str) -> tuple[float, int]:
+    """The time of one GET, ms, and the size of its body."""
     t0 = time.perf_counter()
     response = client.get(path)
     spent = (time.perf_counter() - t0) * 1000.0
     if response.status_code != 200:
         raise BenchError(f"GET {path}: {response.status_code} {response.text[:200]}")
-    return spent
+    return spent, len(response.content)
 
 
 def w9_api_reads(
@@ -83,12 +87,16 @@ def w9_api_reads(
     settle_heap()  # as `sluice api` does before it serves
     with TestClient(app) as client:
         _timed_get(client, "/api/v1/dags")  # the process's own first request (connections)
+        grid = f"/api/v1/dags/{DAG_W9}/grid?limit={sizes.w9_runs}"
         for name, path in (
             ("dag_detail", f"/api/v1/dags/{DAG_W9}"),
-            ("grid", f"/api/v1/dags/{DAG_W9}/grid?limit={sizes.w9_runs}"),
+            ("grid", f"{grid}&format=compact"),
+            ("grid_cells", grid),
         ):
-            figures[f"{name}_cold_ms"] = _timed_get(client, path)
-            warm = [_timed_get(client, path) for _ in range(WARM_REQUESTS)]
+            figures[f"{name}_cold_ms"], size = _timed_get(client, path)
+            warm = [_timed_get(client, path)[0] for _ in range(WARM_REQUESTS)]
             figures[f"{name}_warm_ms"] = median(warm)
+            if name != "dag_detail":
+                figures[f"{name}_bytes"] = float(size)
     title = f"API reads of a {sizes.w9_tasks}-task DAG with {sizes.w9_runs} runs (detail, grid)"
     return {"title": title, "figures": figures}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 from sqlalchemy import String, bindparam, func, select, true
@@ -17,23 +17,30 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from sluice.scheduler.api.grid import (
+    compact_columns,
+    compact_grid,
+    grid_cells,
+    newest_runs,
+    unknown_ids,
+)
 from sluice.scheduler.api.lookups import WITHOUT_DEFINITION, find_dag
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
+    CompactGrid,
     DagDetail,
     DagList,
     DagPatch,
     DagSummary,
     Grid,
-    GridCell,
     GridRun,
     ImportErrorOut,
     RunBrief,
 )
 from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.api.views import DagShape, dag_detail_json, dag_summary
-from sluice.scheduler.core.models import Dag, DagFile, DagRun, TaskInstance
-from sluice.scheduler.core.states import RUN_UNFINISHED, TI
+from sluice.scheduler.core.models import Dag, DagFile, DagRun
+from sluice.scheduler.core.states import RUN_UNFINISHED
 
 RECENT_RUNS = 10
 
@@ -152,99 +159,46 @@ def patch_dag(dag_id: str, body: DagPatch, session: DbSession, state: State) -> 
     return _summary(session, state, dag)
 
 
-_SUMMARY_ORDER = [
-    TI.RUNNING,
-    TI.QUEUED,
-    TI.SCHEDULED,
-    TI.UP_FOR_RETRY,
-    TI.NONE,
-    TI.FAILED,
-    TI.UPSTREAM_FAILED,
-    TI.SUCCESS,
-    TI.SKIPPED,
-    TI.REMOVED,
-]
-"""A mapped task's cell shows the first of its indexes' states in this order: what is
-still moving, then what failed, then how it ended."""
+GridFormat = Literal["cells", "compact"]
+
+_GRID_DESCRIPTION = """The newest runs (columns, oldest first) by tasks (rows), each cell its state.
+
+`format=cells` (the default) gives each run's cells by task id, a `GridCell` each.
+`format=compact` gives the same cells at about a byte each: the rows once
+(`task_ids`), and per run its `states` as one string, one character per row (an index into
+`legend`, '-' for no TI), plus `tries` and `mapped` only for the rows that need them; what
+the web UI reads, and the one to use for big DAGs."""
 
 
-def grid_cell(groups: list[Any]) -> GridCell:
-    """One task's cell from its TIs counted by state (run, task, state, count, highest
-    try, highest map index): an unmapped task's TI, or a mapped task's summary."""
-    if len(groups) == 1 and groups[0][5] < 0:
-        return GridCell(state=groups[0][2], try_number=groups[0][4])
-    counts = {str(g[2]): int(g[3]) for g in groups}
-    shown = next(s for s in _SUMMARY_ORDER if str(s) in counts)
-    return GridCell(
-        state=shown,
-        try_number=max(int(g[4]) for g in groups),
-        mapped=sum(counts.values()),
-        states=counts,
-    )
-
-
-@router.get("/{dag_id}/grid", response_model=Grid, dependencies=[CanRead], responses=errors(404))
+@router.get(
+    "/{dag_id}/grid",
+    response_model=Grid | CompactGrid,
+    dependencies=[CanRead],
+    responses=errors(404),
+    description=_GRID_DESCRIPTION,
+)
 def grid(
     dag_id: str,
     session: DbSession,
     state: State,
     limit: Annotated[int, Query(ge=1, le=100, description="how many of the newest runs")] = 20,
-) -> Grid:
-    """The newest runs (columns, oldest first) by tasks (rows) with each cell's state."""
+    grid_format: Annotated[
+        GridFormat,
+        Query(alias="format", description="cells (by task id) or compact (one string per run)"),
+    ] = "cells",
+) -> Grid | Response:
     dag = find_dag(session, dag_id)
-    runs = list(
-        session.execute(
-            select(
-                DagRun.id,
-                DagRun.run_id,
-                DagRun.state,
-                DagRun.run_type,
-                DagRun.logical_date,
-                DagRun.start_date,
-                DagRun.end_date,
-            )
-            .where(DagRun.dag_id == dag.dag_id)
-            .order_by(DagRun.logical_date.desc())
-            .limit(limit)
-        ).all()
-    )
-    runs.reverse()
-    cells: dict[int, dict[str, GridCell]] = defaultdict(dict)
-    if runs:
-        rows = session.execute(
-            select(
-                TaskInstance.dag_run_id,
-                TaskInstance.task_id,
-                TaskInstance.state,
-                func.count(),
-                func.max(TaskInstance.try_number),
-                func.max(TaskInstance.map_index),
-            )
-            .where(TaskInstance.dag_run_id.in_([r.id for r in runs]))
-            .group_by(TaskInstance.dag_run_id, TaskInstance.task_id, TaskInstance.state)
-        ).all()
-        grouped: dict[tuple[int, str], list[Any]] = defaultdict(list)
-        for row in rows:
-            grouped[(row[0], row[1])].append(row)
-        for (run_pk, task_id), found in grouped.items():
-            cells[run_pk][task_id] = grid_cell(found)
-    task_ids = state.shapes.shape(dag).order
-    known = set(task_ids)
-    extra = sorted({t for c in cells.values() for t in c if t not in known})
+    runs = newest_runs(session, dag.dag_id, limit)
+    order = state.shapes.shape(dag).order
+    active = any(r.state in RUN_UNFINISHED for r in runs)
+    if grid_format == "compact":
+        task_ids, columns = compact_columns(session, runs, order)
+        built = compact_grid(dag.dag_id, task_ids, runs, columns, active)
+        return Response(built.model_dump_json(), media_type="application/json")
+    cells = grid_cells(session, runs)
     return Grid(
         dag_id=dag.dag_id,
-        task_ids=[*task_ids, *extra],
-        runs=[
-            GridRun(
-                run_id=r.run_id,
-                state=r.state,
-                run_type=r.run_type,
-                logical_date=r.logical_date,
-                start_date=r.start_date,
-                end_date=r.end_date,
-                cells=cells.get(r.id, {}),
-            )
-            for r in runs
-        ],
-        active=any(r.state in RUN_UNFINISHED for r in runs),
+        task_ids=[*order, *unknown_ids(order, cells.values())],
+        runs=[GridRun(**r.header(), cells=cells.get(r.id, {})) for r in runs],
+        active=active,
     )

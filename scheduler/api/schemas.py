@@ -246,9 +246,60 @@ class GridRun(BaseModel):
 
 
 class Grid(BaseModel):
+    """`GET …/grid` (`format=cells`, the default): each run's cells by task id."""
+
     dag_id: str
-    task_ids: list[str] = Field(description="the rows, in topological order")
+    task_ids: list[str] = Field(
+        description="the rows: the DAG's tasks in topological order, then the task ids of "
+        "older versions its runs have TIs of (sorted)"
+    )
     runs: list[GridRun] = Field(description="the columns, oldest first")
+    active: bool = Field(description="some run is queued or running")
+
+
+class GridMapped(BaseModel):
+    count: int = Field(description="the mapped task's number of indexes (its TIs)")
+    states: dict[str, int] = Field(description="its indexes counted by state")
+
+
+class CompactGridRun(BaseModel):
+    run_id: str
+    state: DagRunState
+    run_type: RunType
+    logical_date: dt.datetime
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    states: str = Field(
+        description="one character per row of `task_ids`: the state's index in `legend` "
+        "in base 36 ('0'-'9', then 'a'-'z'), or '-' where the run has no TI of that task; "
+        "a mapped task's character is the first of its indexes' states in `legend`",
+        examples=["777-40"],
+    )
+    tries: dict[int, int] = Field(
+        description="the try number by row (its index in `task_ids`) where it is not the "
+        "usual one; a row not listed has try 1 if its state is queued, running, success, "
+        "failed or up_for_retry, else 0 (a mapped task's: its indexes' highest)",
+        examples=[{"3": 2}],
+    )
+    mapped: dict[int, GridMapped] = Field(
+        description="the rows of mapped tasks: their indexes' count and states",
+        examples=[{"5": {"count": 3, "states": {"success": 2, "running": 1}}}],
+    )
+
+
+class CompactGrid(BaseModel):
+    """`GET …/grid?format=compact`: the cells of `Grid`, one string per run."""
+
+    dag_id: str
+    legend: list[TaskInstanceState] = Field(
+        description="the states the characters of a run's `states` stand for, by index; "
+        "in the order a mapped task's cell picks its state by (running first)"
+    )
+    task_ids: list[str] = Field(
+        description="the rows: the DAG's tasks in topological order, then the task ids of "
+        "older versions its runs have TIs of (sorted)"
+    )
+    runs: list[CompactGridRun] = Field(description="the columns, oldest first")
     active: bool = Field(description="some run is queued or running")
 
 

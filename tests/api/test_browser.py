@@ -319,3 +319,111 @@ def test_a_mapped_task_is_one_cell_that_opens_its_indexes(
     assert tries == [(0, 1), (1, 1), (2, 2)]
     # each index printed: its result and log went in one transaction (index_written)
     assert sluice.logs().count("-> success (index_written") == 4
+
+
+BIG_DAG = """
+from sluice import DAG, Task
+
+
+def noop():
+    return None
+
+
+with DAG("web_big", schedule=None) as dag:
+    start = Task("start", python_callable=noop)
+    start >> [Task(f"t{i:03d}", python_callable=noop) for i in range(449)]
+"""
+
+
+def _big_dag_runs(database_url: str, folder: Path) -> None:
+    """`web_big` (450 tasks) parsed, with two runs as triggers make them: `big-1` with its
+    start done and `t300` retrying, `big-2` queued (so the page refreshes every 1.5 s)."""
+    import datetime as dt
+
+    from sqlalchemy import update
+
+    from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
+    from sluice.scheduler.core.models import Dag, TaskInstance
+    from sluice.scheduler.core.states import TI, RunType
+    from sluice.scheduler.scheduling.dagbag import sync_dag_folder
+    from sluice.scheduler.scheduling.dagrun import create_dagrun
+
+    (folder / "web_big_dag.py").write_text(BIG_DAG)
+    engine = make_engine(database_url)
+    try:
+        factory = make_session_factory(engine)
+        sync_dag_folder(factory, folder, parse_timeout=60, now=utcnow())
+        now = utcnow()
+        for i, run_id in enumerate(("big-1", "big-2")):
+            with transaction(factory) as session:
+                dag = session.get(Dag, "web_big")
+                assert dag is not None
+                logical = now + dt.timedelta(days=i)
+                run = create_dagrun(
+                    session,
+                    dag,
+                    run_type=RunType.MANUAL,
+                    logical_date=logical,
+                    now=now,
+                    run_id=run_id,
+                )
+                if run_id == "big-1":
+                    for task_id, state, tries in (
+                        ("start", TI.SUCCESS, 1),
+                        ("t300", TI.UP_FOR_RETRY, 2),
+                    ):
+                        session.execute(
+                            update(TaskInstance)
+                            .where(
+                                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id
+                            )
+                            .values(state=state, try_number=tries)
+                        )
+    finally:
+        engine.dispose()
+
+
+def test_a_big_dag_shows_its_rows_in_steps(browser: Any, pg_url: str, tmp_path: Path) -> None:
+    """A 450-task DAG: 200 rows at first, 'Show 200 more' twice for all of them; a cell far
+    down opens its panel and stays selected across the refreshes. Reads only: no broker."""
+    from playwright.sync_api import expect
+
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    _big_dag_runs(pg_url, folder)
+    settings = Settings(database_url=pg_url, dags_folder=folder, namespace="tbig")
+    with ServedApi(settings, ApiConfig(token=TOKEN)) as api:
+        page = browser.new_page()
+        page.set_default_timeout(15_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        try:
+            page.goto(api.url + "/dags/web_big")
+            rows_shown = page.locator("#grid tbody tr")
+            expect(rows_shown).to_have_count(200)
+            expect(page.locator("#grid-more-text")).to_have_text("Showing 200 of 450 tasks.")
+            start = page.locator('button.cell[data-task="start"][data-run="big-1"]')
+            expect(start).to_have_attribute("data-state", "success")
+            expect(
+                page.locator('button.cell[data-task="t000"][data-run="big-2"]')
+            ).to_have_attribute("data-state", "none")
+            page.get_by_role("button", name="Show 200 more").click()
+            expect(rows_shown).to_have_count(400)
+            retrying = page.locator('button.cell[data-task="t300"][data-run="big-1"]')
+            expect(retrying).to_have_attribute("data-state", "up_for_retry")
+            expect(retrying).to_have_attribute("title", re.compile(r"try 2$"))
+            page.get_by_role("button", name="Show 50 more").click()
+            expect(rows_shown).to_have_count(450)
+            expect(page.locator("#grid-more")).to_be_hidden()
+            retrying.click()
+            expect(page.locator("#panel-title")).to_have_text("t300 · big-1")
+            expect(page.locator("#panel-state")).to_contain_text("try 2")
+            # a refresh (every 1.5 s: big-2 is queued) keeps the rows and the selection
+            page.wait_for_timeout(3_500)
+            expect(rows_shown).to_have_count(450)
+            expect(retrying).to_have_class(re.compile(r"\bselected\b"))
+            expect(retrying).to_have_attribute("aria-pressed", "true")
+        except Exception as exc:
+            page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
+            raise AssertionError(f"UI test failed ({exc}); see {tmp_path}/failure.png") from exc
+        assert errors == []

@@ -1,7 +1,9 @@
 /* `/dags/{dag_id}`: the grid of runs by tasks, the trigger form and the task panel.
 
    The grid refreshes every ACTIVE_MS while a run is queued or running, else every IDLE_MS;
-   an open panel refreshes with it until its try has finished. */
+   an open panel refreshes with it until its try has finished. It reads the compact grid
+   (one string of state codes per run) and shows its first `shownRows` rows: a DAG of
+   10,000 tasks does not make 250,000 cells at once; "Show more" adds ROWS_STEP rows. */
 "use strict";
 
 (() => {
@@ -9,12 +11,16 @@
   const ACTIVE_MS = 1500;
   const IDLE_MS = 10000;
   const GRID_RUNS = 25;
+  const ROWS_STEP = 200;
+  const TRIED = new Set(["queued", "running", "success", "failed", "up_for_retry"]);
   const dagId = decodeURIComponent(window.location.pathname.split("/")[2] || "");
   const dagPath = "/dags/" + encodeURIComponent(dagId);
   const $ = (id) => document.getElementById(id);
   const status = $("status");
   let timer = null;
   let selected = null; /* {runId, taskId, tryNumber (null: current), finished} */
+  let shownRows = ROWS_STEP; /* kept across refreshes; grows with "Show more" */
+  let lastGrid = null;
 
   function report(text, kind) { S.setStatus(status, text, kind); }
 
@@ -53,13 +59,27 @@
     return Object.keys(states).sort().map((s) => states[s] + " " + S.stateWords(s)).join(", ");
   }
 
-  function cell(run, taskId) {
-    const ti = run.cells[taskId];
-    const state = ti ? ti.state : "none";
-    const mapped = ti && ti.mapped ? ti.mapped : null;
+  /* The cell of `row` in a compact grid's run: {state, tryNumber, mapped, states}. */
+  function cellOf(grid, run, row) {
+    const code = run.states[row];
+    if (code === undefined || code === "-") return { state: "none", tryNumber: 0, mapped: null, states: null };
+    const state = grid.legend[parseInt(code, 36)];
+    const listed = run.tries[row];
+    const m = run.mapped[row];
+    return {
+      state,
+      tryNumber: listed !== undefined ? listed : (TRIED.has(state) ? 1 : 0),
+      mapped: m ? m.count : null,
+      states: m ? m.states : null,
+    };
+  }
+
+  function cell(grid, run, row, taskId) {
+    const ti = cellOf(grid, run, row);
+    const { state, mapped } = ti;
     const words = mapped
       ? mapped + " mapped indexes: " + countsText(ti.states)
-      : S.stateWords(state) + (ti && ti.try_number > 1 ? ", try " + ti.try_number : "");
+      : S.stateWords(state) + (ti.tryNumber > 1 ? ", try " + ti.tryNumber : "");
     const isSelected = selected && selected.runId === run.run_id && selected.taskId === taskId;
     return S.el("td", {}, S.el("button", {
       type: "button",
@@ -74,6 +94,7 @@
   }
 
   function renderGrid(grid) {
+    lastGrid = grid;
     const active = document.activeElement;
     const refocus = active && active.classList && active.classList.contains("cell")
       ? [active.dataset.task, active.dataset.run] : null;
@@ -83,16 +104,27 @@
       S.el("th", { scope: "col", class: "visually-hidden", text: "Task" }),
       ...grid.runs.map(runHeader),
     ]));
-    tbody.replaceChildren(...grid.task_ids.map((taskId) => S.el("tr", { dataset: { task: taskId } }, [
+    const rows = grid.task_ids.slice(0, shownRows);
+    tbody.replaceChildren(...rows.map((taskId, row) => S.el("tr", { dataset: { task: taskId } }, [
       S.el("th", { scope: "row", text: taskId }),
-      ...grid.runs.map((run) => cell(run, taskId)),
+      ...grid.runs.map((run) => cell(grid, run, row, taskId)),
     ])));
+    const hidden = grid.task_ids.length - rows.length;
+    $("grid-more").hidden = hidden <= 0;
+    $("grid-more-text").textContent = hidden > 0
+      ? "Showing " + rows.length + " of " + grid.task_ids.length + " tasks." : "";
+    $("grid-more-button").textContent = "Show " + Math.min(ROWS_STEP, hidden) + " more";
     $("no-runs").hidden = grid.runs.length > 0;
     if (refocus) {
       const again = tbody.querySelector('button[data-task="' + CSS.escape(refocus[0]) + '"][data-run="' + CSS.escape(refocus[1]) + '"]');
       if (again) again.focus();
     }
   }
+
+  $("grid-more-button").addEventListener("click", () => {
+    shownRows += ROWS_STEP;
+    if (lastGrid) renderGrid(lastGrid);
+  });
 
   /* One polling loop: a newer call supersedes an older one still waiting for its answer,
      so answers are never rendered out of order and only the newest call sets the timer. */
@@ -102,7 +134,7 @@
     const call = ++gridCall;
     let active = false;
     try {
-      const grid = await S.api("GET", dagPath + "/grid?limit=" + GRID_RUNS);
+      const grid = await S.api("GET", dagPath + "/grid?format=compact&limit=" + GRID_RUNS);
       if (call !== gridCall) return;
       renderGrid(grid);
       active = grid.active;

@@ -1,0 +1,245 @@
+"""`GET …/grid?format=compact` against `format=cells`, on PostgreSQL and on SQLite.
+
+The runs are made as triggers make them (`create_dagrun`), then their TIs are written to
+the cases the grid must show: a retry, a task missing from an older run, a mapped task's
+indexes (with and without its placeholder), a task id of an older version. Every cell
+of the compact grid, decoded as its schema says, must be the default format's cell.
+No broker: the grid reads the database only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import delete, insert, update
+from sqlalchemy.orm import Session
+
+from sluice.scheduler.api import create_app
+from sluice.scheduler.api.config import ApiConfig
+from sluice.scheduler.api.grid import SUMMARY_ORDER
+from sluice.scheduler.api.schemas import CompactGrid
+from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
+from sluice.scheduler.core.models import Dag, DagFile, DagRun, TaskInstance
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.states import TI, RunType
+from sluice.scheduler.scheduling.dagrun import create_dagrun
+
+V1 = "/api/v1"
+TRIED = {"queued", "running", "success", "failed", "up_for_retry"}
+DAY = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def db_url(request: pytest.FixtureRequest, parsed_dags: dict[str, list[dict[str, Any]]]) -> str:
+    """A migrated database of this test holding the parsed test DAGs."""
+    url = str(request.getfixturevalue("pg_url" if request.param == "postgresql" else "sqlite_url"))
+    engine = make_engine(url)
+    try:
+        with transaction(make_session_factory(engine)) as session:
+            session.add_all(Dag(**row) for row in parsed_dags["dag"])
+            session.add_all(DagFile(**row) for row in parsed_dags["dag_file"])
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    settings = Settings(database_url=db_url, namespace=f"t{uuid.uuid4().hex[:8]}")
+    app = create_app(settings, config=ApiConfig())
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+def _runs(url: str, count: int) -> list[int]:
+    """`count` manual runs of `demo`, a day apart from DAY, oldest first: their keys."""
+    engine = make_engine(url)
+    try:
+        keys = []
+        for i in range(count):
+            with transaction(make_session_factory(engine)) as session:
+                dag = session.get(Dag, "demo")
+                assert dag is not None
+                run = create_dagrun(
+                    session,
+                    dag,
+                    run_type=RunType.MANUAL,
+                    logical_date=DAY + dt.timedelta(days=i),
+                    now=DAY,
+                    run_id=f"r{i}",
+                )
+                keys.append(run.id)
+        return keys
+    finally:
+        engine.dispose()
+
+
+def _write(url: str, change: Any) -> None:
+    engine = make_engine(url)
+    try:
+        with transaction(make_session_factory(engine)) as session:
+            change(session)
+    finally:
+        engine.dispose()
+
+
+def _set(session: Session, run: int, task: str, state: TI, try_number: int) -> None:
+    session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.dag_run_id == run, TaskInstance.task_id == task)
+        .values(state=state, try_number=try_number)
+    )
+
+
+def _add(session: Session, run: int, task: str, index: int, state: TI, try_number: int) -> None:
+    """A TI as the scheduler writes one (a mapped index, or an older version's task)."""
+    found = session.get(DagRun, run)
+    assert found is not None
+    session.execute(
+        insert(TaskInstance).values(
+            dag_run_id=run,
+            dag_id=found.dag_id,
+            run_id=found.run_id,
+            task_id=task,
+            map_index=index,
+            state=state,
+            try_number=try_number,
+        )
+    )
+
+
+def _seed(session: Session, old: int, new: int) -> None:
+    """The cases: `old` lacks `audit` and has a task `gone` of an older version; `new` has
+    a retry, and `load` mapped over three indexes (its placeholder became index 0)."""
+    for task in ("extract", "transform", "load"):
+        _set(session, old, task, TI.SUCCESS, 1)
+    session.execute(
+        delete(TaskInstance).where(TaskInstance.dag_run_id == old, TaskInstance.task_id == "audit")
+    )
+    _add(session, old, "gone", -1, TI.SKIPPED, 0)
+    _set(session, new, "extract", TI.SUCCESS, 1)
+    _set(session, new, "transform", TI.UP_FOR_RETRY, 2)
+    session.execute(
+        update(TaskInstance)
+        .where(TaskInstance.dag_run_id == new, TaskInstance.task_id == "load")
+        .values(map_index=0, state=TI.SUCCESS, try_number=1)
+    )
+    _add(session, new, "load", 1, TI.RUNNING, 3)
+    _add(session, new, "load", 2, TI.SUCCESS, 1)
+
+
+def decoded(grid: dict[str, Any]) -> list[dict[str, dict[str, Any]]]:
+    """Each run's cells by task id, decoded from the compact grid as its schema says."""
+    legend = grid["legend"]
+    out = []
+    for run in grid["runs"]:
+        cells: dict[str, dict[str, Any]] = {}
+        for row, (task_id, code) in enumerate(zip(grid["task_ids"], run["states"], strict=True)):
+            if code == "-":
+                continue
+            state = legend[int(code, 36)]
+            mapped = run["mapped"].get(str(row))
+            cells[task_id] = {
+                "state": state,
+                "try_number": run["tries"].get(str(row), 1 if state in TRIED else 0),
+                "mapped": mapped["count"] if mapped else None,
+                "states": mapped["states"] if mapped else None,
+            }
+        out.append(cells)
+    return out
+
+
+def test_every_compact_cell_is_the_default_formats_cell(client: TestClient, db_url: str) -> None:
+    # Given three runs: the oldest of an older version, the newest with a retry and a map
+    old, _, new = _runs(db_url, 3)
+    _write(db_url, lambda session: _seed(session, old, new))
+
+    # When a user asks for both formats
+    compact = client.get(f"{V1}/dags/demo/grid?format=compact&limit=3")
+    cells = client.get(f"{V1}/dags/demo/grid?limit=3").json()
+
+    # Then the compact grid is valid, and its cells are the default format's
+    assert compact.status_code == 200 and compact.headers["content-type"] == "application/json"
+    grid = CompactGrid.model_validate_json(compact.content).model_dump(mode="json")
+    assert grid == compact.json()
+    assert grid["legend"] == [str(s) for s in SUMMARY_ORDER]
+    rows = ["extract", "audit", "transform", "load", "gone"]
+    assert grid["task_ids"] == cells["task_ids"] == rows
+    assert decoded(grid) == [run["cells"] for run in cells["runs"]]
+    headers = ("run_id", "state", "run_type", "logical_date", "start_date", "end_date")
+    for run_c, run_d in zip(grid["runs"], cells["runs"], strict=True):
+        assert {k: run_c[k] for k in headers} == {k: run_d[k] for k in headers}
+    assert grid["active"] is cells["active"] is True
+    # ... and spelled out: a missing TI, an unknown task, the retry, the mapped task
+    oldest, middle, newest = grid["runs"]
+    assert oldest["states"] == "7-778" and oldest["tries"] == {} and oldest["mapped"] == {}
+    assert middle["states"] == "4444-" and middle["tries"] == {} and middle["mapped"] == {}
+    assert newest["states"][2:4] == "30"  # up_for_retry; load shows its running index
+    assert newest["tries"] == {"2": 2, "3": 3}
+    assert newest["mapped"] == {"3": {"count": 3, "states": {"success": 2, "running": 1}}}
+
+
+def test_a_mapped_task_with_its_placeholder_left_is_one_cell(
+    client: TestClient, db_url: str
+) -> None:
+    # Given a mapped task whose placeholder (index -1) stayed beside its indexes
+    [run] = _runs(db_url, 1)
+
+    def seed(session: Session) -> None:
+        _set(session, run, "load", TI.UPSTREAM_FAILED, 0)
+        _add(session, run, "load", 0, TI.FAILED, 1)
+
+    _write(db_url, seed)
+
+    grid = client.get(f"{V1}/dags/demo/grid?format=compact").json()
+    cells = client.get(f"{V1}/dags/demo/grid").json()
+
+    assert decoded(grid) == [r["cells"] for r in cells["runs"]]
+    [only] = grid["runs"]
+    assert only["states"][3] == "5" and only["tries"] == {}
+    assert only["mapped"] == {"3": {"count": 2, "states": {"failed": 1, "upstream_failed": 1}}}
+
+
+def test_the_compact_grid_of_a_dag_without_runs(client: TestClient) -> None:
+    grid = client.get(f"{V1}/dags/demo/grid?format=compact").json()
+
+    assert grid["runs"] == [] and grid["active"] is False
+    assert grid["task_ids"] == ["extract", "audit", "transform", "load"]
+
+
+def test_format_cells_is_the_default(client: TestClient, db_url: str) -> None:
+    _runs(db_url, 2)
+
+    plain = client.get(f"{V1}/dags/demo/grid")
+    cells = client.get(f"{V1}/dags/demo/grid?format=cells")
+
+    assert plain.status_code == cells.status_code == 200
+    assert plain.content == cells.content
+    assert set(plain.json()["runs"][0]) == {
+        "run_id",
+        "state",
+        "run_type",
+        "logical_date",
+        "start_date",
+        "end_date",
+        "cells",
+    }
+
+
+def test_the_compact_grid_of_an_unknown_dag_is_404(client: TestClient) -> None:
+    response = client.get(f"{V1}/dags/nope/grid?format=compact")
+
+    assert response.status_code == 404
+    assert "nope" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("query", ["format=dense", "format=", "format=COMPACT", "limit=0"])
+def test_a_bad_grid_parameter_is_422(client: TestClient, query: str) -> None:
+    response = client.get(f"{V1}/dags/demo/grid?{query}")
+
+    assert response.status_code == 422
