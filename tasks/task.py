@@ -41,7 +41,8 @@ TASK_DEFAULTS: dict[str, Any] = {
 }
 
 _Deps = TypeVar(
-    "_Deps", bound="Task | Upstream | list[Task | Upstream] | tuple[Task, ...] | set[Task]"
+    "_Deps",
+    bound="Task | Upstream | list[Task] | list[Task | Upstream] | tuple[Task, ...] | set[Task]",
 )
 
 
