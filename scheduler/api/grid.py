@@ -10,6 +10,10 @@ Invariants:
 - On PostgreSQL the compact states are aggregated in SQL, one statement for every run
   (`_compact_rows`); the TIs of mapped or unknown tasks, few, are read apart and patched
   in. On SQLite (embedded, small DAGs) the compact grid is made from the cells.
+- A compact grid of its first `rows` rows (what the web UI shows) reads only those rows'
+  TIs (by the unique index on run, task and map index): its cost follows the rows shown,
+  not the DAG's size. Task ids of older versions come after the DAG's own rows, so a
+  window that ends within them has none.
 """
 
 from __future__ import annotations
@@ -17,11 +21,10 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, func, select, text
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 from sqlalchemy.types import BigInteger, String
@@ -188,6 +191,12 @@ class CompactColumn:
         if cell.mapped is not None:
             self.mapped[row] = GridMapped(count=cell.mapped, states=cell.states or {})
 
+    def truncate(self, rows: int) -> None:
+        """Keep the first `rows` rows."""
+        del self.states[rows:]
+        self.tries = {r: t for r, t in self.tries.items() if r < rows}
+        self.mapped = {r: m for r, m in self.mapped.items() if r < rows}
+
 
 def column_of(cells: dict[str, GridCell], task_ids: Sequence[str]) -> CompactColumn:
     """A run's compact column from its cells (the SQLite path; a loop over the rows)."""
@@ -205,12 +214,14 @@ def compact_grid(
     runs: Sequence[RunRow],
     columns: dict[int, CompactColumn],
     active: bool,
+    rows_total: int,
 ) -> CompactGrid:
     """The `CompactGrid` of these runs (each column's string is one str to validate)."""
     return CompactGrid(
         dag_id=dag_id,
         legend=list(SUMMARY_ORDER),
         task_ids=task_ids,
+        rows_total=rows_total,
         runs=[
             CompactGridRun(
                 **r.header(),
@@ -225,16 +236,28 @@ def compact_grid(
 
 
 def compact_columns(
-    session: Session, runs: Sequence[RunRow], order: Sequence[str]
-) -> tuple[list[str], dict[int, CompactColumn]]:
-    """The rows (`order`, then the unknown task ids) and each run's column, by run key."""
+    session: Session, runs: Sequence[RunRow], order: Sequence[str], rows: int | None = None
+) -> tuple[list[str], dict[int, CompactColumn], int]:
+    """The rows (`order`, then the unknown task ids; the first `rows` of them if given),
+    each run's column by run key, and how many rows the whole grid has (when the window
+    ends within `order`, the unknown ids are not looked for: `len(order)`)."""
+    windowed = rows is not None and rows < len(order)
+    window = list(order[:rows]) if windowed else list(order)
     if not runs:
-        return list(order), {}
+        return window, {}, len(order)
     if session.get_bind().dialect.name != "postgresql":
         cells = grid_cells(session, runs)
-        task_ids = [*order, *unknown_ids(order, cells.values())]
-        return task_ids, {r.id: column_of(cells.get(r.id, {}), task_ids) for r in runs}
-    return _pg_columns(session, runs, order)
+        every = [*order, *unknown_ids(order, cells.values())]
+        task_ids = every[:rows]
+        columns = {r.id: column_of(cells.get(r.id, {}), task_ids) for r in runs}
+        return task_ids, columns, len(every)
+    task_ids, columns = _pg_columns(session, runs, window, windowed)
+    total = len(order) if windowed else len(task_ids)
+    if rows is not None and len(task_ids) > rows:  # the unknown ids past the window
+        task_ids = task_ids[:rows]
+        for column in columns.values():
+            column.truncate(rows)
+    return task_ids, columns, total
 
 
 def _code_case(column: str) -> str:
@@ -249,8 +272,7 @@ def _usual_try_case(column: str) -> str:
     return f"CASE WHEN {column} IN ({tried}) THEN 1 ELSE 0 END"
 
 
-_COMPACT_SQL = text(
-    f"""
+_COMPACT_TEXT = f"""
 SELECT r.id, g.states, g.tries, g.others
 FROM unnest(CAST(:runs AS BIGINT[])) AS r(id)
 CROSS JOIN LATERAL (
@@ -265,13 +287,42 @@ CROSS JOIN LATERAL (
         ON ti.task_id = t.task_id AND ti.map_index = -1
 ) AS g
 """
-).bindparams(bindparam("runs", type_=ARRAY(BigInteger)), bindparam("task_ids", type_=ARRAY(String)))
 """Per run: the codes of its unmapped TIs in row order (NO_TI for a row without one), the
 tries that are not usual by row, and how many of its TIs are not a row's (mapped indexes,
 unknown tasks). Per run one hash join of its TIs (read by `dag_run_id`) with the rows."""
 
-_OTHER_CELLS_SQL = text(
-    """
+_COMPACT_WINDOW_TEXT = f"""
+SELECT r.id, g.states, g.tries, g.others
+FROM unnest(CAST(:runs AS BIGINT[])) AS r(id)
+CROSS JOIN LATERAL (
+    SELECT string_agg({_code_case("ti.state")}, '' ORDER BY t.row) AS states,
+           json_object_agg(t.row - 1, ti.try_number)
+               FILTER (WHERE ti.try_number <> {_usual_try_case("ti.state")}) AS tries,
+           (SELECT count(*) FROM task_instance AS o
+            WHERE o.dag_run_id = r.id AND o.task_id = ANY(CAST(:task_ids AS TEXT[]))
+              AND o.map_index >= 0) AS others
+    FROM unnest(CAST(:task_ids AS TEXT[])) WITH ORDINALITY AS t(task_id, row)
+    LEFT JOIN task_instance AS ti
+        ON ti.dag_run_id = r.id AND ti.task_id = t.task_id AND ti.map_index = -1
+) AS g
+"""
+"""`_COMPACT_TEXT` for a window of the first rows: each row's TI looked up by the unique
+index on (run, task, map index), and the mapped indexes of the rows' tasks counted by
+it; the run's other TIs are not read (unknown task ids come after the DAG's rows)."""
+_WINDOW = "AND task_id = ANY(CAST(:task_ids AS TEXT[]))"
+"""Only the rows' TIs."""
+
+
+def _arrays(statement: str) -> Any:
+    return text(statement).bindparams(
+        bindparam("runs", type_=ARRAY(BigInteger)), bindparam("task_ids", type_=ARRAY(String))
+    )
+
+
+_COMPACT_SQL = _arrays(_COMPACT_TEXT)
+_COMPACT_WINDOW_SQL = _arrays(_COMPACT_WINDOW_TEXT)
+
+_OTHER_CELLS_TEXT = """
 SELECT ti.dag_run_id, ti.task_id, ti.state, count(*), max(ti.try_number), max(ti.map_index)
 FROM task_instance ti
 JOIN (
@@ -279,10 +330,12 @@ JOIN (
     FROM task_instance o
     LEFT JOIN unnest(CAST(:task_ids AS TEXT[])) AS k(task_id) ON k.task_id = o.task_id
     WHERE o.dag_run_id = ANY(CAST(:runs AS BIGINT[])) AND (o.map_index >= 0 OR k.task_id IS NULL)
+    {window}
 ) AS odd ON odd.dag_run_id = ti.dag_run_id AND odd.task_id = ti.task_id
 GROUP BY ti.dag_run_id, ti.task_id, ti.state
 """
-).bindparams(bindparam("runs", type_=ARRAY(BigInteger)), bindparam("task_ids", type_=ARRAY(String)))
+_OTHER_CELLS_SQL = _arrays(_OTHER_CELLS_TEXT.replace("{window}", ""))
+_OTHER_CELLS_WINDOW_SQL = _arrays(_OTHER_CELLS_TEXT.replace("{window}", "AND o." + _WINDOW[4:]))
 """The TIs, counted as `grid_cell` counts them, of the cells `_COMPACT_SQL` leaves out:
 mapped tasks' (all their TIs) and those of task ids not among the rows."""
 
@@ -296,38 +349,19 @@ costs, and compiling would cost more than running); plans made for the arrays' s
 (a generic plan of a statement psycopg prepared knows neither)."""
 
 
-SPLIT_FROM = 8
-"""From this many runs on, half of them are aggregated on a second connection at the same
-time (PostgreSQL runs one statement on one core): each half reads its own snapshot."""
-
-
-def _aggregate(connection: Connection, run_pks: list[int], order: list[str]) -> list[Any]:
-    connection.execute(_SETTINGS_SQL)
-    return list(connection.execute(_COMPACT_SQL, {"runs": run_pks, "task_ids": order}))
-
-
-def _aggregate_apart(engine: Engine, run_pks: list[int], order: list[str]) -> list[Any]:
-    """`_aggregate` on a connection of its own (rolled back: it only reads)."""
-    with engine.connect() as connection:
-        return _aggregate(connection, run_pks, order)
-
-
-def _compact_rows(session: Session, run_pks: list[int], order: list[str]) -> list[Any]:
-    """`_COMPACT_SQL`'s rows for these runs, in two halves at once from SPLIT_FROM runs."""
-    if len(run_pks) < SPLIT_FROM:
-        return _aggregate(session.connection(), run_pks, order)
-    half = len(run_pks) // 2
-    engine = session.get_bind()
-    assert isinstance(engine, Engine)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        apart = pool.submit(_aggregate_apart, engine, run_pks[half:], order)
-        return _aggregate(session.connection(), run_pks[:half], order) + apart.result()
+def _compact_rows(
+    session: Session, run_pks: list[int], order: list[str], windowed: bool
+) -> list[Any]:
+    """`_COMPACT_SQL`'s rows for these runs (of the rows' TIs alone when `windowed`)."""
+    session.execute(_SETTINGS_SQL)
+    statement = _COMPACT_WINDOW_SQL if windowed else _COMPACT_SQL
+    return list(session.execute(statement, {"runs": run_pks, "task_ids": order}))
 
 
 def _pg_columns(
-    session: Session, runs: Sequence[RunRow], order: Sequence[str]
+    session: Session, runs: Sequence[RunRow], order: Sequence[str], windowed: bool
 ) -> tuple[list[str], dict[int, CompactColumn]]:
-    found = _compact_rows(session, [r.id for r in runs], list(order))
+    found = _compact_rows(session, [r.id for r in runs], list(order), windowed)
     columns: dict[int, CompactColumn] = {}
     odd: list[int] = []
     for run_pk, states, tries, others in found:
@@ -338,17 +372,19 @@ def _pg_columns(
             odd.append(run_pk)
     task_ids = list(order)
     if odd:
-        others = _grouped_other_cells(session, odd, order)
+        others = _grouped_other_cells(session, odd, order, windowed)
         task_ids += unknown_ids(order, others.values())
         _patch(columns, others, task_ids, len(order))
     return task_ids, columns
 
 
 def _grouped_other_cells(
-    session: Session, run_pks: list[int], order: Sequence[str]
+    session: Session, run_pks: list[int], order: Sequence[str], windowed: bool
 ) -> dict[int, dict[str, GridCell]]:
-    """The cells of mapped tasks and of unknown task ids in these runs."""
-    return cells_of(session.execute(_OTHER_CELLS_SQL, {"runs": run_pks, "task_ids": list(order)}))
+    """The cells of mapped tasks and of unknown task ids in these runs (of the rows'
+    mapped tasks alone when `windowed`)."""
+    statement = _OTHER_CELLS_WINDOW_SQL if windowed else _OTHER_CELLS_SQL
+    return cells_of(session.execute(statement, {"runs": run_pks, "task_ids": list(order)}))
 
 
 def _patch(

@@ -167,7 +167,8 @@ _GRID_DESCRIPTION = """The newest runs (columns, oldest first) by tasks (rows), 
 `format=compact` gives the same cells at about a byte each: the rows once
 (`task_ids`), and per run its `states` as one string, one character per row (an index into
 `legend`, '-' for no TI), plus `tries` and `mapped` only for the rows that need them; what
-the web UI reads, and the one to use for big DAGs."""
+the web UI reads, and the one to use for big DAGs. With `rows=N` it gives the first N rows
+(the web UI asks for the rows it shows): only their TIs are read."""
 
 
 @router.get(
@@ -186,14 +187,18 @@ def grid(
         GridFormat,
         Query(alias="format", description="cells (by task id) or compact (one string per run)"),
     ] = "cells",
+    rows: Annotated[
+        int | None,
+        Query(ge=1, le=1_000_000, description="compact: the first N rows only (default: all)"),
+    ] = None,
 ) -> Grid | Response:
     dag = find_dag(session, dag_id)
     runs = newest_runs(session, dag.dag_id, limit)
     order = state.shapes.shape(dag).order
     active = any(r.state in RUN_UNFINISHED for r in runs)
     if grid_format == "compact":
-        task_ids, columns = compact_columns(session, runs, order)
-        built = compact_grid(dag.dag_id, task_ids, runs, columns, active)
+        task_ids, columns, total = compact_columns(session, runs, order, rows)
+        built = compact_grid(dag.dag_id, task_ids, runs, columns, active, total)
         return Response(built.model_dump_json(), media_type="application/json")
     cells = grid_cells(session, runs)
     return Grid(

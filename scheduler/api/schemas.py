@@ -297,7 +297,11 @@ class CompactGrid(BaseModel):
     )
     task_ids: list[str] = Field(
         description="the rows: the DAG's tasks in topological order, then the task ids of "
-        "older versions its runs have TIs of (sorted)"
+        "older versions its runs have TIs of (sorted); with `rows`, the first `rows` of them"
+    )
+    rows_total: int = Field(
+        description="the rows of the whole grid: the DAG's tasks, and the task ids of older "
+        "versions when `task_ids` reaches past the DAG's tasks"
     )
     runs: list[CompactGridRun] = Field(description="the columns, oldest first")
     active: bool = Field(description="some run is queued or running")

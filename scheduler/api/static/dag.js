@@ -2,8 +2,9 @@
 
    The grid refreshes every ACTIVE_MS while a run is queued or running, else every IDLE_MS;
    an open panel refreshes with it until its try has finished. It reads the compact grid
-   (one string of state codes per run) and shows its first `shownRows` rows: a DAG of
-   10,000 tasks does not make 250,000 cells at once; "Show more" adds ROWS_STEP rows. */
+   (one string of state codes per run) of its first `shownRows` rows only: a DAG of
+   10,000 tasks is neither read whole nor drawn as 250,000 cells at each refresh; "Show
+   more" adds ROWS_STEP rows and reads them. */
 "use strict";
 
 (() => {
@@ -20,7 +21,6 @@
   let timer = null;
   let selected = null; /* {runId, taskId, tryNumber (null: current), finished} */
   let shownRows = ROWS_STEP; /* kept across refreshes; grows with "Show more" */
-  let lastGrid = null;
 
   function report(text, kind) { S.setStatus(status, text, kind); }
 
@@ -94,7 +94,6 @@
   }
 
   function renderGrid(grid) {
-    lastGrid = grid;
     const active = document.activeElement;
     const refocus = active && active.classList && active.classList.contains("cell")
       ? [active.dataset.task, active.dataset.run] : null;
@@ -104,15 +103,15 @@
       S.el("th", { scope: "col", class: "visually-hidden", text: "Task" }),
       ...grid.runs.map(runHeader),
     ]));
-    const rows = grid.task_ids.slice(0, shownRows);
+    const rows = grid.task_ids.slice(0, shownRows); /* the API sends `shownRows` at most */
     tbody.replaceChildren(...rows.map((taskId, row) => S.el("tr", { dataset: { task: taskId } }, [
       S.el("th", { scope: "row", text: taskId }),
       ...grid.runs.map((run) => cell(grid, run, row, taskId)),
     ])));
-    const hidden = grid.task_ids.length - rows.length;
+    const hidden = grid.rows_total - rows.length;
     $("grid-more").hidden = hidden <= 0;
     $("grid-more-text").textContent = hidden > 0
-      ? "Showing " + rows.length + " of " + grid.task_ids.length + " tasks." : "";
+      ? "Showing " + rows.length + " of " + grid.rows_total + " tasks." : "";
     $("grid-more-button").textContent = "Show " + Math.min(ROWS_STEP, hidden) + " more";
     $("no-runs").hidden = grid.runs.length > 0;
     if (refocus) {
@@ -123,7 +122,7 @@
 
   $("grid-more-button").addEventListener("click", () => {
     shownRows += ROWS_STEP;
-    if (lastGrid) renderGrid(lastGrid);
+    refresh(); /* reads the grid's next rows (the current answer is superseded) */
   });
 
   /* One polling loop: a newer call supersedes an older one still waiting for its answer,
@@ -134,7 +133,8 @@
     const call = ++gridCall;
     let active = false;
     try {
-      const grid = await S.api("GET", dagPath + "/grid?format=compact&limit=" + GRID_RUNS);
+      const grid = await S.api(
+        "GET", dagPath + "/grid?format=compact&limit=" + GRID_RUNS + "&rows=" + shownRows);
       if (call !== gridCall) return;
       renderGrid(grid);
       active = grid.active;
