@@ -9,8 +9,8 @@ finished runs (the grid's), and W1, W2 and W3's DAGs. Each phase then bulk-loads
 history DAGs' runs, `YOUNG_RUNS` or `w12_runs_per_dag` each (`load_runs`: `INSERT …
 SELECT` from `generate_series`, every column as a finished run, task instance and try's
 log hold them: states, tries, attempt ids, hosts, pids, times, span carriers, results,
-one failed run in 97 with its failed and upstream_failed tasks) and runs ANALYZE, as
-autovacuum would after such growth.
+one failed run in 97 with its failed and upstream_failed tasks) and runs VACUUM (ANALYZE),
+as autovacuum would after such growth.
 Then in each phase: the scheduler's tick in-process (median of `w4_ticks`), the API's
 DAG list, grid (`w12_grid_runs` runs × 50 tasks) and run list in-process (median of five
 warm requests), and W1, W2 and W3 with a live scheduler and worker. Each figure's
@@ -127,8 +127,13 @@ def load_runs(engine: Engine, pattern: str, runs_per_dag: int, origin: dt.dateti
 
 
 def analyze(engine: Engine) -> None:
+    """VACUUM (ANALYZE) the database, as autovacuum does after a table grew (statistics
+    for the planner, the visibility map), then CHECKPOINT: a deployment's history was
+    written out long ago, and else autovacuum and the checkpointer work on the loaded
+    tables during the measurements and compete with them for the CPU."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("ANALYZE"))
+        conn.execute(text("VACUUM (ANALYZE)"))
+        conn.execute(text("CHECKPOINT"))
 
 
 def seq_reads(engine: Engine) -> dict[str, int]:

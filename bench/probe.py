@@ -12,6 +12,7 @@ average (sampled from pg_stat_activity). Uses Redis db 14 and its own database.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import tempfile
 import threading
@@ -22,10 +23,12 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import text
 
+from bench import history
 from bench.dagfiles import chain_call, fanout_call, mapped_call, mapped_tasks, write_dag_file
 from bench.live import LiveEnv
 from bench.metrics import median
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag
+from sluice.scheduler.core.db import make_engine
 
 DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 50)}
 DAGS["w3"] = (fanout_call("w3", 8), 20, 200)
@@ -111,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for all"
     )
+    p.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="first load RUNS finished runs of each of 100 20-task DAGs (W12's history)",
+    )
     args = p.parse_args(argv)
     call, per_trigger, tasks = DAGS[args.dag]
     tag = new_run_tag()
@@ -118,11 +128,24 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix=f"sluice-probe-{tag}-"))
     (work / "dags").mkdir()
     write_dag_file(work / "dags" / "probe.py", [call])
+    history_dags = []
+    if args.history:
+        history_dags = [f"{history.HISTORY_PREFIX}{i:03d}" for i in range(100)]
+        write_dag_file(
+            work / "dags" / "history.py",
+            [fanout_call(d, history.HISTORY_WIDTH) for d in history_dags],
+        )
     env = LiveEnv(db, args.broker, f"probe-{tag}", work / "dags", work, 1.0)
     env.extra_env = dict(item.split("=", 1) for item in args.env)
     try:
         env.migrate()
-        env.sync_dags([args.dag])
+        env.sync_dags([args.dag, *history_dags])
+        if args.history:
+            engine = make_engine(db.url)
+            origin = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+            history.load_runs(engine, history.HISTORY_PREFIX + "%", args.history, origin)
+            history.analyze(engine)
+            engine.dispose()
         if args.slots:
             with env.factory() as session, session.begin():
                 session.execute(text("UPDATE pool SET slots = :n"), {"n": args.slots})

@@ -617,7 +617,7 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "W12: the same figures on two databases of their own, young (10 finished runs of each",
         "DAG, what the DAG list shows) and with years of history: finished runs of 100",
         "20-task DAGs (1,000,000 TIs with their runs and logs) bulk-loaded as Sluice writes",
-        "them, then ANALYZE; the scheduler's tick in-process,",
+        "them, then VACUUM (ANALYZE) and CHECKPOINT; the scheduler's tick in-process,",
         "the API's DAG list, grid (100 runs × 50 tasks) and run list in-process (warm",
         "medians), W1-W3 with a live scheduler and worker; and the rows sequential scans of",
         "the big tables read meanwhile (pg_stat_user_tables).",

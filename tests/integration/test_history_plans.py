@@ -1,5 +1,5 @@
 """Years of history cost nothing per task: with 100,000 finished task instances in the
-database (loaded as Sluice writes them, then ANALYZE), what a deployment does every day
+database (loaded as Sluice writes them, then VACUUM (ANALYZE)), what a deployment does every day
 (a fan-out and its join through a small pool, a mapped task and its reduce, a retry,
 the CLI's and the API's pages) reads no big table whole. (`sluice status` counts every
 TI by state, finished ones too: it is left out.)
