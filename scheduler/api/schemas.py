@@ -235,13 +235,18 @@ class GridCell(BaseModel):
     )
 
 
-class GridRun(BaseModel):
+class GridRunHeader(BaseModel):
+    """A grid column's run: what both formats show of it."""
+
     run_id: str
     state: DagRunState
     run_type: RunType
     logical_date: dt.datetime
     start_date: dt.datetime | None
     end_date: dt.datetime | None
+
+
+class GridRun(GridRunHeader):
     cells: dict[str, GridCell] = Field(description="by task id")
 
 
@@ -262,13 +267,7 @@ class GridMapped(BaseModel):
     states: dict[str, int] = Field(description="its indexes counted by state")
 
 
-class CompactGridRun(BaseModel):
-    run_id: str
-    state: DagRunState
-    run_type: RunType
-    logical_date: dt.datetime
-    start_date: dt.datetime | None
-    end_date: dt.datetime | None
+class CompactGridRun(GridRunHeader):
     states: str = Field(
         description="one character per row of `task_ids`: the state's index in `legend` "
         "in base 36 ('0'-'9', then 'a'-'z'), or '-' where the run has no TI of that task; "

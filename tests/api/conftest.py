@@ -103,16 +103,21 @@ def _columns(row: Any) -> dict[str, Any]:
     return {c.key: getattr(row, c.key) for c in row.__table__.columns}
 
 
-@pytest.fixture
-def settings(pg_url: str, redis_url: str, parsed_dags: dict[str, list[dict[str, Any]]]) -> Settings:
-    """Settings on this test's database, which holds the parsed test DAGs."""
-    engine = make_engine(pg_url)
+def add_parsed_dags(url: str, parsed_dags: dict[str, list[dict[str, Any]]]) -> None:
+    """Write the parsed test DAGs (their `dag` and `dag_file` rows) into the database."""
+    engine = make_engine(url)
     try:
         with transaction(make_session_factory(engine)) as session:
             session.add_all(Dag(**row) for row in parsed_dags["dag"])
             session.add_all(DagFile(**row) for row in parsed_dags["dag_file"])
     finally:
         engine.dispose()
+
+
+@pytest.fixture
+def settings(pg_url: str, redis_url: str, parsed_dags: dict[str, list[dict[str, Any]]]) -> Settings:
+    """Settings on this test's database, which holds the parsed test DAGs."""
+    add_parsed_dags(pg_url, parsed_dags)
     return Settings(
         database_url=pg_url,
         broker_url=redis_url,

@@ -24,10 +24,11 @@ from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.grid import SUMMARY_ORDER
 from sluice.scheduler.api.schemas import CompactGrid
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
-from sluice.scheduler.core.models import Dag, DagFile, DagRun, TaskInstance
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
+from tests.api.conftest import add_parsed_dags
 
 V1 = "/api/v1"
 TRIED = {"queued", "running", "success", "failed", "up_for_retry"}
@@ -38,13 +39,7 @@ DAY = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 def db_url(request: pytest.FixtureRequest, parsed_dags: dict[str, list[dict[str, Any]]]) -> str:
     """A migrated database of this test holding the parsed test DAGs."""
     url = str(request.getfixturevalue("pg_url" if request.param == "postgresql" else "sqlite_url"))
-    engine = make_engine(url)
-    try:
-        with transaction(make_session_factory(engine)) as session:
-            session.add_all(Dag(**row) for row in parsed_dags["dag"])
-            session.add_all(DagFile(**row) for row in parsed_dags["dag_file"])
-    finally:
-        engine.dispose()
+    add_parsed_dags(url, parsed_dags)
     return url
 
 

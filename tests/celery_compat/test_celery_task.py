@@ -86,6 +86,25 @@ def drive(sluice: Sluice, settings: Settings, dag_id: str, run_id: str, timeout:
     )
 
 
+MIXED = """
+with DAG("mixed", schedule=None{callback}) as dag:
+    @task
+    def extract():
+        return 20
+
+    add = CeleryTask("add", name="their_module.add", args=[Upstream("extract"), 22],
+                     timeout=timedelta(seconds=30))
+
+    @task
+    def report(context):
+        return context["upstream"]["add"] + 1
+
+    extract >> add >> report
+"""
+"""python -> their_module.add(upstream result, 22) -> python; `callback` may add the
+run's callback to the DAG's arguments."""
+
+
 def write_dag(sluice: Sluice, name: str, body: str) -> None:
     header = (
         "from datetime import timedelta\n"
@@ -98,25 +117,7 @@ def test_dag_mixes_python_tasks_and_their_task_on_one_worker(
     sluice: Sluice, poller: Settings
 ) -> None:
     # Given a DAG: python -> their_module.add(upstream result, 22) -> python
-    write_dag(
-        sluice,
-        "mixed",
-        """
-        with DAG("mixed", schedule=None, on_success_callback="their_module.record") as dag:
-            @task
-            def extract():
-                return 20
-
-            add = CeleryTask("add", name="their_module.add", args=[Upstream("extract"), 22],
-                             timeout=timedelta(seconds=30))
-
-            @task
-            def report(context):
-                return context["upstream"]["add"] + 1
-
-            extract >> add >> report
-        """,
-    )
+    write_dag(sluice, "mixed", MIXED.format(callback=', on_success_callback="their_module.record"'))
     sluice.extra_env["SLUICE_RESULT_BACKEND"] = sluice.broker_url  # the scheduler polls it
     sluice.scheduler()
     their_worker(sluice)
@@ -165,25 +166,7 @@ def test_their_app_on_rabbitmq_runs_sluice_and_their_task(
     # Given the user's app on RabbitMQ (results in a Redis, as many stacks have it) with
     # Sluice attached, and a DAG: python -> their_module.add -> python
     sluice = sluice_on_rabbitmq
-    write_dag(
-        sluice,
-        "mixed",
-        """
-        with DAG("mixed", schedule=None) as dag:
-            @task
-            def extract():
-                return 20
-
-            add = CeleryTask("add", name="their_module.add", args=[Upstream("extract"), 22],
-                             timeout=timedelta(seconds=30))
-
-            @task
-            def report(context):
-                return context["upstream"]["add"] + 1
-
-            extract >> add >> report
-        """,
-    )
+    write_dag(sluice, "mixed", MIXED.format(callback=""))
     sluice.extra_env["SLUICE_RESULT_BACKEND"] = redis_url  # the scheduler polls it
     sluice.scheduler()
     their_worker(sluice, backend_url=redis_url)
