@@ -34,6 +34,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -134,20 +135,7 @@ def index_at_once(case: Case) -> Recorded:
 
     def write() -> bool:
         now = utcnow()
-        pipeline = Pipeline()
-        lock = pipeline.add(run_lock(case.run_pk), "run lock")
-        result = pipeline.add(
-            index_write(
-                run_pk=case.run_pk,
-                task_id=case.task_id,
-                pool=case.pool,
-                ti_id=case.ti_id,
-                attempt_id=case.attempt_id,
-                now=now,
-                values=case.values,
-            ),
-            "result",
-        )
+        pipeline, lock, result = index_result_pipeline(case, now)
         attempt_id = str(uuid.uuid4())
         queued = None
         if not case.tracing:
@@ -164,13 +152,42 @@ def index_at_once(case: Case) -> Recorded:
     run, row = sent.first(lock), sent.first(result)
     assert row is not None  # the compare-and-set won
     filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
-    last = run is None or not drives(run, case.dag) or not row.unfinished
+    last = is_last_index(case, run, row)
     if queued is not None:
         then = "wake" if last else "fill" if filled else "nothing"
         return Recorded(True, FollowUp(filled, wake=last), "index_at_once", then)
     if last:
         return _recorded("index_at_once", case, "wake", lambda: FollowUp(wake=True))
     return _recorded("index_at_once", case, "fill", lambda: _fill_with_spans(case))
+
+
+def index_result_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handle, Handle]:
+    """The statements an index's result starts with: the run's lock (sent with the BEGIN),
+    then `index_write` (the result, whether another index is unfinished, whether TIs wait
+    in its pool); the pipeline and the two statements' handles."""
+    pipeline = Pipeline()
+    lock = pipeline.add(run_lock(case.run_pk), "run lock")
+    result = pipeline.add(
+        index_write(
+            run_pk=case.run_pk,
+            task_id=case.task_id,
+            pool=case.pool,
+            ti_id=case.ti_id,
+            attempt_id=case.attempt_id,
+            now=now,
+            values=case.values,
+        ),
+        "result",
+    )
+    return pipeline, lock, result
+
+
+def is_last_index(case: Case, run: Any, row: Any) -> bool:
+    """Whether the index whose result `row` (`index_write`'s, under the run's lock `run`)
+    was written leaves the schedulers to decide: no other index unfinished, or a run the
+    workers do not drive (claimed, gone, of another DAG version)."""
+    assert case.dag is not None
+    return run is None or not drives(run, case.dag) or not row.unfinished
 
 
 def _fill_with_spans(case: Case) -> FollowUp:

@@ -13,13 +13,12 @@ run, a loop interval later). What the fill queued is published after the commit.
 
 from __future__ import annotations
 
-from sluice.broker.worker.result.at_once import fill_in
+from sluice.broker.worker.result.at_once import fill_in, index_result_pipeline, is_last_index
 from sluice.broker.worker.result.case import Case, Recorded
 from sluice.broker.worker.retrying import retrying
-from sluice.scheduler.core.db import Pipeline, transaction_opened_by, utcnow
+from sluice.scheduler.core.db import transaction_opened_by, utcnow
 from sluice.scheduler.core.queries.task_logs import save_task_log
-from sluice.scheduler.scheduling.downstream import FollowUp, drives
-from sluice.scheduler.scheduling.downstream_sql import index_write, run_lock
+from sluice.scheduler.scheduling.downstream import FollowUp
 
 
 def index_written(case: Case) -> Recorded:
@@ -32,28 +31,14 @@ def index_written(case: Case) -> Recorded:
     def write() -> bool:
         follow.clear()
         now = utcnow()
-        opener = Pipeline()
-        lock = opener.add(run_lock(case.run_pk), "run lock")
-        result = opener.add(
-            index_write(
-                run_pk=case.run_pk,
-                task_id=case.task_id,
-                pool=case.pool,
-                ti_id=case.ti_id,
-                attempt_id=case.attempt_id,
-                now=now,
-                values=case.values,
-            ),
-            "result",
-        )
+        opener, lock, result = index_result_pipeline(case, now)
         with transaction_opened_by(case.factory, opener) as (session, opened):
             run, row = opened.first(lock), opened.first(result)
             if case.task_log is not None:  # stored even when the result lost
                 save_task_log(session, case.task_log, now=now)
             if row is None:  # the compare-and-set lost
                 return False
-            assert case.dag is not None
-            if run is None or not drives(run, case.dag) or not row.unfinished:
+            if is_last_index(case, run, row):
                 follow.append(FollowUp(wake=True))  # the last index: the schedulers decide
             else:
                 follow.append(fill_in(session, case, now) if row.backlog else FollowUp())
