@@ -202,16 +202,11 @@ def verdict_state(
 ) -> TaskInstanceState | None:
     """The move of a `none` TI of `task` (None: wait): skipped if a branch upstream did
     not pick it, else its trigger rule's verdict over every upstream TI (of the
-    `per_index` upstream only its index `index`; `RunTis.upstream_tis` names the same)."""
+    `per_index` upstream only its index `index`: `RunTis.upstream_tis`)."""
     task_id = task["task_id"]
     state = run.state
     states: list[TaskInstanceState] = []
-    for up in task["upstream"]:
-        tis = run.by_task.get(up)
-        if tis is None:
-            continue
-        if up == per_index:
-            tis = [ti for ti in tis if ti.map_index == index]
+    for up, tis in run.upstream_tis(task, per_index, index).items():
         branch = tasks[up].get("is_branch")
         for ti in tis:
             current = state[ti.id]
