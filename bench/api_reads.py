@@ -26,9 +26,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from bench.dagfiles import fanout_call, fanout_tasks, write_dag_file
-from bench.history import analyze
 from bench.metrics import median
-from bench.pg import BenchDb
+from bench.pg import BenchDb, analyze
 from bench.procs import BenchError
 from bench.profiling import Profiler
 from bench.sizes import DAG_W9, Sizes
@@ -50,7 +49,7 @@ UI_ROWS = 200
 Result = dict[str, Any]
 
 
-def _timed_get(client: TestClient, path: str) -> tuple[float, int]:
+def timed_get(client: TestClient, path: str) -> tuple[float, int]:
     """The time of one GET, ms, and the size of its body."""
     t0 = time.perf_counter()
     response = client.get(path)
@@ -91,7 +90,7 @@ def w9_api_reads(
     app = create_app(settings, config=ApiConfig())
     settle_heap()  # as `sluice api` does before it serves
     with TestClient(app) as client:
-        _timed_get(client, "/api/v1/dags")  # the process's own first request (connections)
+        timed_get(client, "/api/v1/dags")  # the process's own first request (connections)
         grid = f"/api/v1/dags/{DAG_W9}/grid?limit={sizes.w9_runs}"
         for name, path in (
             ("dag_detail", f"/api/v1/dags/{DAG_W9}"),
@@ -99,8 +98,8 @@ def w9_api_reads(
             ("grid_whole", f"{grid}&format=compact"),
             ("grid_cells", grid),
         ):
-            figures[f"{name}_cold_ms"], size = _timed_get(client, path)
-            warm = [_timed_get(client, path)[0] for _ in range(WARM_REQUESTS)]
+            figures[f"{name}_cold_ms"], size = timed_get(client, path)
+            warm = [timed_get(client, path)[0] for _ in range(WARM_REQUESTS)]
             figures[f"{name}_warm_ms"] = median(warm)
             if name != "dag_detail":
                 figures[f"{name}_bytes"] = float(size)

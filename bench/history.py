@@ -30,12 +30,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from bench import workloads
+from bench.api_reads import timed_get
 from bench.dagfiles import chain_call, fanout_call, write_dag_file
 from bench.inproc import scheduler_job, timed_tick
 from bench.live import LiveEnv
 from bench.metrics import median
-from bench.pg import BenchDb
-from bench.procs import BenchError
+from bench.pg import BenchDb, analyze
 from bench.profiling import Profiler
 from bench.sizes import DAG_W1, DAG_W2, DAG_W3, DAG_WARMUP, Sizes
 from sluice.scheduler.api import create_app
@@ -126,16 +126,6 @@ def load_runs(engine: Engine, pattern: str, runs_per_dag: int, origin: dt.dateti
     return int(made)
 
 
-def analyze(engine: Engine) -> None:
-    """VACUUM (ANALYZE) the database, as autovacuum does after a table grew (statistics
-    for the planner, the visibility map), then CHECKPOINT: a deployment's history was
-    written out long ago, and else autovacuum and the checkpointer work on the loaded
-    tables during the measurements and compete with them for the CPU."""
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM (ANALYZE)"))
-        conn.execute(text("CHECKPOINT"))
-
-
 def seq_reads(engine: Engine) -> dict[str, int]:
     """Rows read by sequential scans of `TABLES` so far (pg_stat_user_tables; the
     statistics collector's figures lag by up to its flush interval)."""
@@ -168,15 +158,6 @@ def write_dags(folder: Path, sizes: Sizes) -> list[str]:
     return [*history, DAG_GRID, DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3]
 
 
-def _timed_get(client: TestClient, path: str) -> float:
-    t0 = time.perf_counter()
-    response = client.get(path)
-    spent = (time.perf_counter() - t0) * 1000.0
-    if response.status_code != 200:
-        raise BenchError(f"GET {path}: {response.status_code} {response.text[:200]}")
-    return spent
-
-
 def api_reads(db: BenchDb, folder: Path, namespace: str, sizes: Sizes) -> dict[str, float]:
     """Warm medians of the DAG list, the grid DAG's grid and its run list, ms."""
     settings = Settings(database_url=db.url, dags_folder=folder, namespace=namespace)
@@ -189,8 +170,8 @@ def api_reads(db: BenchDb, folder: Path, namespace: str, sizes: Sizes) -> dict[s
             ("grid_ms", f"/api/v1/dags/{DAG_GRID}/grid?limit={sizes.w12_grid_runs}"),
             ("run_list_ms", f"/api/v1/dags/{DAG_GRID}/runs"),
         ):
-            _timed_get(client, path)  # its first request: the DAG's order, compilations
-            figures[name] = median([_timed_get(client, path) for _ in range(WARM_REQUESTS)])
+            timed_get(client, path)  # its first request: the DAG's order, compilations
+            figures[name] = median([timed_get(client, path)[0] for _ in range(WARM_REQUESTS)])
     return figures
 
 

@@ -64,3 +64,13 @@ class BenchDb:
 def server_version(admin: Engine) -> str:
     with admin.connect() as conn:
         return str(conn.execute(text("SHOW server_version")).scalar())
+
+
+def analyze(engine: Engine) -> None:
+    """VACUUM (ANALYZE) the database, as autovacuum does after a table grew (statistics
+    for the planner, the visibility map), then CHECKPOINT: a deployment's history was
+    written out long ago, and else autovacuum and the checkpointer work on the loaded
+    tables during the measurements and compete with them for the CPU."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE)"))
+        conn.execute(text("CHECKPOINT"))

@@ -27,7 +27,7 @@ from bench import history
 from bench.dagfiles import chain_call, fanout_call, mapped_call, mapped_tasks, write_dag_file
 from bench.live import LiveEnv
 from bench.metrics import median
-from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag
+from bench.pg import ADMIN_URL, BenchDb, admin_engine, analyze, new_run_tag
 from sluice.scheduler.core.db import make_engine
 
 DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 50)}
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             engine = make_engine(db.url)
             origin = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
             history.load_runs(engine, history.HISTORY_PREFIX + "%", args.history, origin)
-            history.analyze(engine)
+            analyze(engine)
             engine.dispose()
         if args.slots:
             with env.factory() as session, session.begin():

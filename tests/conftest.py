@@ -98,8 +98,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 AMQP_HOST = os.environ.get("SLUICE_TEST_AMQP_HOST", "127.0.0.1")
 
 
-def _rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
+def rabbitmqctl(*args: str) -> str:
+    """`rabbitmqctl -q ARGS`; its output (an error raises)."""
+    done = subprocess.run(
+        ["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60
+    )
+    return done.stdout
 
 
 @pytest.fixture
@@ -109,12 +113,12 @@ def amqp_url() -> Iterator[str]:
         _unavailable("RabbitMQ's rabbitmqctl is not installed")
     vhost = f"sluice_t_{uuid.uuid4().hex[:10]}"
     try:
-        _rabbitmqctl("add_vhost", vhost)
-        _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        rabbitmqctl("add_vhost", vhost)
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         _unavailable(f"RabbitMQ not usable at {AMQP_HOST}:5672: {exc}")
     yield f"amqp://guest:guest@{AMQP_HOST}:5672/{vhost}"
-    _rabbitmqctl("delete_vhost", vhost)
+    rabbitmqctl("delete_vhost", vhost)
 
 
 @pytest.fixture

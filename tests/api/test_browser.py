@@ -97,6 +97,15 @@ class ServedApi:
         self.sock.close()
 
 
+def new_page(browser: Any) -> tuple[Any, list[str]]:
+    """A page with a 15 s default timeout, and the list its JavaScript errors go to."""
+    page = browser.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    return page, errors
+
+
 @pytest.fixture
 def browser() -> Iterator[Any]:
     sync_playwright = _browser_or_skip()
@@ -123,10 +132,7 @@ def test_trigger_from_the_ui_and_read_the_log(browser: Any, sluice: Sluice, tmp_
         heartbeat_timeout=5,
     )
     with ServedApi(settings, ApiConfig(token=TOKEN, trace_url=TRACE_URL)) as api:
-        page = browser.new_page()
-        page.set_default_timeout(15_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page, errors = new_page(browser)
         try:
             _walk_through(page, api.url, expect)
         except Exception as exc:
@@ -281,10 +287,7 @@ def test_a_mapped_task_is_one_cell_that_opens_its_indexes(
         database_url=sluice.database_url, broker_url=sluice.broker_url, namespace=sluice.namespace
     )
     with ServedApi(settings, ApiConfig(token=TOKEN)) as api:
-        page = browser.new_page()
-        page.set_default_timeout(15_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page, errors = new_page(browser)
         try:
             page.goto(api.url + "/")
             page.fill("#token", TOKEN)
@@ -393,10 +396,7 @@ def test_a_big_dag_shows_its_rows_in_steps(browser: Any, pg_url: str, tmp_path: 
     _big_dag_runs(pg_url, folder)
     settings = Settings(database_url=pg_url, dags_folder=folder, namespace="tbig")
     with ServedApi(settings, ApiConfig(token=TOKEN)) as api:
-        page = browser.new_page()
-        page.set_default_timeout(15_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page, errors = new_page(browser)
         try:
             page.goto(api.url + "/dags/web_big")
             rows_shown = page.locator("#grid tbody tr")

@@ -20,7 +20,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from bench.dagfiles import fanout_call, write_dag_file
-from bench.history import HISTORY_PREFIX, HISTORY_WIDTH, TABLES, analyze, load_runs, seq_reads
+from bench.history import HISTORY_PREFIX, HISTORY_WIDTH, TABLES, load_runs, seq_reads
+from bench.pg import analyze
 from sluice.scheduler.api import create_app
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings

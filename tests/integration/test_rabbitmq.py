@@ -7,11 +7,11 @@ retried once and messages the broker lost are sent again."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import textwrap
 from pathlib import Path
 from urllib.parse import urlparse
 
+from tests.conftest import rabbitmqctl
 from tests.integration.test_cancel_run import DAG as CANCEL_DAG
 from tests.integration.test_cancel_run import assert_cancelled, logs, rows
 from tests.integration.test_ha import broker_losing_messages, worker_killed_mid_task
@@ -108,21 +108,10 @@ def test_messages_rabbitmq_lost_are_sent_again(sluice_on_rabbitmq: Sluice, tmp_p
     vhost = urlparse(sluice_on_rabbitmq.broker_url).path.lstrip("/")
 
     def purge() -> None:
-        queues = _rabbitmqctl("list_queues", "--no-table-headers", "-p", vhost, "name", "messages")
+        queues = rabbitmqctl("list_queues", "--no-table-headers", "-p", vhost, "name", "messages")
         waiting = [line.split() for line in queues.splitlines() if line.strip()]
         assert sum(int(count) for _, count in waiting) > 0
         for name, _ in waiting:
-            _rabbitmqctl("purge_queue", "-p", vhost, name)
+            rabbitmqctl("purge_queue", "-p", vhost, name)
 
     broker_losing_messages(sluice_on_rabbitmq, tmp_path, purge)
-
-
-def _rabbitmqctl(*args: str) -> str:
-    done = subprocess.run(
-        ["rabbitmqctl", "-q", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return done.stdout
