@@ -7,16 +7,19 @@ from typing import Any
 from sluice.scheduler.api.schemas import ErrorOut
 
 _TEXT = {
+    400: "a Content-Length header that is not a number of bytes (the request guard)",
     401: "missing or wrong bearer token",
     403: "writes (or reads) are disabled: SLUICE_API_TOKEN is not set",
     404: "unknown DAG, run, task or try",
     409: "a run with this run id or logical date exists",
+    413: "a body over SLUICE_API_MAX_BODY_BYTES (the request guard)",
     422: "malformed body, date, conf or parameter",
     503: "the database is unavailable",
 }
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """`responses=` for a route: 401, 403, 422 and 503 always, plus `codes`."""
-    wanted = sorted({401, 403, 422, 503, *codes})
+    """`responses=` for a route: 400, 401, 403, 413, 422 and 503 always (the request guard
+    in front of every route answers 400 and 413), plus `codes`."""
+    wanted = sorted({400, 401, 403, 413, 422, 503, *codes})
     return {code: {"model": ErrorOut, "description": _TEXT[code]} for code in wanted}

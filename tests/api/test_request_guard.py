@@ -112,6 +112,18 @@ def test_the_default_limit_is_1_mib(client: TestClient, settings: Settings) -> N
     assert count_runs(settings.database_url) == 0
 
 
+def test_a_content_length_that_is_no_number_is_400_on_any_route(client: TestClient) -> None:
+    # a GET too: the guard answers before any route, and every route documents it
+    response = client.get(f"{V1}/dags/demo/runs/r1/tasks/extract", headers={"Content-Length": ""})
+    assert response.status_code == 400, response.text
+    assert response.json() == {"detail": "the Content-Length header is not a number of bytes"}
+    spec = client.get("/openapi.json").json()
+    for path, methods in spec["paths"].items():
+        if path.startswith(V1):
+            for method, operation in methods.items():
+                assert {"400", "413"} <= set(operation["responses"]), (method, path)
+
+
 def test_max_body_bytes_from_the_environment() -> None:
     assert ApiConfig.from_env({}).max_body_bytes == 1_048_576
     assert ApiConfig.from_env({"SLUICE_API_MAX_BODY_BYTES": "2048"}).max_body_bytes == 2048
