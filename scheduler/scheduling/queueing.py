@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,20 +161,28 @@ def fail_dead_running(
     """Running TIs whose heartbeat stopped go to up_for_retry or failed, by their tries."""
     cutoff = now - dt.timedelta(seconds=heartbeat_timeout)
     dead = lock_dead_running(session, cutoff, limit)
-    if not dead:
+    error = f"the worker stopped heartbeating for over {heartbeat_timeout:g}s"
+    return fail_running_tries(session, dead, now, error)
+
+
+def fail_running_tries(
+    session: Session, tis: Sequence[TaskInstance], now: dt.datetime, error: str
+) -> int:
+    """The running tries `tis` (locked by the caller) whose worker is known dead go to
+    up_for_retry or failed, by their tries, with `error`; how many there were."""
+    if not tis:
         return 0
     specs: dict[str, dict[str, Any]] = {
         dag_id: spec
         for dag_id, spec in session.execute(
-            select(Dag.dag_id, Dag.serialized).where(Dag.dag_id.in_({t.dag_id for t in dead}))
+            select(Dag.dag_id, Dag.serialized).where(Dag.dag_id.in_({t.dag_id for t in tis}))
         )
     }
-    error = f"the worker stopped heartbeating for over {heartbeat_timeout:g}s"
-    for ti in dead:
+    for ti in tis:
         task_spec = specs.get(ti.dag_id, {}).get("tasks", {}).get(ti.task_id)
         fail_try(session, ti, task_spec, now, error)
         log.warning("TI %s.%s.%s: %s", ti.dag_id, ti.run_id, ti.task_id, error)
-    return len(dead)
+    return len(tis)
 
 
 def message_for(ti: TaskInstance) -> RunMessage:

@@ -1,4 +1,5 @@
-"""Queries over job rows: finding dead jobs and releasing what they held.
+"""Queries over job rows: finding dead jobs (silent, or gone from their host) and
+releasing what they held.
 
 Lock rule: a dead job's row is taken FOR UPDATE SKIP LOCKED and marked failed
 in the same transaction that releases its runs, so exactly one scheduler acts
@@ -8,6 +9,7 @@ on each dead job.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -27,8 +29,27 @@ def release_dead_jobs(session: Session, cutoff: dt.datetime, now: dt.datetime) -
         .order_by(Job.id)
         .with_for_update(skip_locked=True)
     ).all()
+    return release_jobs(session, dead, now)
+
+
+def lock_running_jobs_on(session: Session, hostname: str) -> Sequence[Job]:
+    """The jobs marked running on `hostname`, locked SKIP LOCKED (whether each process
+    is still there is the caller's to find out)."""
+    return session.scalars(
+        select(Job)
+        .where(Job.state == JobState.RUNNING, Job.hostname == hostname)
+        .order_by(Job.id)
+        .with_for_update(skip_locked=True)
+    ).all()
+
+
+def release_jobs(session: Session, jobs: Sequence[Job], now: dt.datetime) -> dict[int, int]:
+    """Mark `jobs` (locked by the caller) failed and unclaim their unfinished runs.
+
+    Returns {job id: runs released}.
+    """
     released: dict[int, int] = {}
-    for job in dead:
+    for job in jobs:
         job.state = JobState.FAILED
         job.end_date = now
         result = session.execute(

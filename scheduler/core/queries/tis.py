@@ -325,3 +325,30 @@ def lock_dead_running(session: Session, cutoff: dt.datetime, limit: int) -> Sequ
         .with_for_update(skip_locked=True)
     )
     return session.scalars(stmt).all()
+
+
+def lock_running_in(
+    session: Session,
+    hostname: str,
+    pids: Sequence[int],
+    runs: ColumnElement[bool],
+    limit: int,
+) -> Sequence[TaskInstance]:
+    """Running TIs of runs matching `runs` whose worker is one of the processes `pids` on
+    `hostname`, locked SKIP LOCKED; a CeleryTask try waiting on its external task (which
+    outlives the worker that sent it) is not among them."""
+    stmt = (
+        select(TaskInstance)
+        .join(DagRun, DagRun.id == TaskInstance.dag_run_id)
+        .where(
+            TaskInstance.state == TI.RUNNING,
+            TaskInstance.hostname == hostname,
+            TaskInstance.pid.in_(list(pids)),
+            TaskInstance.external_id.is_(None),
+            runs,
+        )
+        .order_by(TaskInstance.id)
+        .limit(limit)
+        .with_for_update(of=TaskInstance, skip_locked=True)
+    )
+    return session.scalars(stmt).all()
