@@ -227,6 +227,5 @@ def standalone(
 
 
 def printed_states(stdout: str) -> dict[str, dict[str, Any]]:
-    """The TIs of the JSON table `--json` prints last (task prints may come before it)."""
-    rows = json.loads(stdout[stdout.index("[\n") : stdout.rindex("]") + 1])
-    return {row["task_id"]: row for row in rows}
+    """The TIs of the one JSON document `sluice standalone --trigger … --json` prints."""
+    return {row["task_id"]: row for row in json.loads(stdout)["tasks"]}

@@ -2,38 +2,75 @@
 
 It needs no server: the broker is kombu's in-memory transport and the worker
 runs on a thread pool inside this process. `SLUICE_BROKER_URL` is ignored.
+
+- With `--trigger DAG_ID` it runs one manual run of the DAG to its end and nothing else
+  (`OneRunJob`, as `airflow dags test`: no scheduled run is created), prints the run's
+  task states and exits 0 if it succeeded, 1 if it failed, 130 if stopped before.
+- Without, it schedules every DAG until Ctrl-C, after saying (on stderr) how to trigger
+  a run from another terminal.
+- Either way it first takes up what a standalone that died left (`StandaloneJob`).
+
+Stdout carries only the result (the table or, with `--json`, one JSON document):
+the tasks' output, the logs and the status lines go to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-import threading
-import time
+import sys
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.context import Cli, CliError, iso
+from sluice.scheduler.cli.render import visible
+from sluice.scheduler.cli.standalone_hint import how_to_trigger
+from sluice.scheduler.cli.streams import stdout_to_stderr
 from sluice.scheduler.cli.tasks_cmd import print_states, ti_rows
-from sluice.scheduler.core.callback_kinds import Status
+from sluice.scheduler.control.inputs import check_int
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.migrate import upgrade
-from sluice.scheduler.core.models import Dag, DagRun, DueCallback
+from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 log = logging.getLogger("sluice.standalone")
 
+STOPPED = 130
+"""Exit code of `--trigger` stopped (Ctrl-C, SIGTERM) before its run ended."""
+MAX_CONCURRENCY = 1024
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("standalone", help="SQLite + embedded broker + scheduler + worker")
-    p.add_argument(
-        "--trigger", metavar="DAG_ID", help="run one run of DAG_ID to its end, then exit"
+    p = sub.add_parser(
+        "standalone",
+        help="SQLite + embedded broker + scheduler + worker in one process",
+        description="Run a scheduler and a worker in this process, on SQLite by default. "
+        "Without --trigger: until Ctrl-C. With --trigger: one run to its end.",
     )
-    p.add_argument("--conf", help="conf JSON for the --trigger run")
-    p.add_argument("-c", "--concurrency", type=int, default=4)
-    p.add_argument("--json", action="store_true", help="print the final task states as JSON")
+    p.add_argument(
+        "--trigger",
+        metavar="DAG_ID",
+        help="run one manual run of DAG_ID to its end and nothing else (no scheduled "
+        "runs), print its task states, exit 0 if it succeeded, 1 if it failed",
+    )
+    p.add_argument("--conf", metavar="JSON", help="the --trigger run's conf, a JSON object")
+    p.add_argument(
+        "-c",
+        "--concurrency",
+        type=int,
+        default=4,
+        help="tasks run at once by the embedded worker (threads; default 4)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --trigger: the run and its task states as one JSON document on stdout "
+        "(everything else goes to stderr)",
+    )
     p.set_defaults(func=standalone)
 
 
@@ -46,94 +83,118 @@ def all_queues(cli: Cli) -> list[str]:
     return sorted(queues)
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse options that mean nothing without `--trigger`, and a bad `-c`, before
+    anything is written."""
+    if not args.trigger:
+        for given, name in ((args.json, "--json"), (args.conf is not None, "--conf")):
+            if given:
+                raise CliError(f"{name} needs --trigger DAG_ID (it is about the triggered run)")
+    check_int(args.concurrency, "-c/--concurrency", 1, MAX_CONCURRENCY)
+
+
 def standalone(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.broker.publisher import publish, publish_callbacks
     from sluice.broker.wakeup import waker_for
     from sluice.broker.worker.embedded import EmbeddedBroker
+    from sluice.broker.worker.tracing import instrument_celery
     from sluice.scheduler.cli.services import install_stop_handlers
     from sluice.scheduler.control.inputs import parse_conf
-    from sluice.scheduler.jobs.scheduler_job import SchedulerJob
+    from sluice.scheduler.core.tracing import Tracing
+    from sluice.scheduler.jobs.standalone import OneRunJob, StandaloneJob
 
+    check_arguments(args)
     conf: dict[str, Any] = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
     upgrade(cli.engine)
     cli.sync_dags()
-    run_pk: int | None = None
-    if args.trigger:
-        with transaction(cli.factory) as session:
-            dag = cli.get_dag(session, args.trigger)
-            run = create_dagrun(
-                session,
-                dag,
-                run_type=RunType.MANUAL,
-                logical_date=utcnow(),
-                now=utcnow(),
-                conf=conf,
-            )
-            run_pk = run.id
-        log.info("triggered %s %s", args.trigger, run.run_id)
-    from sluice.broker.worker.tracing import instrument_celery
-    from sluice.scheduler.core.tracing import Tracing
-
+    run_pk = trigger(cli, args.trigger, conf) if args.trigger else None
     tracing = Tracing("sluice-standalone")
     instrument_celery(tracing)  # the worker runs in this process
     embedded = EmbeddedBroker(cli.settings)
-    embedded.start(all_queues(cli), args.concurrency)
-    waker = waker_for(cli.settings)
-    job = SchedulerJob(
+    common: dict[str, Any] = {
+        "tracing": tracing,
+        "publish_callbacks": lambda messages: publish_callbacks(embedded.app, messages),
+    }
+    job_args = (
         cli.settings,
         cli.factory,
         lambda messages: publish(embedded.app, messages),
-        waker,
-        tracing=tracing,
-        publish_callbacks=lambda messages: publish_callbacks(embedded.app, messages),
+        waker_for(cli.settings),
+    )
+    job = (
+        StandaloneJob(*job_args, **common)
+        if run_pk is None
+        else OneRunJob(*job_args, run_pk=run_pk, **common)
     )
     install_stop_handlers(job)
-    done = threading.Event()
-    if run_pk is not None:
-        _stop_when_finished(cli, job, run_pk, done)
-    try:
-        job.run()
-    finally:
-        embedded.stop()
-    if run_pk is None:
-        return 0
+    with stdout_to_stderr():  # what tasks print never mixes into the result
+        embedded.start(all_queues(cli), args.concurrency)
+        try:
+            if run_pk is None:
+                say_how_to_trigger(cli)
+            job.run()
+        finally:
+            embedded.stop()
+    return 0 if run_pk is None else report(cli, run_pk, as_json=args.json)
+
+
+def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> int:
+    """Create the `--trigger` run (queued, not claimed); its primary key."""
+    with transaction(cli.factory) as session:
+        dag = cli.get_dag(session, dag_id)
+        now = utcnow()
+        run = create_dagrun(
+            session, dag, run_type=RunType.MANUAL, logical_date=now, now=now, conf=conf
+        )
+        run_pk, run_id = run.id, run.run_id
+    log.info("triggered %s %s", dag_id, run_id)
+    return run_pk
+
+
+def say_how_to_trigger(cli: Cli) -> None:
     with cli.factory() as session:
-        final = session.get(DagRun, run_pk)
-        assert final is not None
-        print_states(ti_rows(session, final), args.json)
-        print(f"run {final.run_id}: {final.state}")
-        if final.state not in RUN_TERMINAL:
-            raise CliError("stopped before the run finished")
-        return 0 if final.state == DagRunState.SUCCESS else 1
+        dag_ids = list(
+            session.scalars(select(Dag.dag_id).where(Dag.is_active.is_(True)).order_by(Dag.dag_id))
+        )
+    lines = how_to_trigger(cli.settings.database_url, cli.settings.dags_folder, dag_ids)
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
-CALLBACK_GRACE_SECONDS = 10.0
-"""How long `--trigger` waits, once its run has ended, for the run's callbacks to run."""
+def run_document(session: Session, run: DagRun) -> dict[str, Any]:
+    """The `--json` result: the run and its task instances (as `sluice tasks states
+    --json` gives them)."""
+    return {
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "run_type": run.run_type,
+        "state": run.state,
+        "logical_date": iso(run.logical_date),
+        "start_date": iso(run.start_date),
+        "end_date": iso(run.end_date),
+        "tasks": ti_rows(session, run),
+    }
 
 
-def _stop_when_finished(cli: Cli, job: Any, run_pk: int, done: threading.Event) -> None:
-    """Wrap the job's tick so the loop stops once the triggered run is finished and its
-    callbacks have run (or `CALLBACK_GRACE_SECONDS` after its end: they stay due for the
-    next start)."""
-    tick = job.tick
-    ended_at: float | None = None
-
-    def tick_and_check(now: Any) -> Any:
-        nonlocal ended_at
-        result = tick(now)
-        with cli.factory() as session:
-            state = session.scalar(select(DagRun.state).where(DagRun.id == run_pk))
-            waiting = state in RUN_TERMINAL and session.scalar(
-                select(func.count())
-                .select_from(DueCallback)
-                .where(DueCallback.dag_run_id == run_pk, DueCallback.status.in_(Status.UNFINISHED))
-            )
-        if state in RUN_TERMINAL:
-            ended_at = ended_at or time.monotonic()
-            if not waiting or time.monotonic() - ended_at > CALLBACK_GRACE_SECONDS:
-                job.stopping = True
-                done.set()
-        return result
-
-    job.tick = tick_and_check
+def report(cli: Cli, run_pk: int, *, as_json: bool) -> int:
+    """Print the run's result on stdout (its status line on stderr with `--json`); the
+    exit code: 0 success, 1 failed, `STOPPED` unfinished."""
+    with cli.factory() as session:
+        run = session.get(DagRun, run_pk)
+        assert run is not None
+        document = run_document(session, run)
+    status = f"run {visible(document['run_id'])}: {document['state']}"
+    if as_json:
+        print(json.dumps(document, indent=2))
+        print(status, file=sys.stderr)
+    else:
+        print_states(document["tasks"], False)
+        print(status)
+    if document["state"] not in RUN_TERMINAL:
+        print(
+            f"sluice: stopped before the run ended; `sluice standalone` on the same "
+            f"database takes it up ({visible(document['dag_id'])} {visible(document['run_id'])})",
+            file=sys.stderr,
+        )
+        return STOPPED
+    return 0 if document["state"] == DagRunState.SUCCESS else 1

@@ -254,7 +254,7 @@ def test_mapping_on_the_embedded_sqlite_path(tmp_path: Any) -> None:
         tmp_path, dags, f"sqlite:///{tmp_path / 'map.db'}", "--trigger", "files", "--json"
     )
     assert done.returncode == 0, done.stderr
-    listed = json.loads(done.stdout[done.stdout.index("[\n") : done.stdout.rindex("]") + 1])
+    listed = json.loads(done.stdout)["tasks"]
     assert [(r["task_id"], r["map_index"], r["state"]) for r in listed] == [
         ("list_files", None, "success"),
         ("load", 0, "success"),
