@@ -51,10 +51,12 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.broker.wakeup import waker_for
     from sluice.broker.worker.embedded import EmbeddedBroker
     from sluice.scheduler.cli.services import install_stop_handlers
-    from sluice.scheduler.control.inputs import parse_conf
+    from sluice.scheduler.control.inputs import INT_MAX, check_int, parse_conf
     from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 
     conf: dict[str, Any] = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
+    check_int(args.concurrency, "-c", 1, INT_MAX)
+    cli.dags_folder()  # every argument is checked before the database is created
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
     upgrade(cli.engine)
     cli.sync_dags()

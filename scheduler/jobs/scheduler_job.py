@@ -65,6 +65,7 @@ class DagFolderParser:
         self._thread.join(timeout=self.settings.parse_timeout + 5)
 
     def _loop(self) -> None:
+        missing = False
         while not self._stop.is_set():
             try:
                 synced = sync_dag_folder(
@@ -73,6 +74,15 @@ class DagFolderParser:
                     parse_timeout=self.settings.parse_timeout,
                     now=utcnow(),
                 )
+                if synced.folder_missing != missing:
+                    missing = synced.folder_missing
+                    if missing:
+                        log.warning(
+                            "the DAGs folder %s is gone: its DAGs keep their last definition",
+                            self.settings.dags_folder.resolve(),
+                        )
+                    else:
+                        log.info("the DAGs folder %s is back", self.settings.dags_folder.resolve())
                 if synced.changed:
                     self.waker.wake()
             except DBAPIError as exc:
