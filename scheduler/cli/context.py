@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
+from sluice.scheduler.core.db_wait import wait_for_database
 from sluice.scheduler.core.migrate import check_current
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.import_errors import why_missing
@@ -60,6 +62,11 @@ class Cli:
             parse_timeout=self.settings.parse_timeout,
             now=utcnow(),
         )
+
+    def wait_for_database(self) -> None:
+        """For a daemon at start: wait until the database answers, one line per failed
+        attempt, backing off (`SLUICE_DB_RETRY_DELAY`, `SLUICE_DB_RETRY_MAX_DELAY`)."""
+        wait_for_database(self.engine, self.settings, logging.getLogger(f"sluice.{self.role}"))
 
     def unknown_dag(self, session: Session, dag_id: str) -> CliError:
         """The error for a DAG id that is not there, naming the DAG files that failed."""

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.db_wait import database_place, database_reason
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.jobs import release_dead_jobs, release_orphaned_runs
 from sluice.scheduler.core.queries.runs import (
@@ -86,7 +87,11 @@ class DagFolderParser:
                 if synced.changed:
                     self.waker.wake()
             except DBAPIError as exc:
-                log.warning("parsing the DAG folder failed, trying again: %s", exc)
+                log.warning(
+                    "recording the DAG folder's files failed (database at %s: %s), trying again",
+                    database_place(self.settings.database_url),
+                    database_reason(exc, self.settings.database_url),
+                )
             self._stop.wait(self.settings.dag_refresh_interval)
 
 
