@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, defer
 from sluice.scheduler.api.errors import not_found
 from sluice.scheduler.control.inputs import ID_MAX, InputError, storable
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.import_errors import why_missing
 from sluice.scheduler.core.queries.ti_lookup import TiNotFound, find_task_instance
 
 WITHOUT_DEFINITION = (defer(Dag.serialized),)
@@ -33,7 +34,7 @@ def find_dag(session: Session, dag_id: str) -> Dag:
     """The active DAG `dag_id`; its `serialized` is loaded on first access."""
     dag = session.get(Dag, dag_id, options=WITHOUT_DEFINITION) if _usable(dag_id) else None
     if dag is None or not dag.is_active:
-        raise not_found(f"unknown DAG {dag_id!r}")
+        raise not_found(f"unknown DAG {dag_id!r}{why_missing(session, dag_id)}")
     return dag
 
 

@@ -2,8 +2,9 @@
 
 Reads `SLUICE_API_TOKEN`, `SLUICE_API_READ_AUTH`, `SLUICE_TRACE_URL`,
 `SLUICE_API_MAX_BODY_BYTES` and `SLUICE_API_DAG_CACHE_BYTES` once, at start (see
-`scheduler.api.config`). Fails with one line if the schema is not
-current. Serving beyond loopback with open reads is allowed but warned about.
+`scheduler.api.config`). Waits for a database that does not answer yet (one line per
+attempt); fails with one line if the schema is not current. Serving beyond loopback with
+open reads is allowed but warned about.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def serve(cli: Cli, args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be between 1 and 65535, got {args.port}")
     config = ApiConfig.from_env()
-    cli.factory  # noqa: B018 - fail early with one line if the schema is missing
+    cli.wait_for_database()  # and fail early with one line if the schema is missing
     cli.engine.dispose()
     if config.token is None:
         log.warning("SLUICE_API_TOKEN is not set: the API refuses every write")

@@ -53,6 +53,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def find_local_dag(folder: Path, dag_id: str) -> Any:
     """The DAG object `dag_id` loaded in-process from the local DAG files."""
     from sluice.tasks.loader import list_dag_files, load_file
+    from sluice.tasks.parsing import describe_error
 
     for path in list_dag_files(folder):
         if dag_id not in path.read_text(errors="replace"):
@@ -60,7 +61,8 @@ def find_local_dag(folder: Path, dag_id: str) -> Any:
         try:
             dags = load_file(path)
         except Exception as exc:
-            raise CliError(f"{path} does not load: {exc}") from None
+            shown = path.relative_to(folder) if path.is_relative_to(folder) else path
+            raise CliError(f"{shown} does not load: {describe_error(exc, str(path))}") from None
         for dag in dags:
             if dag.dag_id == dag_id:
                 return dag
@@ -100,7 +102,7 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         raise CliError(f"--end {args.end} is before --start {args.start}")
     if args.max_active_runs is not None and args.max_active_runs < 1:
         raise CliError("--max-active-runs must be at least 1")
-    local_obj = find_local_dag(cli.settings.dags_folder, args.dag_id) if args.local else None
+    local_obj = find_local_dag(cli.dags_folder(), args.dag_id) if args.local else None
     if not args.local:
         cli.sync_dags()
     with cli.factory() as session:
@@ -109,7 +111,7 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
             cli.sync_dags()
             stored = session.get(Dag, args.dag_id)
         if stored is None or not stored.is_active:
-            raise CliError(f"unknown DAG {args.dag_id!r} (not in {cli.settings.dags_folder})")
+            raise cli.unknown_dag(session, args.dag_id)
     local = transient_dag(local_obj, stored) if local_obj is not None else None
     spec = (local or stored).serialized
     try:

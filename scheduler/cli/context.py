@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
+from sluice.scheduler.core.db_wait import wait_for_database
 from sluice.scheduler.core.migrate import check_current
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.import_errors import why_missing
 from sluice.scheduler.core.queries.ti_lookup import TiNotFound, find_task_instance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.scheduling.dagbag import sync_dag_folder
@@ -36,19 +40,45 @@ class Cli:
         check_current(self.engine)
         return make_session_factory(self.engine)
 
+    def dags_folder(self) -> Path:
+        """The DAGs folder; a CliError naming it if it is not there (checked before a
+        command that reads it writes anything)."""
+        folder = self.settings.dags_folder
+        if folder.is_dir():
+            return folder
+        what = "is not a folder" if folder.exists() else "does not exist"
+        shown = str(folder) if folder.is_absolute() else f"{folder} ({folder.resolve()})"
+        raise CliError(
+            f"the DAGs folder {shown} {what}: set SLUICE_DAGS_FOLDER to the folder of your "
+            "DAG files"
+        )
+
     def sync_dags(self) -> None:
         """Make the DAG files in the folder known (parses only what changed)."""
+        folder = self.dags_folder()
         sync_dag_folder(
             self.factory,
-            self.settings.dags_folder,
+            folder,
             parse_timeout=self.settings.parse_timeout,
             now=utcnow(),
         )
 
+    def wait_for_database(self) -> None:
+        """For a daemon at start: wait until the database answers, one line per failed
+        attempt, backing off (`SLUICE_DB_RETRY_DELAY`, `SLUICE_DB_RETRY_MAX_DELAY`)."""
+        wait_for_database(self.engine, self.settings, logging.getLogger(f"sluice.{self.role}"))
+
+    def unknown_dag(self, session: Session, dag_id: str) -> CliError:
+        """The error for a DAG id that is not there, naming the DAG files that failed."""
+        folder = self.settings.dags_folder
+        local = folder if folder.is_dir() else None
+        why = why_missing(session, dag_id, folder=local, read_files=local is not None)
+        return CliError(f"unknown DAG {dag_id!r} (not in {folder}){why}")
+
     def get_dag(self, session: Session, dag_id: str) -> Dag:
         dag = session.get(Dag, dag_id)
         if dag is None or not dag.is_active:
-            raise CliError(f"unknown DAG {dag_id!r} (not in {self.settings.dags_folder})")
+            raise self.unknown_dag(session, dag_id)
         return dag
 
     def get_run(self, session: Session, dag_id: str, run_id: str) -> DagRun:

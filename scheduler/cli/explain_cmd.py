@@ -21,7 +21,7 @@ from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.explain import ExplainError, Explanation, explain_ti
 from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
-from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI
 
 ASK_WORKERS = frozenset({TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.UP_FOR_RETRY})
@@ -48,6 +48,8 @@ def explain(cli: Cli, args: argparse.Namespace) -> int:
     check_seconds(args.workers_timeout, "--workers-timeout")
     map_index = checked_map_index(args)
     with cli.factory() as session:
+        if session.get(Dag, args.dag_id) is None:  # a retired DAG's runs are explained too
+            raise cli.unknown_dag(session, args.dag_id)
         state = session.scalar(
             select(TaskInstance.state)
             .join(DagRun, DagRun.id == TaskInstance.dag_run_id)

@@ -14,13 +14,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DataError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 
 from sluice.scheduler.cli import api_cmd, backfill, dags, services, standalone, status, tasks_cmd
 from sluice.scheduler.cli.context import Cli
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import InputError
+from sluice.scheduler.core.db_wait import database_place, database_reason
 from sluice.scheduler.core.migrate import SchemaNotReady
 from sluice.scheduler.core.settings import ConfigError, Settings
 
@@ -63,36 +63,6 @@ def not_utf8(argv: Sequence[str]) -> str | None:
                 shown = arg.encode("utf-8", "backslashreplace")
             return f"argument {number} is not valid UTF-8 text: {shown!r}"
     return None
-
-
-def database_place(url: str) -> str:
-    """Where the database is, for a message: host, port and database; no user, no password."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return "SLUICE_DATABASE_URL (not a database URL)"
-    if parsed.get_backend_name() == "sqlite":
-        return f"sqlite {parsed.database or ':memory:'}"
-    host = parsed.host or "localhost"
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{host}{port}/{parsed.database or ''}"
-
-
-def database_reason(exc: Exception, url: str) -> str:
-    """The driver's reason, one line, without the URL's password."""
-    orig = getattr(exc, "orig", None) or exc
-    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
-    reason = lines[0] if lines else type(orig).__name__
-    if " failed: " in reason:  # libpq: connection to server at "h", port p failed: <why>
-        reason = reason.rsplit(" failed: ", 1)[1]
-    reason = " ".join(reason.split())
-    try:
-        password = make_url(url).password
-    except ArgumentError:
-        password = None
-    if password:
-        reason = reason.replace(str(password), "***")
-    return visible(reason)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,6 +78,8 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
         check_int(args.metrics_port, "--metrics-port", 1, 65535)
     if args.num_loops is not None:
         check_int(args.num_loops, "--num-loops", 0, INT_MAX)
+    cli.dags_folder()  # a folder that is not there is refused before anything is written
+    cli.wait_for_database()
     from sluice.broker.app import create_app
     from sluice.broker.publisher import publish, publish_callbacks
     from sluice.broker.wakeup import waker_for
@@ -116,7 +118,7 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
         raise CliError("-Q needs at least one queue name")
     if args.concurrency < 1:
         raise CliError("-c must be at least 1")
-    cli.factory  # noqa: B018 - fail early with one line if the schema is missing
+    cli.wait_for_database()  # and fail early with one line if the schema is missing
     start_worker(
         cli.settings,
         queues,

@@ -105,6 +105,7 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
 
     check_arguments(args)
     conf: dict[str, Any] = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
+    cli.dags_folder()  # every argument is checked before the database is created
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
     upgrade(cli.engine)
     cli.sync_dags()

@@ -34,7 +34,7 @@ from sqlalchemy import (
     event,
 )
 from sqlalchemy import text as sql_text
-from sqlalchemy.engine import CursorResult, Dialect
+from sqlalchemy.engine import CursorResult, Dialect, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -79,6 +79,9 @@ def is_sqlite(url: str) -> bool:
 
 IDLE_PING_SECONDS = 10.0
 """A pooled connection idle longer than this is pinged before use."""
+CONNECT_TIMEOUT_SECONDS = 10
+"""How long a new connection may take (unless the URL sets `connect_timeout`): a host
+that drops packets fails an attempt in seconds, not after the system's TCP timeout."""
 
 
 def make_engine(
@@ -102,12 +105,22 @@ def make_engine(
         max_overflow=5,
         pool_recycle=1800,
         pool_use_lifo=True,
-        connect_args={"application_name": application_name},
+        connect_args={
+            "application_name": application_name,
+            **_connect_timeout(url),
+        },
         **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
     )
     _ping_idle_connections(engine)
     _application_names[engine] = application_name
     return engine
+
+
+def _connect_timeout(url: str) -> dict[str, int]:
+    """`connect_timeout` for the driver, unless the URL gives its own."""
+    if "connect_timeout" in make_url(url).query:
+        return {}
+    return {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
 
 
 _application_names: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()

@@ -7,6 +7,7 @@ compares it with `HEAD`, so a command does not import Alembic (a tenth of a seco
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, inspect, text
@@ -55,8 +56,25 @@ def current_revision(engine: Engine) -> str | None:
         return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
+def _missing_sqlite_file(engine: Engine) -> str | None:
+    """The path of a SQLite database file that is not there (connecting would create it)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") or os.path.exists(database):
+        return None
+    return database
+
+
 def check_current(engine: Engine) -> None:
-    """Raise SchemaNotReady unless the database is at the newest revision."""
+    """Raise SchemaNotReady unless the database is at the newest revision (a SQLite file
+    that is not there is not created)."""
+    missing = _missing_sqlite_file(engine)
+    if missing is not None:
+        raise SchemaNotReady(
+            f"there is no database at {missing}: run `sluice db migrate` to create it "
+            "(or set SLUICE_DATABASE_URL)"
+        )
     current = current_revision(engine)
     if current != HEAD:
         where = "no schema" if current is None else f"schema revision {current}"

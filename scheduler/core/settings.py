@@ -104,6 +104,11 @@ class Settings:
     """Where the web UI is reached: callbacks' `url` links point there."""
     wakeup_url: str | None = None
     """The Redis the wake-ups go through; None: the broker's, when it is Redis."""
+    db_retry_delay: float = 0.5
+    """Seconds a daemon waits after its first failed attempt to reach the database (at
+    start, or when it goes away), doubled at each attempt up to `db_retry_max_delay`."""
+    db_retry_max_delay: float = 10.0
+    """The longest wait between two attempts to reach the database."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -144,7 +149,14 @@ class Settings:
             base_url=(env.get("SLUICE_BASE_URL") or base.base_url).rstrip("/"),
             wakeup_url=env.get("SLUICE_WAKEUP_URL") or base.wakeup_url,
             max_map_length=env_int(env, "SLUICE_MAX_MAP_LENGTH", base.max_map_length),
+            db_retry_delay=_float(env, "SLUICE_DB_RETRY_DELAY", base.db_retry_delay),
+            db_retry_max_delay=_float(env, "SLUICE_DB_RETRY_MAX_DELAY", base.db_retry_max_delay),
         )
+        if settings.db_retry_max_delay < settings.db_retry_delay:
+            raise ConfigError(
+                f"SLUICE_DB_RETRY_MAX_DELAY ({settings.db_retry_max_delay:g}s) must not be below "
+                f"SLUICE_DB_RETRY_DELAY ({settings.db_retry_delay:g}s)"
+            )
         if settings.max_map_length < 1:
             raise ConfigError(
                 f"SLUICE_MAX_MAP_LENGTH must be at least 1, got {settings.max_map_length}"

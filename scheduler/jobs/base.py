@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.dag_cache import SerializedDagCache
 from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.db_wait import Backoff, database_place, database_reason
 from sluice.scheduler.core.hot_sql import built
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Job
@@ -129,7 +130,7 @@ class DagRunJob:
         if self.job_id is None:
             self.retrying(self.register)
         loops = 0
-        backoff = 0.5
+        backoff = Backoff(self.settings)
         try:
             while not self.stopping and (num_loops is None or loops < num_loops):
                 loops += 1
@@ -137,13 +138,11 @@ class DagRunJob:
                     started = time.perf_counter()
                     result = self.tick(self.clock())
                     self.metrics.record_tick(result, time.perf_counter() - started)
-                    backoff = 0.5
+                    backoff.reset()
                     if self.done():
                         break
                 except DBAPIError as exc:
-                    log.warning("database error, retrying in %.1fs: %s", backoff, exc)
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 10.0)
+                    self._database_failed(exc, backoff.take())
                     continue
                 if not result.busy and not self.stopping:
                     self.wait(self.settings.loop_interval)
@@ -186,7 +185,7 @@ class DagRunJob:
             spans.end_owned_spans(session, self.tracing, self.job_id, now)
 
     def retrying(self, step: Callable[[], object]) -> None:
-        backoff = 0.5
+        backoff = Backoff(self.settings)
         while True:
             try:
                 step()
@@ -194,9 +193,20 @@ class DagRunJob:
             except DBAPIError as exc:
                 if self.stopping:
                     raise
-                log.warning("database unavailable, retrying in %.1fs: %s", backoff, exc)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                self._database_failed(exc, backoff.take())
+
+    def _database_failed(self, exc: DBAPIError, delay: float) -> None:
+        """One line for a failed database step (where, why; never the URL), then wait
+        `delay` seconds; the whole error, with its statement, at DEBUG."""
+        url = self.settings.database_url
+        log.warning(
+            "database at %s failed: %s; retrying in %gs",
+            database_place(url),
+            database_reason(exc, url),
+            delay,
+        )
+        log.debug("the database error", exc_info=exc)
+        time.sleep(delay)
 
     # -- the job row -------------------------------------------------------------------------
     def register(self) -> int:

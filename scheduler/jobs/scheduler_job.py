@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.db_wait import database_place, database_reason
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.jobs import release_dead_jobs, release_orphaned_runs
 from sluice.scheduler.core.queries.runs import (
@@ -65,6 +66,7 @@ class DagFolderParser:
         self._thread.join(timeout=self.settings.parse_timeout + 5)
 
     def _loop(self) -> None:
+        missing = False
         while not self._stop.is_set():
             try:
                 synced = sync_dag_folder(
@@ -73,10 +75,23 @@ class DagFolderParser:
                     parse_timeout=self.settings.parse_timeout,
                     now=utcnow(),
                 )
+                if synced.folder_missing != missing:
+                    missing = synced.folder_missing
+                    if missing:
+                        log.warning(
+                            "the DAGs folder %s is gone: its DAGs keep their last definition",
+                            self.settings.dags_folder.resolve(),
+                        )
+                    else:
+                        log.info("the DAGs folder %s is back", self.settings.dags_folder.resolve())
                 if synced.changed:
                     self.waker.wake()
             except DBAPIError as exc:
-                log.warning("parsing the DAG folder failed, trying again: %s", exc)
+                log.warning(
+                    "recording the DAG folder's files failed (database at %s: %s), trying again",
+                    database_place(self.settings.database_url),
+                    database_reason(exc, self.settings.database_url),
+                )
             self._stop.wait(self.settings.dag_refresh_interval)
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Dag, DagFile
+from sluice.scheduler.core.text import one_line
 from sluice.scheduler.core.upsert import upsert
 from sluice.scheduler.scheduling.timetables import next_dagrun_after, timetable_for
 from sluice.tasks.loader import list_dag_files
@@ -34,6 +35,8 @@ class SyncResult:
     parsed: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
+    folder_missing: bool = False
+    """The folder is not there (or is not a folder): nothing was read nor written."""
 
     @property
     def changed(self) -> bool:
@@ -43,8 +46,6 @@ class SyncResult:
 
 def _fingerprints(folder: Path) -> dict[str, tuple[int, int]]:
     found: dict[str, tuple[int, int]] = {}
-    if not folder.is_dir():
-        return found
     for path in list_dag_files(folder):
         try:
             stat = path.stat()
@@ -57,8 +58,15 @@ def _fingerprints(folder: Path) -> dict[str, tuple[int, int]]:
 def sync_dag_folder(
     factory: sessionmaker[Session], folder: Path, *, parse_timeout: float, now: dt.datetime
 ) -> SyncResult:
-    """Parse what changed in `folder` and record it; return what was done."""
+    """Parse what changed in `folder` and record it; return what was done.
+
+    A folder that is not there changes nothing (`folder_missing`): a folder unmounted
+    or mistyped must not retire every DAG it held.
+    """
     result = SyncResult()
+    if not folder.is_dir():
+        result.folder_missing = True
+        return result
     on_disk = _fingerprints(folder)
     with factory() as session:
         known = {row.fileloc: (row.mtime_ns, row.size) for row in session.scalars(select(DagFile))}
@@ -95,7 +103,7 @@ def sync_dag_folder(
             result.parsed.append(path)
             if error:
                 result.errors[path] = error
-                log.warning("DAG file %s failed: %s", path, error)
+                log.warning("DAG file %s failed: %s", one_line(path), one_line(error))
     return result
 
 

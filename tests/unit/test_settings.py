@@ -54,3 +54,20 @@ def test_the_limits_of_task_logs_and_backfills_are_settings() -> None:
     assert given.backfill_confirm_runs == 5
     with pytest.raises(ConfigError, match="SLUICE_TASK_LOG_MAX_BYTES must be at least 1024"):
         Settings.from_env({"SLUICE_TASK_LOG_MAX_BYTES": "10"})
+
+
+def test_the_database_retry_back_off_is_a_setting() -> None:
+    """0.5 s doubling to 10 s by default; the longest delay may not be below the first."""
+    from sluice.scheduler.core.db_wait import Backoff
+
+    default = Backoff(Settings.from_env({}))
+    assert [default.take() for _ in range(7)] == [0.5, 1, 2, 4, 8, 10, 10]
+    default.reset()
+    assert default.take() == 0.5
+    env = {"SLUICE_DB_RETRY_DELAY": "0.1", "SLUICE_DB_RETRY_MAX_DELAY": "0.3"}
+    short = Backoff(Settings.from_env(env))
+    assert [short.take() for _ in range(3)] == [0.1, 0.2, 0.3]
+    with pytest.raises(ConfigError, match=r"SLUICE_DB_RETRY_MAX_DELAY \(0.05s\) must not be"):
+        Settings.from_env({**env, "SLUICE_DB_RETRY_MAX_DELAY": "0.05"})
+    with pytest.raises(ConfigError, match="SLUICE_DB_RETRY_DELAY must be positive"):
+        Settings.from_env({"SLUICE_DB_RETRY_DELAY": "0"})

@@ -1,0 +1,116 @@
+"""Reaching the database: where it is and why it failed, in one line; a bounded back-off.
+
+Invariants: a line names the database by host, port and name, never by its URL, user or
+password (a password echoed in a driver's message is masked); it is one line with
+control characters spelled out. The back-off starts at `Settings.db_retry_delay` and
+doubles up to `Settings.db_retry_max_delay`; a daemon waiting at start never gives up
+(its supervisor, or the user, stops it), and SQLite, which has no server to wait for, is
+not waited for.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
+
+from sluice.scheduler.core.migrate import check_current
+from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.text import one_line
+
+MAX_REASON_CHARS = 300
+
+UNREACHABLE = (OperationalError, InterfaceError)
+"""What a database that does not answer (yet) raises: not running, no such database yet,
+refusing connections while it starts, a network that drops them."""
+
+
+def database_place(url: str) -> str:
+    """Where the database is, for a message: host, port and database; no user, no password."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "SLUICE_DATABASE_URL (not a database URL)"
+    if parsed.get_backend_name() == "sqlite":
+        return f"sqlite {parsed.database or ':memory:'}"
+    host = parsed.host or "localhost"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{host}{port}/{parsed.database or ''}"
+
+
+def database_reason(exc: BaseException, url: str) -> str:
+    """The driver's reason, one line, without the URL's password."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(orig).__name__
+    if " failed: " in reason:  # libpq: connection to server at "h", port p failed: <why>
+        reason = reason.rsplit(" failed: ", 1)[1]
+    try:
+        password = make_url(url).password
+    except ArgumentError:
+        password = None
+    if password:
+        reason = reason.replace(str(password), "***")
+    return one_line(reason, MAX_REASON_CHARS)
+
+
+class Backoff:
+    """Delays between attempts: `db_retry_delay`, doubled each time, at most
+    `db_retry_max_delay`; `reset` after a success."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.first = settings.db_retry_delay
+        self.most = settings.db_retry_max_delay
+        self._next = self.first
+
+    def take(self) -> float:
+        """The delay to wait now; the next one is doubled."""
+        delay = self._next
+        self._next = min(delay * 2, self.most)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.first
+
+
+def wait_for_database(
+    engine: Engine,
+    settings: Settings,
+    log: logging.Logger,
+    *,
+    sleep: Callable[[float], object] = time.sleep,
+) -> int:
+    """Return once the database answers with the current schema; the attempts it took.
+
+    Each failed attempt logs one WARNING line (where, which attempt, why, when the next
+    is). A schema that is missing or old raises `SchemaNotReady` at once: waiting would
+    not fix it, `sluice db migrate` does.
+    """
+    url = settings.database_url
+    place = database_place(url)
+    backoff = Backoff(settings)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            check_current(engine)
+        except UNREACHABLE as exc:
+            if engine.dialect.name == "sqlite":
+                raise
+            delay = backoff.take()
+            log.warning(
+                "database at %s unavailable (attempt %d): %s; retrying in %gs",
+                place,
+                attempt,
+                database_reason(exc, url),
+                delay,
+            )
+            sleep(delay)
+            continue
+        if attempt > 1:
+            log.info("database at %s answered (attempt %d)", place, attempt)
+        return attempt
