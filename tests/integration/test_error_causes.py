@@ -169,7 +169,7 @@ def test_standalone_in_an_empty_directory_writes_nothing(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     if "-c" in args:
-        assert lines[0] == "sluice: error: -c must be between 1 and 2147483647, got 0"
+        assert lines[0] == "sluice: error: -c/--concurrency must be between 1 and 1024, got 0"
     else:
         assert lines[0] == (
             f"sluice: error: the DAGs folder dags ({tmp_path}/dags) does not exist: "
