@@ -195,12 +195,28 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
     outcome = job.outcome()
     for date in job.skipped_dates:
         print(f"skipped {date.isoformat()}: a run already exists")
-    for run_id, state in sorted(outcome.items()):
-        print(f"{run_id}\t{state}")
+    print_driven_runs(cli, job.run_pks)
     if job.stopping and not job.done():
         print("interrupted: unfinished runs were released to the schedulers", file=sys.stderr)
         return 130
     return 0 if all(s == "success" for s in outcome.values()) else 1
+
+
+def print_driven_runs(cli: Cli, run_pks: Any) -> None:
+    """The runs this backfill drove, by logical date, as `sluice dags runs` shows runs."""
+    from sqlalchemy import select
+
+    from sluice.scheduler.cli.runs_cmd import print_runs
+    from sluice.scheduler.core.db import utcnow
+    from sluice.scheduler.core.models import DagRun
+
+    if not run_pks:
+        return
+    with cli.factory() as session:
+        runs = session.scalars(
+            select(DagRun).where(DagRun.id.in_(list(run_pks))).order_by(DagRun.logical_date)
+        ).all()
+    print_runs(runs, utcnow(), empty="no runs")
 
 
 def confirmed(runs: int, dag_id: str) -> bool:

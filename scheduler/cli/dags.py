@@ -1,17 +1,22 @@
-"""`sluice dags …`: list, trigger, cancel, mark, note, state, pause, unpause."""
+"""`sluice dags …`: list, runs, trigger, cancel, mark, note, state, pause, unpause."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError, iso
-from sluice.scheduler.cli.render import cell
+from sluice.scheduler.cli.render import cell, visible
+from sluice.scheduler.cli.runs_cmd import add_runs_parser
+from sluice.scheduler.cli.tables import Col, console, print_table
+from sluice.scheduler.cli.timefmt import TIMES_NOTE, when
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.inputs import check_id_text, parse_conf, parse_date
 from sluice.scheduler.control.operations import trigger_run
@@ -29,6 +34,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("list", help="DAGs in the DAGs folder, and files that failed")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=list_dags)
+    add_runs_parser(cmds)
     p = cmds.add_parser("trigger", help="create a manual run")
     p.add_argument("dag_id")
     p.add_argument("--run-id")
@@ -78,6 +84,7 @@ def list_dags(cli: Cli, args: argparse.Namespace) -> int:
             "schedule": d.schedule,
             "is_paused": d.is_paused,
             "next_dagrun": iso(d.next_dagrun),
+            "next_dagrun_create_after": iso(d.next_dagrun_create_after),
             "tasks": len(d.serialized["tasks"]),
             "import_error": None,
         }
@@ -86,22 +93,55 @@ def list_dags(cli: Cli, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table("dag_id", "schedule", "paused", "tasks", "next run", "file / error")
-    for row in rows:
-        if row["dag_id"] is None:
-            error = cell(f"{row['fileloc']}: {row['import_error']}")
-            table.add_row("[red]—[/]", "", "", "", "", error)
-        else:
-            table.add_row(
-                cell(row["dag_id"]),
-                cell(row["schedule"] or "manual"),
-                cell(row["is_paused"]),
-                cell(row["tasks"]),
-                cell(row["next_dagrun"]),
-                cell(row["fileloc"]),
-            )
-    Console().print(table)
+    print_dags(dags, broken, cli.settings.dags_folder, utcnow())
     return 0
+
+
+DAG_COLUMNS = (
+    Col("dag_id"),
+    Col("file"),
+    Col("schedule"),
+    Col("next run at", keep=True),
+    Col("logical date", keep=True),
+)
+
+
+def in_folder(fileloc: str, folder: Path) -> str:
+    """`fileloc` relative to the DAGs folder (as it is when outside it)."""
+    for base in (folder.resolve(), folder.absolute()):
+        try:
+            return str(Path(fileloc).relative_to(base))
+        except ValueError:
+            continue
+    return fileloc
+
+
+def print_dags(
+    dags: Sequence[Dag], broken: Sequence[DagFile], folder: Path, now: dt.datetime
+) -> None:
+    """The DAG table: files relative to the folder, the schedule (and whether it is
+    paused), when the next scheduled run is created and its logical date (the start of
+    the interval it covers); each file that failed to import is a row, its error a line
+    of its own under the table."""
+    rows: list[tuple[Any, ...]] = [
+        (
+            d.dag_id,
+            in_folder(d.fileloc, folder),
+            (d.schedule or "manual") + (", paused" if d.is_paused else ""),
+            when(d.next_dagrun_create_after, now),
+            when(d.next_dagrun, now),
+        )
+        for d in dags
+    ]
+    failed = Text("import failed", style="red")
+    rows += [(failed, in_folder(f.fileloc, folder), "", "", "") for f in broken]
+    notes: list[Text | str] = [TIMES_NOTE] if any(d.next_dagrun for d in dags) else []
+    for f in broken:
+        line = Text(f"{visible(in_folder(f.fileloc, folder))}: ", style="red")
+        line.append_text(cell(f.import_error))
+        notes.append(line)
+    empty = f"no DAGs in {visible(str(folder))}"
+    print_table(console(), DAG_COLUMNS, rows, notes=notes, empty=empty)
 
 
 def trigger(cli: Cli, args: argparse.Namespace) -> int:

@@ -8,13 +8,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-from rich.table import Table
-
-from sluice.scheduler.cli.context import Cli, CliError, iso
-from sluice.scheduler.cli.render import cell
+from sluice.scheduler.cli import timefmt
+from sluice.scheduler.cli.context import Cli, CliError
+from sluice.scheduler.cli.tables import Col, console, print_table
 from sluice.scheduler.control.inputs import parse_date
 from sluice.scheduler.control.retention import Deleted, delete_expired, expired_by_dag
+from sluice.scheduler.core.db import utcnow
+
+COLUMNS = (
+    Col("dag_id"),
+    Col("runs", keep=True, right=True),
+    Col("task instances", keep=True, right=True),
+    Col("oldest end", keep=True),
+    Col("newest end", keep=True),
+)
 
 
 def add_parser(db_cmds: argparse._SubParsersAction) -> None:
@@ -40,16 +47,18 @@ def clean(cli: Cli, args: argparse.Namespace) -> int:
     if not expired:
         print(f"nothing to delete: no finished run ended before {when}")
         return 0
-    table = Table("dag_id", "runs", "task instances", "oldest end", "newest end")
-    for e in expired:
-        table.add_row(
-            cell(e.dag_id),
+    now = utcnow()
+    rows = [
+        (
+            e.dag_id,
             f"{e.runs:,}",
             f"{e.task_instances:,}",
-            cell(iso(e.oldest_end)),
-            cell(iso(e.newest_end)),
+            timefmt.when(e.oldest_end, now),
+            timefmt.when(e.newest_end, now),
         )
-    Console().print(table)
+        for e in expired
+    ]
+    print_table(console(), COLUMNS, rows, notes=[timefmt.TIMES_NOTE])
     runs = sum(e.runs for e in expired)
     tis = sum(e.task_instances for e in expired)
     what = f"{runs:,} finished runs with {tis:,} task instances that ended before {when}"

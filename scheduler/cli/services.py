@@ -11,7 +11,6 @@ from sqlalchemy import select
 
 from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.db_clean import add_parser as add_clean_parser
-from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import INT_MAX, check_int, check_name
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.migrate import upgrade
@@ -131,9 +130,21 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def list_pools(cli: Cli, args: argparse.Namespace) -> int:
+    """Each pool with its slots and the slots its queued and running tries take."""
+    from sluice.scheduler.cli.tables import Col, console, print_table
+    from sluice.scheduler.core.queries.tis import used_slots_by_pool
+
     with cli.factory() as session:
-        for pool in session.scalars(select(Pool).order_by(Pool.name)):
-            print(f"{visible(pool.name)}\t{pool.slots}")
+        pools = session.scalars(select(Pool).order_by(Pool.name)).all()
+        used = used_slots_by_pool(session)
+    columns = (
+        Col("pool"),
+        Col("slots", keep=True, right=True),
+        Col("used", keep=True, right=True),
+        Col("description"),
+    )
+    rows = [(p.name, p.slots, used.get(p.name, 0), p.description) for p in pools]
+    print_table(console(), columns, rows, empty="no pools")
     return 0
 
 

@@ -14,12 +14,15 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.cli import tables
 from sluice.scheduler.cli.context import Cli, iso
-from sluice.scheduler.cli.render import cell, visible
+from sluice.scheduler.cli.render import visible
+from sluice.scheduler.cli.tables import Col, print_table
+from sluice.scheduler.cli.timefmt import TIMES_NOTE, when
 from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, Job, TaskInstance
@@ -106,47 +109,72 @@ def status(cli: Cli, args: argparse.Namespace) -> int:
 def print_status(
     report: dict[str, Any], settings: Settings, console: Console | None = None
 ) -> None:
-    out = console or Console(highlight=False, emoji=False)
-    jobs = Table("id", "type", "host", "pid", "last heartbeat")
+    """The report as tables fitted to the terminal (`tables.print_table`): states and
+    counts never cut, hosts and queues wrapped when the terminal is narrow."""
+    out = console or tables.console()
+    now = dt.datetime.fromisoformat(report["now"])
+    jobs = []
+    stale: list[Text | str] = []
     for job in report["jobs"]:
-        age = cell(f"{job['heartbeat_age_seconds']:.1f}s ago")
+        age = Text(f"{job['heartbeat_age_seconds']:.1f}s ago")
         if not job["alive"]:
-            age.append(f" (stale: over {settings.heartbeat_timeout:g}s)")
             age.stylize("red")
-        jobs.add_row(
-            cell(job["id"]), cell(job["job_type"]), cell(job["hostname"]), cell(job["pid"]), age
-        )
-    if not report["jobs"]:
-        jobs.add_row("—", "[red]no scheduler or backfill is running[/]", "", "", "")
+            stale.append(
+                Text(
+                    visible(
+                        f"job {job['id']} ({job['job_type']} on {job['hostname']}) is stale: "
+                        f"no heartbeat for over {settings.heartbeat_timeout:g}s"
+                    ),
+                    style="red",
+                )
+            )
+        started = when(dt.datetime.fromisoformat(job["start_date"]), now)
+        jobs.append((job["id"], job["job_type"], job["hostname"], job["pid"], started, age))
     out.print("[bold]Live jobs[/]")
-    out.print(jobs)
+    if report["jobs"]:
+        print_table(out, JOB_COLUMNS, jobs, notes=[TIMES_NOTE, *stale])
+    else:
+        out.print("[red]no scheduler or backfill is running[/]")
 
-    runs = Table(*(visible(str(state)) for state in report["runs"]))
-    runs.add_row(*(cell(n) for n in report["runs"].values()))
     out.print("[bold]Runs by state[/]")
-    out.print(runs)
+    run_cols = [Col(visible(str(state)), keep=True, right=True) for state in report["runs"]]
+    print_table(out, run_cols, [list(report["runs"].values())])
 
-    states = [str(s) for s in TaskInstanceState]
-    used = [s for s in states if any(s in by for by in report["task_instances"].values())]
-    tis = Table("queue", *used)
-    for queue, by_state in report["task_instances"].items():
-        tis.add_row(cell(queue), *(cell(by_state.get(s, 0)) for s in used))
+    order = {str(s): n for n, s in enumerate(TaskInstanceState)}
+    tis = [
+        (queue, state, n)
+        for queue, by_state in report["task_instances"].items()
+        for state, n in sorted(by_state.items(), key=lambda item: order.get(item[0], 99))
+    ]
     out.print("[bold]Task instances by queue and state[/]")
-    out.print(tis)
+    print_table(out, TI_COLUMNS, tis, empty="no task instances")
 
-    callbacks = Table(*report["callbacks"])
-    callbacks.add_row(*(cell(n) for n in report["callbacks"].values()))
     out.print("[bold]Callbacks by status[/]")
-    out.print(callbacks)
+    callback_cols = [
+        Col(visible(str(status)), keep=True, right=True) for status in report["callbacks"]
+    ]
+    print_table(out, callback_cols, [list(report["callbacks"].values())])
 
     workers = report["workers"]
-    table = Table("queue", "workers")
+    rows: list[tuple[Any, ...]] = []
     if workers is not None:
         for queue in sorted(set(workers) | set(report["task_instances"])):
             names = workers.get(queue) or []
-            shown = cell(", ".join(names)) if names else "[red]none[/]"
-            table.add_row(cell(queue), shown)
+            rows.append((queue, ", ".join(names) if names else Text("none", style="red")))
     out.print("[bold]Workers per queue[/]" + ("" if workers is not None else " (not asked)"))
-    out.print(table)
+    if workers is not None:
+        print_table(out, WORKER_COLUMNS, rows, empty="no queue has task instances or workers")
     for note in report["notes"]:
         out.print(f"[dim]note: {escape(visible(note))}[/]")
+
+
+JOB_COLUMNS = (
+    Col("id", keep=True, right=True),
+    Col("type", keep=True),
+    Col("host"),
+    Col("pid", keep=True, right=True),
+    Col("started", keep=True),
+    Col("last heartbeat", keep=True),
+)
+TI_COLUMNS = (Col("queue"), Col("state", keep=True), Col("task instances", keep=True, right=True))
+WORKER_COLUMNS = (Col("queue"), Col("workers"))

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 from collections import Counter
 from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -18,7 +18,9 @@ from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.explain_cmd import add_explain_parser
 from sluice.scheduler.cli.logs_cmd import add_logs_parser
 from sluice.scheduler.cli.map_index import add_map_index_argument, checked_map_index
-from sluice.scheduler.cli.render import cell
+from sluice.scheduler.cli.render import cell, visible
+from sluice.scheduler.cli.tables import Col, console, print_table
+from sluice.scheduler.cli.timefmt import TIMES_NOTE, duration_text, when
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
 from sluice.scheduler.core.db import transaction, utcnow
@@ -93,28 +95,61 @@ def ti_rows(session: Session, run: DagRun) -> list[dict[str, Any]]:
     ]
 
 
-def print_states(rows: Sequence[dict[str, Any]], as_json: bool) -> None:
+TI_COLUMNS = (
+    Col("task_id"),
+    Col("index", keep=True, right=True),
+    Col("state", keep=True),
+    Col("try", keep=True, right=True),
+    Col("queue"),
+    Col("start", keep=True),
+    Col("duration", keep=True, right=True),
+)
+
+
+def _at(value: str | None) -> dt.datetime | None:
+    return None if value is None else dt.datetime.fromisoformat(value)
+
+
+def ti_key(row: dict[str, Any]) -> str:
+    """A TI as notes name it: its task id, with `[i]` for index i of a mapped task."""
+    index = row["map_index"]
+    return str(row["task_id"]) if index is None else f"{row['task_id']}[{index}]"
+
+
+def print_states(
+    rows: Sequence[dict[str, Any]], as_json: bool, now: dt.datetime | None = None
+) -> None:
+    """`ti_rows` as one JSON list, or as a table (start of today as HH:MM:SS, duration)
+    with, under it, each mapped task's indexes counted by state and each error whole on a
+    line of its own."""
     if as_json:
         print(json.dumps(list(rows), indent=2))
         return
-    table = Table("task_id", "index", "state", "try", "queue", "start", "end", "error")
+    now = now or utcnow()
+    table = [
+        (
+            r["task_id"],
+            "" if r["map_index"] is None else r["map_index"],
+            str(r["state"] or "none"),
+            r["try_number"],
+            r["queue"],
+            when(_at(r["start_date"]), now),
+            duration_text(_at(r["start_date"]), _at(r["end_date"]), now),
+        )
+        for r in rows
+    ]
+    notes: list[Text | str] = [TIMES_NOTE] if any(r["start_date"] for r in rows) else []
     for task_id, group in groupby(rows, key=lambda r: r["task_id"]):
         found = list(group)
-        if found[0]["map_index"] is not None:  # a mapped task: its summary, then its indexes
+        if found[0]["map_index"] is not None:  # a mapped task: its indexes by state
             span = f"{found[0]['map_index']}-{found[-1]['map_index']}"
-            table.add_row(cell(task_id), span, states_summary(found))
-        for r in found:
-            table.add_row(
-                cell(r["task_id"]),
-                cell(r["map_index"]) if r["map_index"] is not None else "",
-                cell(r["state"]),
-                cell(r["try_number"]),
-                cell(r["queue"]),
-                cell(r["start_date"]),
-                cell(r["end_date"]),
-                cell(r["error"]),
-            )
-    Console().print(table)
+            notes.append(cell(f"{task_id}[{span}]: {states_summary(found)}"))
+    for r in rows:
+        if r["error"]:
+            line = Text(visible(f"{ti_key(r)}, try {r['try_number']}: "), style="red")
+            line.append_text(cell(r["error"]))
+            notes.append(line)
+    print_table(console(), TI_COLUMNS, table, notes=notes)
 
 
 def states_summary(rows: Sequence[dict[str, Any]]) -> str:

@@ -84,7 +84,11 @@ def test_history_makes_no_statement_read_a_table_whole(sluice: Sluice) -> None:
         assert sluice.wait_run("wide", run_id) == "success"
     for run_id in runs[3:]:
         assert sluice.wait_run("daily", run_id) == "success"
-    for args in (("dags", "list"), ("tasks", "states", "daily", runs[3])):
+    for args in (
+        ("dags", "list"),
+        ("dags", "runs", "daily", "--limit", "1"),
+        ("tasks", "states", "daily", runs[3]),
+    ):
         sluice.ok(*args)
     settings = Settings(database_url=sluice.database_url, dags_folder=sluice.dags_folder)
     with TestClient(create_app(settings, config=ApiConfig())) as client:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -87,7 +88,9 @@ def finished_run(world: World, run_id: str, ended: dt.datetime) -> None:
 def sluice(world: World, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
     env.update(
-        SLUICE_DATABASE_URL=world.settings.database_url, SLUICE_DAGS_FOLDER=str(world.folder)
+        SLUICE_DATABASE_URL=world.settings.database_url,
+        SLUICE_DAGS_FOLDER=str(world.folder),
+        COLUMNS="80",
     )
     return subprocess.run(
         [sys.executable, "-m", "sluice.scheduler.cli.main", *args],
@@ -124,6 +127,10 @@ def test_clean_lists_asks_and_deletes_only_old_finished_runs(world: World) -> No
     assert (
         "pair" in dry.stdout and "would delete 1 finished runs with 2 task instances" in dry.stdout
     )
+    # at 80 columns the table shows the run's end whole: an older day with its date (UTC)
+    assert re.search(r"^pair +1 +2 +2026-04-22 00:00:00 +2026-04-22 00:00:00$", dry.stdout, re.M)
+    table = dry.stdout.split("times in UTC")[0].splitlines()
+    assert "…" not in dry.stdout and max(len(line) for line in table) <= 80
     assert counts(world) == before
 
     refused = sluice(world, "db", "clean", "--before", cut)  # no terminal to ask at
