@@ -307,6 +307,7 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
     argv = {
         ("standalone",): None,
         ("dags", "list"): ["dags", "list", "--json"],
+        ("dags", "runs"): ["dags", "runs", "pair", "--json"],
         ("tasks", "states"): ["tasks", "states", "pair", run_id, "--json"],
         ("tasks", "explain"): ["tasks", "explain", "pair", run_id, "a", "--json"],
         ("status",): ["status", "--json", "--workers-timeout", "0.5"],
