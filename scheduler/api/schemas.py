@@ -92,7 +92,12 @@ class DagSummary(BaseModel):
     fileloc: str
     schedule: str | None
     is_paused: bool
-    next_dagrun: dt.datetime | None
+    next_dagrun: dt.datetime | None = Field(
+        description="the logical date of the next scheduled run (the start of its interval)"
+    )
+    next_dagrun_create_after: dt.datetime | None = Field(
+        description="when the next scheduled run will be created (the end of its interval)"
+    )
     task_count: int
     import_error: str | None = Field(description="the last parse of its file failed with this")
     recent_runs: list[RunBrief] = Field(description="the newest runs first")

@@ -197,6 +197,7 @@ def dag_summary(dag: Dag, recent: Sequence[RunBrief], task_count: int) -> DagSum
         schedule=dag.schedule,
         is_paused=dag.is_paused,
         next_dagrun=dag.next_dagrun,
+        next_dagrun_create_after=dag.next_dagrun_create_after,
         task_count=task_count,
         import_error=dag.import_error,
         recent_runs=list(recent),

@@ -69,6 +69,11 @@ def test_list_dags_with_recent_runs_and_import_errors(client: TestClient) -> Non
     assert set(dags) == {"demo", "manual_only"}
     demo = dags["demo"]
     assert (demo["schedule"], demo["is_paused"], demo["task_count"]) == ("@daily", False, 4)
+    # the next scheduled run: its logical date, and when it is created (its interval's end)
+    logical = dt.datetime.fromisoformat(demo["next_dagrun"])
+    created = dt.datetime.fromisoformat(demo["next_dagrun_create_after"])
+    assert created - logical == dt.timedelta(days=1)
+    assert dags["manual_only"]["next_dagrun_create_after"] is None
     assert [r["run_id"] for r in demo["recent_runs"]] == ["r2", "r1"]
     assert {r["state"] for r in demo["recent_runs"]} == {"queued"}
     assert dags["manual_only"]["schedule"] is None and dags["manual_only"]["recent_runs"] == []
