@@ -154,6 +154,7 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CliError(f"--run-id {exc}") from None
     cli.sync_dags()
+    operations.ready_to_wake(cli.settings)
     with transaction(cli.factory) as session:
         dag = cli.get_dag(session, args.dag_id)
         try:
@@ -210,6 +211,7 @@ def mark(cli: Cli, args: argparse.Namespace) -> int:
     """`sluice dags mark DAG_ID RUN_ID --state success|failed`: one transaction marks the
     run and its TIs (`scheduling.marking`); then the tries it took are stopped."""
     state = DagRunState(args.state)
+    operations.ready_to_wake(cli.settings)
     with transaction(cli.factory) as session:
         run = cli.get_run(session, args.dag_id, args.run_id)
         done = operations.mark_a_run(session, run, state, who=cli_user(), now=utcnow())

@@ -170,6 +170,7 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
     map_index = checked_map_index(args)
     if map_index is not None and len(args.task_ids or []) != 1:
         raise CliError("--map-index names an index of one task: give exactly one --task")
+    operations.ready_to_wake(cli.settings)
     with transaction(cli.factory) as session:
         run = cli.get_run(session, args.dag_id, args.run_id)
         dag = session.get(Dag, args.dag_id)
@@ -208,6 +209,7 @@ def mark(cli: Cli, args: argparse.Namespace) -> int:
     one transaction marks the TIs (`scheduling.marking`); then the tries it took are
     stopped and the schedulers woken with the run's news."""
     state = TI(args.state)
+    operations.ready_to_wake(cli.settings)
     with transaction(cli.factory) as session:
         run, _ = cli.get_ti(session, args.dag_id, args.run_id, args.task_id)
         dag = session.get(Dag, args.dag_id)

@@ -84,6 +84,14 @@ def wake_schedulers(settings: Settings, run_pk: int | None = None) -> None:
     _publisher(settings).wake(run_pk)
 
 
+def ready_to_wake(settings: Settings) -> None:
+    """Make this process's waker before a change it will announce: a command calls it
+    before its transaction, so that after the commit the wake-up goes out at once (the
+    waker's import, Redis's client, is tens of milliseconds a process pays once; paid
+    after the commit, the run would wait for it)."""
+    _publisher(settings)
+
+
 _PUBLISHERS: dict[Settings, Any] = {}
 _PUBLISHERS_LOCK = threading.Lock()
 _PUBLISHERS_MAX = 8
