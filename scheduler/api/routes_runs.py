@@ -28,7 +28,9 @@ from sluice.scheduler.api.schemas import (
     RunList,
     RunMarkIn,
     RunOut,
+    RunTries,
 )
+from sluice.scheduler.api.tries import run_tries
 from sluice.scheduler.api.views import note_from, note_out, run_out, run_summary
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.inputs import InputError, check_conf, parse_date
@@ -112,6 +114,33 @@ def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) 
 def get_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
     _, run = find_run(session, dag_id, run_id)
     return run_out(run, state.config, note_out(session, run.dag_id, run.run_id, None))
+
+
+TRIES_LIMIT = 1000
+"""Most task instances on one page of `GET …/runs/{run_id}/tries`."""
+
+
+@router.get(
+    "/{run_id}/tries", response_model=RunTries, dependencies=[CanRead], responses=errors(404)
+)
+def get_run_tries(
+    dag_id: str,
+    run_id: str,
+    session: DbSession,
+    state: State,
+    limit: Annotated[
+        int, Query(ge=1, le=TRIES_LIMIT, description="task instances on this page")
+    ] = 500,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="task instances skipped")] = 0,
+) -> RunTries:
+    """Every try of the run's task instances, with when it was queued, started and ended
+    (what the run's Gantt chart draws), a page of task instances in the DAG's order.
+
+    The database keeps one queue time per task instance: an earlier try's `queued_at` is
+    null, as are the times of an earlier try that stored no log once a later try started."""
+    dag, run = find_run(session, dag_id, run_id)
+    order = state.shapes.shape(dag).order
+    return run_tries(session, run, order, limit=limit, offset=offset)
 
 
 @router.post(

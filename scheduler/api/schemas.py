@@ -202,6 +202,51 @@ class TaskInstanceDetail(TaskInstanceOut):
     note: NoteOut | None = Field(default=None, description="the task instance's note, if any")
 
 
+class TryTimes(BaseModel):
+    """One try of a task instance, as the database keeps its times."""
+
+    try_number: int
+    state: TaskInstanceState | None = Field(
+        description="the current try's (the task instance's state); null for an earlier try, "
+        "whose outcome is not kept"
+    )
+    hostname: str | None
+    queued_at: dt.datetime | None = Field(
+        description="when it was queued: kept for the current try only (one stamp per task "
+        "instance)"
+    )
+    started_at: dt.datetime | None = Field(description="null: not started, or not kept")
+    finished_at: dt.datetime | None = Field(description="null: not finished, or not kept")
+
+
+class TaskInstanceTries(BaseModel):
+    task_id: str
+    map_index: int | None = Field(description="the index of a mapped task; null if not mapped")
+    state: TaskInstanceState
+    try_number: int
+    tries: list[TryTimes] = Field(
+        description="tries 1 to try_number, oldest first (the newest 100 at most)"
+    )
+
+
+class RunTries(BaseModel):
+    """`GET …/runs/{run_id}/tries`: the Gantt chart of a run, a page of its task instances."""
+
+    dag_id: str
+    run_id: str
+    state: DagRunState
+    queued_at: dt.datetime | None
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    total: int = Field(description="the run's task instances (all pages)")
+    limit: int
+    offset: int
+    task_instances: list[TaskInstanceTries] = Field(
+        description="in the DAG's topological order, a mapped task's by map index; task ids "
+        "of older versions last (sorted)"
+    )
+
+
 class TaskLogOut(BaseModel):
     dag_id: str
     run_id: str

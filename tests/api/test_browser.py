@@ -106,8 +106,8 @@ def new_page(browser: Any) -> tuple[Any, list[str]]:
     return page, errors
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+def launched_browser() -> Iterator[Any]:
+    """Headless Chromium for one test (the `browser` fixture), closed after it."""
     sync_playwright = _browser_or_skip()
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -115,6 +115,11 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    yield from launched_browser()
 
 
 def test_trigger_from_the_ui_and_read_the_log(browser: Any, sluice: Sluice, tmp_path: Path) -> None:

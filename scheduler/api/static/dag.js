@@ -1,10 +1,18 @@
-/* `/dags/{dag_id}`: the grid of runs by tasks, the trigger form and the task panel.
+/* `/dags/{dag_id}`: the grid of runs by tasks, the graph and Gantt chart of one run, the
+   trigger form and the task panel.
 
    The grid refreshes every ACTIVE_MS while a run is queued or running, else every IDLE_MS;
    an open panel refreshes with it until its try has finished. It reads the compact grid
    (one string of state codes per run) of its first `shownRows` rows only: a DAG of
    10,000 tasks is neither read whole nor drawn as 250,000 cells at each refresh; "Show
-   more" adds ROWS_STEP rows and reads them. */
+   more" adds ROWS_STEP rows and reads them. Each run's header has a bar whose height is
+   the run's duration (the longest run shown is the tallest); clicking it selects the run.
+
+   The run view shows the selected run (by default the newest): its graph (the DAG's
+   tasks coloured by their state in that run, from the same grid read: while the graph
+   is shown the grid read covers every task, SluiceGraph.MAX_NODES at most) or its Gantt
+   chart (from `…/runs/{run_id}/tries`, read again at each refresh while the run is
+   active). */
 "use strict";
 
 (() => {
@@ -14,6 +22,7 @@
   const GRID_RUNS = 25;
   const ROWS_STEP = 200;
   const TRIED = new Set(["queued", "running", "success", "failed", "up_for_retry"]);
+  const RUN_ACTIVE = new Set(["queued", "running"]);
   const dagId = decodeURIComponent(window.location.pathname.split("/")[2] || "");
   const dagPath = "/dags/" + encodeURIComponent(dagId);
   const $ = (id) => document.getElementById(id);
@@ -21,6 +30,15 @@
   let timer = null;
   let selected = null; /* {runId, taskId, tryNumber (null: current), finished} */
   let shownRows = ROWS_STEP; /* kept across refreshes; grows with "Show more" */
+  const BAR_PX = 48; /* the bar of the longest run shown */
+  const GANTT_ROWS = 500;
+  let dagTasks = null; /* the DAG's tasks (GET /dags/{id}), in topological order */
+  let graph = null; /* SluiceGraph.draw's answer for dagTasks, once drawn */
+  let lastGrid = null;
+  let rowsRead = 0; /* the rows the last grid answer was asked for */
+  let pickedRun = null; /* the run the user selected; null: the newest */
+  let view = "graph"; /* the run view's tab: "graph" or "gantt" */
+  let ganttDone = null; /* the run whose Gantt chart is loaded and will not change */
 
   function report(text, kind) { S.setStatus(status, text, kind); }
 
@@ -29,6 +47,9 @@
     try {
       const dag = await S.api("GET", dagPath);
       document.title = dag.dag_id + " · Sluice";
+      const changed = !dagTasks || JSON.stringify(dagTasks) !== JSON.stringify(dag.tasks);
+      dagTasks = dag.tasks;
+      if (changed) graph = null;
       $("title").textContent = dag.dag_id;
       $("crumb").textContent = dag.dag_id;
       $("pause-slot").replaceChildren(S.pauseSwitch(dag.dag_id, dag.is_paused, report));
@@ -42,16 +63,54 @@
       $("title").textContent = dagId;
       $("crumb").textContent = dagId;
       report(e.message, "error");
+      return;
     }
+    if (view === "graph" && gridRows() > rowsRead) refresh();
+    else showRunView();
   }
 
   // -- the grid --------------------------------------------------------------------------
-  function runHeader(run) {
+  /* A run's duration in seconds: to its end, or to now while it runs; 0 before it starts. */
+  function runSeconds(run, now) {
+    if (!run.start_date) return 0;
+    const end = run.end_date ? new Date(run.end_date).getTime() : now;
+    return Math.max(0, (end - new Date(run.start_date).getTime()) / 1000);
+  }
+
+  /* The run the run view shows: the one picked, if still in the grid, else the newest. */
+  function shownRun(grid) {
+    if (!grid || !grid.runs.length) return null;
+    return grid.runs.find((r) => r.run_id === pickedRun) || grid.runs[grid.runs.length - 1];
+  }
+
+  function runHeader(run, longest, now, shown) {
+    const secs = runSeconds(run, now);
+    const took = run.start_date ? S.fmtDuration(run.start_date, run.end_date) : "not started";
+    const bar = S.el("span", { class: "run-bar state-" + run.state + (run.start_date ? "" : " unstarted"),
+                               dataset: { seconds: secs.toFixed(3) } });
+    bar.style.height = (run.start_date ? Math.max(3, Math.round((BAR_PX * secs) / (longest || 1))) : 2) + "px";
+    const isShown = shown !== null && shown.run_id === run.run_id;
     return S.el("th", { scope: "col", dataset: { run: run.run_id, state: run.state } }, [
-      S.el("div", { class: "run-label", title: run.run_id + " (" + S.fmtTime(run.logical_date) + ")",
-                    text: run.run_id }),
+      S.el("button", {
+        type: "button",
+        class: "run-pick" + (isShown ? " selected" : ""),
+        "aria-pressed": isShown ? "true" : "false",
+        title: run.run_id + " (" + S.fmtTime(run.logical_date) + "): " + S.stateWords(run.state) + ", " + took,
+        "aria-label": "Show run " + run.run_id + ": " + S.stateWords(run.state) + ", " + took,
+        dataset: { run: run.run_id },
+        on: { click: () => pickRun(run.run_id) },
+      }, [
+        S.el("span", { class: "run-bar-slot", "aria-hidden": "true" }, bar),
+        S.el("span", { class: "run-label", text: run.run_id }),
+      ]),
       S.chip(run.state, "run " + run.run_id),
     ]);
+  }
+
+  function pickRun(runId) {
+    if (pickedRun === runId) return;
+    pickedRun = runId;
+    if (lastGrid) renderGrid(lastGrid);
   }
 
   /* "3 success, 2 running": a mapped task's indexes counted by state. */
@@ -99,11 +158,14 @@
       ? [active.dataset.task, active.dataset.run] : null;
     const thead = document.querySelector("#grid thead");
     const tbody = document.querySelector("#grid tbody");
+    const now = Date.now();
+    const longest = Math.max(0, ...grid.runs.map((r) => runSeconds(r, now)));
+    const shown = shownRun(grid);
     thead.replaceChildren(S.el("tr", {}, [
       S.el("th", { scope: "col", class: "visually-hidden", text: "Task" }),
-      ...grid.runs.map(runHeader),
+      ...grid.runs.map((run) => runHeader(run, longest, now, shown)),
     ]));
-    const rows = grid.task_ids.slice(0, shownRows); /* the API sends `shownRows` at most */
+    const rows = grid.task_ids.slice(0, shownRows); /* the API sends gridRows() at most */
     tbody.replaceChildren(...rows.map((taskId, row) => S.el("tr", { dataset: { task: taskId } }, [
       S.el("th", { scope: "row", text: taskId }),
       ...grid.runs.map((run) => cell(grid, run, row, taskId)),
@@ -118,7 +180,112 @@
       const again = tbody.querySelector('button[data-task="' + CSS.escape(refocus[0]) + '"][data-run="' + CSS.escape(refocus[1]) + '"]');
       if (again) again.focus();
     }
+    if (active && active.classList && active.classList.contains("run-pick")) {
+      const again = thead.querySelector('button.run-pick[data-run="' + CSS.escape(active.dataset.run) + '"]');
+      if (again) again.focus();
+    }
+    lastGrid = grid;
+    showRunView();
   }
+
+  /* The rows the grid read must cover: those shown, and while the graph is shown every
+     task of a DAG it can draw. */
+  function gridRows() {
+    const drawable = view === "graph" && dagTasks && !SluiceGraph.tooBig(dagTasks) ? dagTasks.length : 0;
+    return Math.max(shownRows, drawable);
+  }
+
+  // -- the run view: graph and Gantt chart -----------------------------------------------
+  function showRunView() {
+    const run = shownRun(lastGrid);
+    $("run-view-run").textContent = run
+      ? run.run_id + " · " + S.stateWords(run.state) + (run.start_date ? " · " + S.fmtDuration(run.start_date, run.end_date) : "")
+      : "(no run yet)";
+    if (view === "graph") showGraph(run);
+    else showGantt(run);
+  }
+
+  function showGraph(run) {
+    const note = $("graph-note");
+    if (!dagTasks) { note.textContent = "Loading the DAG…"; return; }
+    const refused = SluiceGraph.tooBig(dagTasks);
+    if (refused) {
+      note.textContent = refused;
+      $("graph").replaceChildren();
+      graph = null;
+      return;
+    }
+    if (!graph) {
+      graph = SluiceGraph.draw($("graph"), dagTasks, (taskId, mapped) => {
+        const current = shownRun(lastGrid);
+        if (current) openPanel(current.run_id, taskId, null, mapped);
+      });
+    }
+    const rowOf = new Map((lastGrid ? lastGrid.task_ids : []).map((id, i) => [id, i]));
+    const none = { state: "none", tryNumber: 0, mapped: null, states: null };
+    graph.paint((taskId) => (run && rowOf.has(taskId) ? cellOf(lastGrid, run, rowOf.get(taskId)) : none),
+      run ? run.run_id : "", selected && run && selected.runId === run.run_id ? selected.taskId : null);
+    note.textContent = dagTasks.length + " task" + (dagTasks.length === 1 ? "" : "s") + ", " +
+      graph.edges + " dependenc" + (graph.edges === 1 ? "y" : "ies") + ". " +
+      (run ? "Each task in its state in run " + run.run_id + "; click one to open it."
+        : "No run yet: the tasks have no state.");
+  }
+
+  let ganttCall = 0;
+  async function showGantt(run) {
+    const note = $("gantt-note");
+    if (!run) {
+      ganttDone = null;
+      note.textContent = "No run yet.";
+      $("gantt").replaceChildren();
+      return;
+    }
+    if (ganttDone === run.run_id && !RUN_ACTIVE.has(run.state)) return; /* unless cleared since */
+    const call = ++ganttCall;
+    const finished = !RUN_ACTIVE.has(run.state);
+    let data;
+    try {
+      data = await S.api("GET", dagPath + "/runs/" + encodeURIComponent(run.run_id) + "/tries?limit=" + GANTT_ROWS);
+    } catch (e) {
+      if (call === ganttCall) S.setStatus(note, e.message, "error");
+      return;
+    }
+    if (call !== ganttCall || view !== "gantt") return;
+    const focused = document.activeElement && document.activeElement.closest("#gantt tr");
+    const drawn = SluiceGantt.render($("gantt"), data, (taskId, mapIndex) =>
+      openPanel(run.run_id, taskId, null, mapIndex !== null, mapIndex));
+    if (focused) {
+      const again = $("gantt").querySelector('tr[data-task="' + CSS.escape(focused.dataset.task) + '"][data-index="' +
+        CSS.escape(focused.dataset.index) + '"] button');
+      if (again) again.focus();
+    }
+    const listed = data.task_instances.reduce((n, ti) => n + ti.tries.length, 0);
+    S.setStatus(note, "Run " + data.run_id + ": " + data.total + " task instance" + (data.total === 1 ? "" : "s") +
+      ", " + listed + " tr" + (listed === 1 ? "y" : "ies") + " (" + drawn + " with times). Each bar is a try: " +
+      "hatched while queued, then coloured by its state until it ended; an earlier try's outcome and queue time are not kept." +
+      (data.total > data.task_instances.length ? " Showing the first " + data.task_instances.length + " of " +
+        data.total + " task instances (GET …/tries?offset=" + data.task_instances.length + " has the rest)." : ""));
+    ganttDone = finished && !RUN_ACTIVE.has(data.state) ? run.run_id : null;
+  }
+
+  function pickView(next) {
+    view = next;
+    for (const [name, tab, panel] of [["graph", "tab-graph", "graph-view"], ["gantt", "tab-gantt", "gantt-view"]]) {
+      $(tab).setAttribute("aria-selected", name === view ? "true" : "false");
+      $(tab).tabIndex = name === view ? 0 : -1;
+      $(panel).hidden = name !== view;
+    }
+    ganttDone = null;
+    if (view === "graph" && gridRows() > rowsRead) refresh();
+    else showRunView();
+  }
+  $("tab-graph").addEventListener("click", () => pickView("graph"));
+  $("tab-gantt").addEventListener("click", () => pickView("gantt"));
+  $("run-tabs").addEventListener("keydown", (event) => {
+    if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+    pickView(view === "graph" ? "gantt" : "graph");
+    $(view === "graph" ? "tab-graph" : "tab-gantt").focus();
+  });
 
   $("grid-more-button").addEventListener("click", () => {
     shownRows += ROWS_STEP;
@@ -133,9 +300,11 @@
     const call = ++gridCall;
     let active = false;
     try {
+      const asked = gridRows();
       const grid = await S.api(
-        "GET", dagPath + "/grid?format=compact&limit=" + GRID_RUNS + "&rows=" + shownRows);
+        "GET", dagPath + "/grid?format=compact&limit=" + GRID_RUNS + "&rows=" + asked);
       if (call !== gridCall) return;
+      rowsRead = asked;
       renderGrid(grid);
       active = grid.active;
       if (status.classList.contains("error")) report("");
@@ -189,8 +358,15 @@
   });
 
   // -- the task-instance panel -----------------------------------------------------------
-  function openPanel(runId, taskId, tryNumber, mapped) {
-    selected = { runId, taskId, tryNumber, finished: false, mapped: Boolean(mapped), mapIndex: null };
+  function openPanel(runId, taskId, tryNumber, mapped, mapIndex) {
+    selected = { runId, taskId, tryNumber, finished: false, mapped: Boolean(mapped),
+                 mapIndex: mapIndex === undefined ? null : mapIndex };
+    if (pickedRun !== runId) {
+      pickedRun = runId;
+      if (lastGrid) renderGrid(lastGrid); /* the run's header is pressed; the run view shows it */
+    } else if (view === "graph") {
+      showRunView(); /* the graph marks the task opened */
+    }
     document.querySelectorAll("#grid .cell.selected").forEach((node) => {
       node.classList.remove("selected");
       node.setAttribute("aria-pressed", "false");
@@ -357,6 +533,7 @@
       S.setStatus(out, said(answer), "ok");
       selected.tryNumber = null;
       selected.finished = false;
+      ganttDone = null;
       await refresh();
     } catch (e) {
       S.setStatus(out, e.message, "error");
@@ -415,6 +592,7 @@
   $("panel-close").addEventListener("click", () => {
     selected = null;
     $("panel").hidden = true;
+    if (view === "graph") showRunView();
     document.querySelectorAll("#grid .cell.selected").forEach((node) => {
       node.classList.remove("selected");
       node.setAttribute("aria-pressed", "false");

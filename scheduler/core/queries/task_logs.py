@@ -107,3 +107,28 @@ def tries_of(session: Session, ti_id: int) -> Sequence[TryInfo]:
         .order_by(TaskLog.try_number)
     ).all()
     return [TryInfo(*row) for row in rows]
+
+
+def tries_of_many(session: Session, ti_ids: Sequence[int]) -> dict[int, list[TryInfo]]:
+    """The tries that stored a log of each of these TaskInstances, oldest first, by TI id
+    (one query per 5000 ids, by the primary key)."""
+    found: dict[int, list[TryInfo]] = {}
+    ids = list(ti_ids)
+    for start in range(0, len(ids), 5000):
+        rows = session.execute(
+            select(
+                TaskLog.ti_id,
+                TaskLog.try_number,
+                TaskLog.attempt_id,
+                TaskLog.hostname,
+                TaskLog.started_at,
+                TaskLog.updated_at,
+                TaskLog.finished_at,
+                TaskLog.dropped_lines,
+            )
+            .where(TaskLog.ti_id.in_(ids[start : start + 5000]))
+            .order_by(TaskLog.ti_id, TaskLog.try_number)
+        ).all()
+        for row in rows:
+            found.setdefault(row[0], []).append(TryInfo(*row[1:]))
+    return found
