@@ -6,6 +6,7 @@ Skipped with the reason when Chromium or Playwright is missing, unless CI=true.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -431,4 +432,49 @@ def test_a_big_dag_shows_its_rows_in_steps(browser: Any, pg_url: str, tmp_path: 
         except Exception as exc:
             page.screenshot(path=str(tmp_path / "failure.png"), full_page=True)
             raise AssertionError(f"UI test failed ({exc}); see {tmp_path}/failure.png") from exc
+        assert errors == []
+
+
+DAILY_DAG = """
+from datetime import datetime, timezone
+from sluice import DAG, task
+
+with DAG("web_daily", schedule="@daily", catchup=False,
+         start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+    @task
+    def nothing():
+        return None
+"""
+
+
+def _shown(iso: str) -> str:
+    """A time as the UI writes it (`fmtTime`: UTC, seconds, `Z`)."""
+    moment = dt.datetime.fromisoformat(iso).astimezone(dt.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def test_next_run_says_when_it_is_created_with_its_logical_date(
+    browser: Any, sluice: Sluice
+) -> None:
+    from playwright.sync_api import expect
+
+    (sluice.dags_folder / "web_daily_dag.py").write_text(DAILY_DAG)
+    sluice.ok("dags", "list")
+    settings = Settings(
+        database_url=sluice.database_url, broker_url=sluice.broker_url, namespace=sluice.namespace
+    )
+    with ServedApi(settings, ApiConfig(token=TOKEN)) as api:
+        with urllib.request.urlopen(api.url + "/api/v1/dags/web_daily", timeout=10) as response:
+            dag = json.loads(response.read())
+        created, logical = dag["next_dagrun_create_after"], dag["next_dagrun"]
+        # a daily run is created when its day is over: a day after its logical date
+        assert dt.datetime.fromisoformat(created) - dt.datetime.fromisoformat(
+            logical
+        ) == dt.timedelta(days=1)
+        expected = f"{_shown(created)} (logical date {_shown(logical)})"
+        page, errors = new_page(browser)
+        page.goto(api.url + "/")
+        expect(page.locator('tr[data-dag="web_daily"] td.next-run')).to_have_text(expected)
+        page.locator('tr[data-dag="web_daily"] a.dag-link').click()
+        expect(page.locator("#dag-meta")).to_contain_text("next run: " + expected)
         assert errors == []

@@ -106,6 +106,12 @@ const Sluice = (() => {
     return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
   }
 
+  // The next scheduled run: when it is created (its interval's end), its logical date beside.
+  function fmtNextRun(dag) {
+    if (!dag.next_dagrun_create_after) return "—";
+    return fmtTime(dag.next_dagrun_create_after) + " (logical date " + fmtTime(dag.next_dagrun) + ")";
+  }
+
   function fmtDuration(startIso, endIso) {
     if (!startIso) return "—";
     const end = endIso ? new Date(endIso) : new Date();
@@ -165,6 +171,6 @@ const Sluice = (() => {
     });
   }
 
-  return { api, ApiError, el, chip, legend, stateWords, stateAbbr, fmtTime, fmtDuration, setStatus,
+  return { api, ApiError, el, chip, legend, stateWords, stateAbbr, fmtTime, fmtNextRun, fmtDuration, setStatus,
            pauseSwitch, initTokenForm, TERMINAL };
 })();

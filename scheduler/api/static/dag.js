@@ -56,7 +56,7 @@
       $("dag-meta").textContent = [
         "schedule: " + (dag.schedule || "manual only"),
         dag.tasks.length + " task" + (dag.tasks.length === 1 ? "" : "s"),
-        "next run: " + S.fmtTime(dag.next_dagrun),
+        "next run: " + S.fmtNextRun(dag),
         "file: " + dag.fileloc,
       ].join(" · ");
     } catch (e) {

@@ -22,7 +22,7 @@
       ]),
       S.el("td", { class: "mono", text: dag.schedule || "manual only" }),
       S.el("td", {}, S.pauseSwitch(dag.dag_id, dag.is_paused, report)),
-      S.el("td", { text: S.fmtTime(dag.next_dagrun) }),
+      S.el("td", { class: "next-run", text: S.fmtNextRun(dag) }),
       S.el("td", {}, runs),
     ]);
   }
