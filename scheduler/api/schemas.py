@@ -207,14 +207,12 @@ class TryTimes(BaseModel):
 
     try_number: int
     state: TaskInstanceState | None = Field(
-        description="the current try's (the task instance's state); null for an earlier try, "
-        "whose outcome is not kept"
+        description="how the try ended (the current try's: the task instance's state; an "
+        "earlier try's as kept when the next was scheduled: up_for_retry for a try that "
+        "failed and was retried); null if not kept"
     )
     hostname: str | None
-    queued_at: dt.datetime | None = Field(
-        description="when it was queued: kept for the current try only (one stamp per task "
-        "instance)"
-    )
+    queued_at: dt.datetime | None = Field(description="when it was queued; null if not kept")
     started_at: dt.datetime | None = Field(description="null: not started, or not kept")
     finished_at: dt.datetime | None = Field(description="null: not finished, or not kept")
 

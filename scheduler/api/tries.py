@@ -8,8 +8,10 @@ What the database keeps of a try, and so what this module gives:
   (queueing resets neither), and are given to that try.
 - A try that stored a log (`task_log`) keeps its own start and end (the worker's
   capture), whatever came after; the TI row's stamps win for the current try.
-- Nothing else is kept of an earlier try: its queue time, its outcome, and the times of
-  an earlier try that printed nothing once a later try started, are null.
+- An earlier try's own row (`task_try`, copied by the database when the TI was reopened
+  for the next try: a retry, a clear) gives its outcome, host, queue, start and end;
+  a try from before that table (a database upgraded from an older Sluice) has only
+  what its log row kept, the rest null.
 - The page is bounded: `limit` task instances of the run (and their log rows, by key);
   the run's TIs are read without their results to be put in order.
 """
@@ -24,7 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.schemas import RunTries, TaskInstanceTries, TryTimes
-from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.models import DagRun, TaskInstance, TaskTry
 from sluice.scheduler.core.queries.task_logs import TryInfo, tries_of_many
 from sluice.scheduler.core.states import TI, TaskInstanceState
 
@@ -53,11 +55,14 @@ def _ours(stamp: dt.datetime | None, queued: dt.datetime | None) -> bool:
     return stamp is not None and (queued is None or stamp >= queued)
 
 
-def try_times(ti: TiStamps, logged: Sequence[TryInfo]) -> list[TryTimes]:
+def try_times(
+    ti: TiStamps, logged: Sequence[TryInfo], kept: Sequence[TaskTry] = ()
+) -> list[TryTimes]:
     """Tries 1 to `ti.try_number` (at most the newest MAX_TRIES_SHOWN), oldest first."""
     if ti.try_number < 1:
         return []
     by_number = {t.try_number: t for t in logged}
+    earlier = {t.try_number: t for t in kept}
     current = ti.try_number
     queued = ti.queued_at
     started = ti.start_date if _ours(ti.start_date, queued) else None
@@ -77,6 +82,18 @@ def try_times(ti: TiStamps, logged: Sequence[TryInfo]) -> list[TryTimes]:
                     queued_at=queued,
                     started_at=started or (log.started_at if log else None),
                     finished_at=ended or (log.finished_at if log else None),
+                )
+            )
+        elif number in earlier:
+            row = earlier[number]
+            out.append(
+                TryTimes(
+                    try_number=number,
+                    state=row.state,
+                    hostname=row.hostname or (log.hostname if log else None),
+                    queued_at=row.queued_at,
+                    started_at=row.start_date or (log.started_at if log else None),
+                    finished_at=row.end_date or (log.finished_at if log else None),
                 )
             )
         elif log is not None:
@@ -102,6 +119,19 @@ def try_times(ti: TiStamps, logged: Sequence[TryInfo]) -> list[TryTimes]:
                     finished_at=before_end if previous else None,
                 )
             )
+    return out
+
+
+def earlier_tries(session: Session, ti_ids: Sequence[int]) -> dict[int, list[TaskTry]]:
+    """The kept earlier tries of these TIs (`task_try`, by its key), by TI id; the newest
+    MAX_TRIES_SHOWN of each are all `try_times` shows."""
+    out: dict[int, list[TaskTry]] = {}
+    for start in range(0, len(ti_ids), 500):
+        rows = session.scalars(
+            select(TaskTry).where(TaskTry.ti_id.in_(ti_ids[start : start + 500]))
+        ).all()
+        for row in rows:
+            out.setdefault(row.ti_id, []).append(row)
     return out
 
 
@@ -132,7 +162,9 @@ def run_tries(
     tis = run_tis(session, run.id)
     tis.sort(key=lambda t: (rank.get(t.task_id, len(rank)), t.task_id, t.map_index))
     page = tis[offset : offset + limit]
-    logged = tries_of_many(session, [t.id for t in page if t.try_number >= 1])
+    ran = [t.id for t in page if t.try_number >= 1]
+    logged = tries_of_many(session, ran)
+    kept = earlier_tries(session, ran)
     return RunTries(
         dag_id=run.dag_id,
         run_id=run.run_id,
@@ -149,7 +181,7 @@ def run_tries(
                 map_index=None if t.map_index < 0 else t.map_index,
                 state=t.state,
                 try_number=t.try_number,
-                tries=try_times(t, logged.get(t.id, [])),
+                tries=try_times(t, logged.get(t.id, []), kept.get(t.id, [])),
             )
             for t in page
         ],

@@ -20,7 +20,14 @@ from sqlalchemy import ColumnElement, Row, delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import transaction
-from sluice.scheduler.core.models import AuditEvent, DagRun, DueCallback, TaskInstance, TaskLog
+from sluice.scheduler.core.models import (
+    AuditEvent,
+    DagRun,
+    DueCallback,
+    TaskInstance,
+    TaskLog,
+    TaskTry,
+)
 from sluice.scheduler.core.states import RUN_TERMINAL
 
 BATCH = 500
@@ -103,7 +110,8 @@ def _delete_runs(session: Session, run_rows: Sequence[Row[int, str, str]]) -> in
     how many TIs went."""
     run_pks = [r.id for r in run_rows]
     ti_ids = select(TaskInstance.id).where(TaskInstance.dag_run_id.in_(run_pks))
-    session.execute(delete(TaskLog).where(TaskLog.ti_id.in_(ti_ids)))
+    for kept in (TaskLog, TaskTry):  # SQLite enforces no ON DELETE CASCADE by default
+        session.execute(delete(kept).where(kept.ti_id.in_(ti_ids)))
     tis = session.execute(delete(TaskInstance).where(TaskInstance.dag_run_id.in_(run_pks)))
     for dag_id, run_ids in _by_dag(run_rows).items():
         for table in (DueCallback, AuditEvent):

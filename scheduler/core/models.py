@@ -284,3 +284,27 @@ class TaskLog(Base):
     started_at: Mapped[dt.datetime]
     updated_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime | None]
+
+
+class TaskTry(Base):
+    """An earlier try of a TaskInstance, as its row held it when the TI was reopened for
+    another try (a retry scheduled, a clear): its outcome, host and times.
+
+    Written only by the database: the trigger `tr_task_instance_try` (migration 0011)
+    copies the old row when its state goes from a try's own (running, or how the try
+    ended) back to none, scheduled or queued, in the transaction that reopens it; the
+    hot paths (queueing, claiming, results) never reopen a TI, so they write nothing
+    here. The current try stays on the TI row. One row per (`ti_id`, `try_number`).
+    """
+
+    __tablename__ = "task_try"
+
+    ti_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[TaskInstanceState] = mapped_column(String(20))
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    queued_at: Mapped[dt.datetime | None]
+    start_date: Mapped[dt.datetime | None]
+    end_date: Mapped[dt.datetime | None]

@@ -220,11 +220,13 @@ def test_the_graph_and_the_gantt_chart_of_a_fan_out_run(browser: Any, sluice: Sl
                 expect(bars).to_have_count({"flaky": 2, "report": 0}.get(key[0], 1))
             first, second = tries[("flaky", "")].all()
             assert first.get_attribute("data-try") == "1"
-            assert first.get_attribute("data-state") == "earlier"
-            assert re.search(
-                r"queued \(not kept\), started \d\d:\d\d:\d\d\.\d{3}, ended ",
+            # the first try failed and was retried: kept with its outcome and its times
+            assert first.get_attribute("data-state") == "up_for_retry"
+            assert re.fullmatch(
+                r"flaky, try 1 \(up for retry\): queued \d\d:\d\d:\d\d\.\d{3}, started \S+, "
+                r"ended \S+, ran [\d.]+ s, waited [\d.]+ s, on \S+",
                 first.get_attribute("title") or "",
-            )
+            ), first.get_attribute("title")
             said = second.get_attribute("title") or ""
             assert re.fullmatch(
                 r"flaky, try 2 \(failed\): queued \d\d:\d\d:\d\d\.\d{3}, started \S+, ended \S+, "

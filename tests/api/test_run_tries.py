@@ -230,7 +230,9 @@ def test_bad_requests_get_one_line(
 
 def test_an_unknown_dag_is_404(client: TestClient) -> None:
     response = client.get(f"{V1}/dags/ghost/runs/r1/tries")
-    assert response.status_code == 404 and response.json() == {"detail": "unknown DAG 'ghost'"}
+    assert response.status_code == 404
+    # the test DAGs folder holds a file that fails to import: the 404 names it
+    assert response.json()["detail"].startswith("unknown DAG 'ghost'; broken_dag.py failed")
 
 
 def test_the_spec_documents_the_route_and_its_errors(client: TestClient) -> None:
