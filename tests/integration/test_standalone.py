@@ -241,6 +241,8 @@ def test_a_second_standalone_takes_up_at_once_what_a_killed_one_left(tmp_path: P
             lambda: rows_once_there(url, states) == [("none", 1), ("queued", 2), ("running", 1)],
             timeout=60,
         )
+        # the running try's body has begun (its claim comes a moment before)
+        wait_until(lambda: any(marks.glob("started-*")), timeout=30)
         os.killpg(first.proc.pid, signal.SIGKILL)
         first.proc.wait(10)
     (started,) = [p.name for p in marks.glob("started-*")]
