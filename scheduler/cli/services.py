@@ -46,6 +46,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not also serve the callback queue (SLUICE_CALLBACK_QUEUE, 'callbacks')",
     )
+    p.add_argument(
+        "-E",
+        "--task-events",
+        action="store_true",
+        help="send task events, for Flower and `celery events` (Celery's -E)",
+    )
     p.set_defaults(func=worker)
 
     pools = sub.add_parser("pools", help="list and set pools")
@@ -125,6 +131,7 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
         pool=args.pool,
         loglevel=args.loglevel,
         callbacks=not args.without_callbacks,
+        task_events=args.task_events,
     )
     return 0
 
