@@ -13,7 +13,7 @@ from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.db_clean import add_parser as add_clean_parser
 from sluice.scheduler.control.inputs import INT_MAX, check_int, check_name
 from sluice.scheduler.core.db import transaction
-from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.migrate import current_revision, upgrade
 from sluice.scheduler.core.models import Pool
 from sluice.scheduler.core.upsert import upsert
 
@@ -64,8 +64,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def migrate(cli: Cli, args: argparse.Namespace) -> int:
+    """Create or upgrade the schema, and say which it did, at which revision."""
+    before = current_revision(cli.engine)
     upgrade(cli.engine)
-    print("database is up to date")
+    after = current_revision(cli.engine)
+    if before is None:
+        print(f"created the schema at revision {after}")
+    elif before != after:
+        print(f"upgraded the schema from revision {before} to {after}")
+    else:
+        print(f"the schema is up to date (revision {after})")
     return 0
 
 
