@@ -35,7 +35,7 @@ def add_explain_parser(tasks_subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("dag_id")
     p.add_argument("run_id")
     p.add_argument("task_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the explanation as one JSON document")
     add_map_index_argument(p, "the index of a mapped task")
     p.add_argument(
         "--workers-timeout",

@@ -25,7 +25,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_clean_parser(db_cmds)
 
     p = sub.add_parser("scheduler", help="run one scheduler (run as many as you like)")
-    p.add_argument("--num-loops", type=int, default=None)
+    p.add_argument(
+        "--num-loops",
+        type=int,
+        default=None,
+        help="stop after this many scheduling loops (default: run until stopped)",
+    )
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port"
     )
@@ -38,9 +43,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("worker", help="run a Celery worker serving Sluice queues")
     p.add_argument("-Q", "--queues", default="default", help="comma-separated Sluice queues")
-    p.add_argument("-c", "--concurrency", type=int, default=4)
-    p.add_argument("--pool", default="prefork", choices=["prefork", "threads", "solo"])
-    p.add_argument("--loglevel", default="INFO")
+    p.add_argument("-c", "--concurrency", type=int, default=4, help="tasks run at once (default 4)")
+    p.add_argument(
+        "--pool",
+        default="prefork",
+        choices=["prefork", "threads", "solo"],
+        help="Celery's execution pool (default prefork: one process per task slot)",
+    )
+    p.add_argument(
+        "--loglevel", default="INFO", help="the worker's log level (default INFO), as Celery's -l"
+    )
     p.add_argument(
         "--without-callbacks",
         action="store_true",
@@ -56,7 +68,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     pools = sub.add_parser("pools", help="list and set pools")
     pool_cmds = pools.add_subparsers(dest="pools_cmd", required=True)
-    pool_cmds.add_parser("list").set_defaults(func=list_pools)
+    pool_cmds.add_parser("list", help="every pool and its slots").set_defaults(func=list_pools)
     p = pool_cmds.add_parser("set", help="create a pool or change its slots")
     p.add_argument("name")
     p.add_argument("slots", type=int)

@@ -34,7 +34,7 @@ from sluice.scheduler.core.states import DagRunState, JobState, TaskInstanceStat
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="jobs, runs, task instances and workers at a glance")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as one JSON document")
     p.add_argument(
         "--workers-timeout",
         type=float,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import textwrap
 import time
@@ -237,3 +238,60 @@ def test_status_on_sqlite_with_a_broker_named_asks_that_broker(
     assert done.returncode == 0, done.stderr
     [note] = json.loads(done.stdout)["notes"]
     assert note.startswith("could not ask the workers through the broker")
+
+
+def test_every_option_of_every_command_has_a_help_text(tmp_path: Path) -> None:
+    import argparse
+
+    from sluice.scheduler.cli.main import build_parser
+
+    def commands(
+        parser: argparse.ArgumentParser, path: tuple[str, ...]
+    ) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+        found = [(path, parser)]
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    found += commands(child, (*path, name))
+        return found
+
+    missing = [
+        f"sluice {' '.join(path)} {'/'.join(action.option_strings)}"
+        for path, parser in commands(build_parser(), ())
+        for action in parser._actions
+        if action.option_strings
+        and not isinstance(action, argparse._HelpAction)
+        and not (action.help and action.help != argparse.SUPPRESS)
+    ]
+    assert missing == []
+
+    # and the user sees them in `--help`, e.g. the ones a trigger takes
+    done = run(tmp_path, "dags", "trigger", "--help")
+    assert done.returncode == 0
+    options = done.stdout.split("options:", 1)[1]
+    for option, words in (
+        ("--run-id", "run's id"),
+        ("--logical-date", "logical date"),
+        ("--conf", "JSON"),
+    ):
+        block = options.split(f"  {option}", 1)[1].split("\n  -", 1)[0]
+        assert words in " ".join(block.split()), done.stdout
+
+
+def test_sluice_help_names_every_environment_variable(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    read = set()
+    for source in [
+        root / "scheduler/core/settings.py",
+        root / "scheduler/cli/main.py",
+        *sorted((root / "scheduler/api").glob("*.py")),
+    ]:
+        read |= set(re.findall(r"\b(SLUICE_[A-Z_]+[A-Z])\b", source.read_text()))
+    assert {"SLUICE_DATABASE_URL", "SLUICE_BROKER_URL", "SLUICE_DAGS_FOLDER"} <= read
+
+    done = run(tmp_path, "--help")
+
+    assert done.returncode == 0
+    epilog = done.stdout.split("environment variables", 1)[1]
+    assert sorted(name for name in read if name not in epilog) == []
+    assert "OTEL_" in epilog
