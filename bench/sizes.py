@@ -69,13 +69,13 @@ class Sizes:
     w8_w2_length: int = 50
     w9_tasks: int = 10_000
     w9_runs: int = 25
-    """Runs of W9's DAG the grid shows (issue 21: a 10,000-task DAG with 25 runs)."""
+    """Runs of W9's DAG the grid shows (a 10,000-task DAG with 25 runs)."""
     """Tasks of the DAG whose API reads W9 times (the DAG page of a big DAG)."""
     w12_dags: int = 100
     w12_runs_per_dag: int = 500
     """W12's history: finished runs of each of its `w12_dags` 20-task DAGs (1,000,000 TIs)."""
     w12_grid_runs: int = 100
-    """Finished runs of W12's 50-task DAG, all in its grid (issue 21: 100 runs × 50 tasks)."""
+    """Finished runs of W12's 50-task DAG, all in its grid (100 runs × 50 tasks)."""
     w10_marks: int = 5
     """Runs whose middle task is marked success with `sluice tasks mark` (W10)."""
     w11_indexes: int = 1000

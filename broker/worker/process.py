@@ -1,8 +1,9 @@
 """Starting a Celery worker process for Sluice queues (`sluice worker -Q a,b -c N`).
 
 Equivalent to `celery -A sluice.broker.worker.app worker -Q sluice.a,sluice.b -c N --without-mingle
---without-gossip`; mingle and gossip only slow the start and add broker chatter,
-since workers share nothing but the database.
+--without-gossip` (and `-E` with `sluice worker -E`); mingle and gossip only slow the
+start and add broker chatter, since workers share nothing but the database. Remote
+control stays on: Flower and `celery inspect` list the workers and their queues.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ def worker_argv(
     pool: str = "prefork",
     loglevel: str = "INFO",
     callbacks: bool = True,
+    task_events: bool = False,
 ) -> list[str]:
     """The `celery worker` arguments for Sluice queues `queues` (default: "default"),
-    and the callback queue unless `callbacks` is False."""
+    and the callback queue unless `callbacks` is False; `task_events` adds `-E` (the task
+    events Flower and `celery events` show; off by default, one broker message per
+    event)."""
     wanted = list(queues or [DEFAULT_QUEUE])
     if callbacks and settings.callback_queue not in wanted:
         wanted.append(settings.callback_queue)
@@ -43,6 +47,7 @@ def worker_argv(
         f"sluice@%h-{os.getpid()}",
         "--without-mingle",
         "--without-gossip",
+        *(["-E"] if task_events else []),
     ]
 
 
@@ -53,7 +58,9 @@ def start_worker(
     pool: str = "prefork",
     loglevel: str = "INFO",
     callbacks: bool = True,
+    task_events: bool = False,
 ) -> None:
     """Run a worker in this process until it is stopped (SIGTERM: warm shutdown)."""
     app = create_worker_app(settings)
-    app.worker_main(worker_argv(settings, queues, concurrency, pool, loglevel, callbacks))
+    argv = worker_argv(settings, queues, concurrency, pool, loglevel, callbacks, task_events)
+    app.worker_main(argv)

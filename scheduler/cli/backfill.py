@@ -44,7 +44,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="create more runs than SLUICE_BACKFILL_CONFIRM_RUNS (1000) without asking",
     )
     p.add_argument("--rerun-failed", action="store_true", help="rerun dates whose run failed")
-    p.add_argument("--max-active-runs", type=int, default=None)
+    p.add_argument(
+        "--max-active-runs",
+        type=int,
+        default=None,
+        help="the backfill's runs active at once (default: the DAG's max_active_runs)",
+    )
     p.add_argument("--local", action="store_true", help="run tasks in this process")
     p.add_argument("-c", "--concurrency", type=int, default=4, help="tasks at once with --local")
     p.set_defaults(func=backfill)

@@ -32,14 +32,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     dags = sub.add_parser("dags", help="list and trigger DAGs")
     cmds = dags.add_subparsers(dest="dags_cmd", required=True)
     p = cmds.add_parser("list", help="DAGs in the DAGs folder, and files that failed")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the DAGs as one JSON document")
     p.set_defaults(func=list_dags)
     add_runs_parser(cmds)
     p = cmds.add_parser("trigger", help="create a manual run")
     p.add_argument("dag_id")
-    p.add_argument("--run-id")
-    p.add_argument("--logical-date")
-    p.add_argument("--conf")
+    p.add_argument("--run-id", help="the new run's id (default: manual__ and its logical date)")
+    p.add_argument(
+        "--logical-date",
+        help="the run's logical date, ISO 8601; no offset means UTC (default: now)",
+    )
+    p.add_argument("--conf", help="the run's conf, a JSON object")
     p.set_defaults(func=trigger)
     p = cmds.add_parser("cancel", help="stop a run: its unfinished tasks end, the run fails")
     p.add_argument("dag_id")
@@ -49,7 +52,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("mark", help="mark a run success or failed, with its tasks")
     p.add_argument("dag_id")
     p.add_argument("run_id")
-    p.add_argument("--state", required=True, choices=[str(s) for s in RUN_MARKS])
+    p.add_argument(
+        "--state",
+        required=True,
+        choices=[str(s) for s in RUN_MARKS],
+        help="the state the run and its unfinished tasks get",
+    )
     p.set_defaults(func=mark)
 
     p = cmds.add_parser("note", help="set the note of a run (one line, who and when kept)")

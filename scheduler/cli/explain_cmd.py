@@ -18,13 +18,16 @@ from sqlalchemy import select
 from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.map_index import add_map_index_argument, checked_map_index
 from sluice.scheduler.cli.render import visible
-from sluice.scheduler.control.explain import ExplainError, Explanation, explain_ti
+from sluice.scheduler.control.explain import (
+    WAITS_FOR_A_WORKER,
+    ExplainError,
+    Explanation,
+    explain_ti,
+)
 from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI
-
-ASK_WORKERS = frozenset({TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.UP_FOR_RETRY})
 
 
 def add_explain_parser(tasks_subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +35,7 @@ def add_explain_parser(tasks_subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("dag_id")
     p.add_argument("run_id")
     p.add_argument("task_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the explanation as one JSON document")
     add_map_index_argument(p, "the index of a mapped task")
     p.add_argument(
         "--workers-timeout",
@@ -61,9 +64,10 @@ def explain(cli: Cli, args: argparse.Namespace) -> int:
             )
         )
     workers = None
-    if args.workers_timeout > 0 and (state is None or TI(state) in ASK_WORKERS):
-        from sluice.scheduler.control.workers import workers_by_queue
+    from sluice.scheduler.control.workers import standalone_database, workers_by_queue
 
+    waiting = state is None or TI(state) in WAITS_FOR_A_WORKER
+    if args.workers_timeout > 0 and waiting and not standalone_database(cli.settings):
         workers = workers_by_queue(cli.settings, timeout=args.workers_timeout)
     with cli.factory() as session:
         try:

@@ -12,11 +12,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sqlalchemy.orm import Session
+
 from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.map_index import add_map_index_argument, checked_map_index
 from sluice.scheduler.cli.render import visible
+from sluice.scheduler.control.explain import ExplainError, explain_ti, main_reasons
 from sluice.scheduler.control.inputs import MAX_TRY, check_int
+from sluice.scheduler.core.db import utcnow
+from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.task_logs import task_log_of
+from sluice.scheduler.core.states import TI
 
 
 def add_logs_parser(tasks_sub: argparse._SubParsersAction) -> None:
@@ -37,6 +43,37 @@ def add_logs_parser(tasks_sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=show_logs)
 
 
+NEVER_RUN: dict[TI, str] = {
+    TI.SKIPPED: "was skipped",
+    TI.UPSTREAM_FAILED: "was set upstream_failed",
+    TI.REMOVED: "was removed",
+    TI.SUCCESS: "was marked success",
+    TI.FAILED: "was marked failed",
+}
+"""Finished states a task instance can reach without a try: it never ran and never will
+(unless cleared), so it has no log; what `logs` says of each."""
+
+
+def never_ran(cli: Cli, session: Session, args: argparse.Namespace, ti: TaskInstance) -> str:
+    """One line: the TI ended without a try, and why (`sluice tasks explain`'s reasons)."""
+    said = f"task {args.task_id!r} of run {args.run_id!r} {NEVER_RUN[TI(ti.state)]} and never ran"
+    try:
+        explanation = explain_ti(
+            session,
+            args.dag_id,
+            args.run_id,
+            args.task_id,
+            utcnow(),
+            workers_by_queue=None,
+            settings=cli.settings,
+            map_index=None if ti.map_index < 0 else ti.map_index,
+        )
+    except ExplainError:
+        return visible(f"{said}: it has no log")
+    why = main_reasons(explanation.reasons)
+    return visible(f"{said}: {'; '.join(why)}" if why else f"{said}: it has no log")
+
+
 def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
@@ -47,6 +84,9 @@ def show_logs(cli: Cli, args: argparse.Namespace) -> int:
     with cli.factory() as session:
         _, ti = cli.get_ti(session, args.dag_id, args.run_id, args.task_id, checked_map_index(args))
         number = args.try_number if args.try_number is not None else ti.try_number
+        if number == 0 and TI(ti.state) in NEVER_RUN:
+            print(never_ran(cli, session, args, ti), file=sys.stderr)
+            return 0
         if number == 0:
             raise CliError(f"task {args.task_id!r} of run {args.run_id!r} has not run yet")
         stored = task_log_of(session, ti.id, number)

@@ -16,7 +16,16 @@ from collections.abc import Sequence
 
 from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 
-from sluice.scheduler.cli import api_cmd, backfill, dags, services, standalone, status, tasks_cmd
+from sluice.scheduler.cli import (
+    api_cmd,
+    backfill,
+    dags,
+    environment,
+    services,
+    standalone,
+    status,
+    tasks_cmd,
+)
 from sluice.scheduler.cli.context import Cli
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import InputError
@@ -33,7 +42,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sluice", description="Run DAGs of tasks on Celery workers.")
+    parser = _Parser(
+        prog="sluice",
+        description="Run DAGs of tasks on Celery workers.",
+        epilog=environment.epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     services.add_parsers(sub)
     dags.add_parsers(sub)

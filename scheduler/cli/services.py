@@ -13,7 +13,7 @@ from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.db_clean import add_parser as add_clean_parser
 from sluice.scheduler.control.inputs import INT_MAX, check_int, check_name
 from sluice.scheduler.core.db import transaction
-from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.migrate import current_revision, upgrade
 from sluice.scheduler.core.models import Pool
 from sluice.scheduler.core.upsert import upsert
 
@@ -25,7 +25,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_clean_parser(db_cmds)
 
     p = sub.add_parser("scheduler", help="run one scheduler (run as many as you like)")
-    p.add_argument("--num-loops", type=int, default=None)
+    p.add_argument(
+        "--num-loops",
+        type=int,
+        default=None,
+        help="stop after this many scheduling loops (default: run until stopped)",
+    )
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus metrics on this port"
     )
@@ -38,19 +43,32 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("worker", help="run a Celery worker serving Sluice queues")
     p.add_argument("-Q", "--queues", default="default", help="comma-separated Sluice queues")
-    p.add_argument("-c", "--concurrency", type=int, default=4)
-    p.add_argument("--pool", default="prefork", choices=["prefork", "threads", "solo"])
-    p.add_argument("--loglevel", default="INFO")
+    p.add_argument("-c", "--concurrency", type=int, default=4, help="tasks run at once (default 4)")
+    p.add_argument(
+        "--pool",
+        default="prefork",
+        choices=["prefork", "threads", "solo"],
+        help="Celery's execution pool (default prefork: one process per task slot)",
+    )
+    p.add_argument(
+        "--loglevel", default="INFO", help="the worker's log level (default INFO), as Celery's -l"
+    )
     p.add_argument(
         "--without-callbacks",
         action="store_true",
         help="do not also serve the callback queue (SLUICE_CALLBACK_QUEUE, 'callbacks')",
     )
+    p.add_argument(
+        "-E",
+        "--task-events",
+        action="store_true",
+        help="send task events, for Flower and `celery events` (Celery's -E)",
+    )
     p.set_defaults(func=worker)
 
     pools = sub.add_parser("pools", help="list and set pools")
     pool_cmds = pools.add_subparsers(dest="pools_cmd", required=True)
-    pool_cmds.add_parser("list").set_defaults(func=list_pools)
+    pool_cmds.add_parser("list", help="every pool and its slots").set_defaults(func=list_pools)
     p = pool_cmds.add_parser("set", help="create a pool or change its slots")
     p.add_argument("name")
     p.add_argument("slots", type=int)
@@ -58,8 +76,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def migrate(cli: Cli, args: argparse.Namespace) -> int:
+    """Create or upgrade the schema, and say which it did, at which revision."""
+    before = current_revision(cli.engine)
     upgrade(cli.engine)
-    print("database is up to date")
+    after = current_revision(cli.engine)
+    if before is None:
+        print(f"created the schema at revision {after}")
+    elif before != after:
+        print(f"upgraded the schema from revision {before} to {after}")
+    else:
+        print(f"the schema is up to date (revision {after})")
     return 0
 
 
@@ -125,6 +151,7 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
         pool=args.pool,
         loglevel=args.loglevel,
         callbacks=not args.without_callbacks,
+        task_events=args.task_events,
     )
     return 0
 

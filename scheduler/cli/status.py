@@ -1,7 +1,8 @@
 """`sluice status [--json]`: one screen on how the system is doing.
 
 Live jobs with their heartbeat age, runs by state, TIs by queue and state, and the
-workers seen per queue (asked through the broker's remote control). Reads only: one
+workers seen per queue (asked through the broker's remote control; not on the SQLite
+database of `sluice standalone`, whose broker lives in its process). Reads only: one
 short read session, then the workers are asked outside any transaction.
 """
 
@@ -33,7 +34,7 @@ from sluice.scheduler.core.states import DagRunState, JobState, TaskInstanceStat
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="jobs, runs, task instances and workers at a glance")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as one JSON document")
     p.add_argument(
         "--workers-timeout",
         type=float,
@@ -88,7 +89,11 @@ def status(cli: Cli, args: argparse.Namespace) -> int:
         report = read_status(session, cli.settings, utcnow())
     notes: list[str] = []
     workers: dict[str, list[str]] | None = None
-    if args.workers_timeout > 0:
+    from sluice.scheduler.control.workers import STANDALONE_NOTE, standalone_database
+
+    if standalone_database(cli.settings):
+        notes.append(STANDALONE_NOTE)
+    elif args.workers_timeout > 0:
         from sluice.scheduler.control.workers import workers_by_queue
 
         found = workers_by_queue(cli.settings, timeout=args.workers_timeout)

@@ -37,12 +37,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("states", help="the task instances of a run")
     p.add_argument("dag_id")
     p.add_argument("run_id")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the task instances as one JSON list")
     p.set_defaults(func=states)
     p = cmds.add_parser("clear", help="reset task instances so they run again")
     p.add_argument("dag_id")
     p.add_argument("run_id")
-    p.add_argument("--task", action="append", dest="task_ids", metavar="TASK_ID")
+    p.add_argument(
+        "--task",
+        action="append",
+        dest="task_ids",
+        metavar="TASK_ID",
+        help="clear this task (repeat for more; default: every task of the run)",
+    )
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
     add_map_index_argument(p, "clear only this index of the one --task (mapped)")
     p.set_defaults(func=clear)
@@ -50,7 +56,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dag_id")
     p.add_argument("run_id")
     p.add_argument("task_id")
-    p.add_argument("--state", required=True, choices=[str(s) for s in TI_MARKS])
+    p.add_argument(
+        "--state",
+        required=True,
+        choices=[str(s) for s in TI_MARKS],
+        help="the state the task instance gets",
+    )
     p.add_argument("--downstream", action="store_true", help="also mark its downstream")
     p.add_argument("--upstream", action="store_true", help="also mark its upstream")
     p.set_defaults(func=mark)

@@ -35,7 +35,15 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.deps import TiView
 
-__all__ = ["ExplainError", "Explanation", "Reason", "ReasonKind", "explain_ti"]
+__all__ = [
+    "ExplainError",
+    "Explanation",
+    "Reason",
+    "ReasonKind",
+    "WAITS_FOR_A_WORKER",
+    "explain_ti",
+    "main_reasons",
+]
 
 
 LEADS: dict[str, str] = {
@@ -52,10 +60,20 @@ LEADS: dict[str, str] = {
 }
 
 
+WAITS_FOR_A_WORKER = frozenset({TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.UP_FOR_RETRY})
+"""States in which a TI may still wait for a worker to serve its queue: only then do
+the workers matter to an explanation (a finished or running TI's do not)."""
+
+
+def main_reasons(reasons: list[Reason]) -> list[str]:
+    """What holds a TI in its state: the first two blocking reasons (else the first)."""
+    return [r.detail for r in reasons if r.blocking][:2] or [r.detail for r in reasons][:1]
+
+
 def summarize(state: str, reasons: list[Reason]) -> str:
-    """One sentence: the state, then what holds it (the first two blocking reasons)."""
+    """One sentence: the state, then what holds it (`main_reasons`)."""
     lead = LEADS.get(state, state)
-    main = [r.detail for r in reasons if r.blocking][:2] or [r.detail for r in reasons][:1]
+    main = main_reasons(reasons)
     return f"{lead}: {'; '.join(main)}." if main else f"{lead}."
 
 
@@ -164,7 +182,7 @@ def explain_ti(
             reasons.append(note_reason(note))
     ti = subject.ti
     state = str(ti.state) if ti is not None else str(TI.NONE)
-    if workers_by_queue is None:
+    if workers_by_queue is None and (ti is None or TI(ti.state) in WAITS_FOR_A_WORKER):
         notes.append("the workers were not asked which queues they serve")
     elif getattr(workers_by_queue, "note", None):
         notes.append(str(getattr(workers_by_queue, "note", "")))

@@ -8,7 +8,9 @@ namespaces (or of a Celery app Sluice shares a broker with) are left out.
 Invariants: reads nothing from and writes nothing to the database; never
 raises for a broker that is down or slow: the answer is then empty and carries
 a `note` saying why. Workers started with `--without-mingle --without-gossip`
-still answer remote control (only `--without-heartbeat` is irrelevant here).
+still answer remote control (only `--without-heartbeat` is irrelevant here). The SQLite
+database of `sluice standalone` (`standalone_database`) has no broker to ask: its
+callers do not ask, rather than ping the default Redis on localhost.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sluice.broker.app import create_app
 from sluice.scheduler.core.settings import Settings
 
 log = logging.getLogger("sluice.workers")
@@ -48,6 +49,19 @@ def map_active_queues(reply: dict[str, Any] | None, namespace: str) -> WorkerMap
     return found
 
 
+STANDALONE_NOTE = (
+    "no broker asked: a SQLite database without SLUICE_BROKER_URL is sluice standalone's, "
+    "whose embedded broker and worker live in its own process"
+)
+
+
+def standalone_database(settings: Settings) -> bool:
+    """Whether `settings` name `sluice standalone`'s world: a SQLite database and no
+    broker given (its broker is in-memory, inside the standalone process): asking the
+    default broker (Redis on localhost, db 0) would ask someone else's."""
+    return settings.database_url.startswith("sqlite") and not settings.broker_url_set
+
+
 def workers_by_queue(settings: Settings, timeout: float = 1.0) -> WorkerMap:
     """Ask the live workers which queues they consume; takes about `timeout` seconds.
 
@@ -56,6 +70,8 @@ def workers_by_queue(settings: Settings, timeout: float = 1.0) -> WorkerMap:
     """
     if settings.embedded_broker:
         return WorkerMap.failed("the embedded broker's workers live in their own process")
+    from sluice.broker.app import create_app  # Celery is imported only to ask
+
     app = create_app(settings)
     # Replies are collected with BRPOP, which blocks `polling_interval` (1 s by default)
     # per poll: poll faster, so the call takes about `timeout`, not a second more.

@@ -75,6 +75,9 @@ class Settings:
     """Runs one scheduling pass examines at most; the rest go to the next pass or,
     with several schedulers, to whichever takes them first."""
     embedded_broker: bool = False
+    broker_url_set: bool = False
+    """Whether `broker_url` was given (SLUICE_BROKER_URL), not the default: a SQLite
+    database with no broker given is `sluice standalone`'s, whose broker is in-process."""
     result_backend: str | None = None
     """Celery result backend where CeleryTask results are read (None: CeleryTask cannot run)."""
     schedule_after_task: bool = True
@@ -117,6 +120,7 @@ class Settings:
         settings = cls(
             database_url=env.get("SLUICE_DATABASE_URL") or base.database_url,
             broker_url=env.get("SLUICE_BROKER_URL") or base.broker_url,
+            broker_url_set=bool(env.get("SLUICE_BROKER_URL")),
             dags_folder=Path(env.get("SLUICE_DAGS_FOLDER") or base.dags_folder),
             namespace=env.get("SLUICE_NAMESPACE") or base.namespace,
             heartbeat_timeout=_float(env, "SLUICE_HEARTBEAT_TIMEOUT", base.heartbeat_timeout),

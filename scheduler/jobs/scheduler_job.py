@@ -214,6 +214,10 @@ class SchedulerJob(DagRunJob):
                 log.info("%s already has a run at %s", dag.dag_id, logical)
             for key, value in next_run_fields(dag.serialized, logical, now).items():
                 setattr(dag, key, value)
+        # Written now: the session does not autoflush, and the pass's next lock of this DAG
+        # row (`lock_dags`, a FOR UPDATE select) reloads it, which would drop the advance
+        # and make the next look find the run just created.
+        session.flush()
         return created
 
     def start_queued_runs(self, session: Session, now: dt.datetime) -> int:

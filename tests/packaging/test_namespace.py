@@ -54,11 +54,15 @@ def test_the_wheel_installs_only_sluice_at_the_top(tmp_path: Path) -> None:
         ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "*.db"),
     )
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), str(source)],
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr
+    # -v shows setuptools' own output: no warning that a folder of data is not a package
+    said = done.stdout + done.stderr
+    assert "absent from the `packages` configuration" not in said
+    assert "SetuptoolsDeprecationWarning" not in said
     (wheel,) = tmp_path.glob("sluice-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/", 1)[0] for name in names}
@@ -72,3 +76,14 @@ def test_the_wheel_installs_only_sluice_at_the_top(tmp_path: Path) -> None:
         "sluice/scheduler/api/static/index.html",
     ):
         assert module in names
+    # and every file of the web UI, as the source has them
+    static = ROOT / "scheduler/api/static"
+    ui_files = {
+        f"sluice/scheduler/api/static/{path.relative_to(static).as_posix()}"
+        for path in static.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.startswith(".")
+    }
+    assert {"sluice/scheduler/api/static/dag.js", "sluice/scheduler/api/static/style.css"} <= (
+        ui_files
+    )
+    assert sorted(ui_files - set(names)) == []
