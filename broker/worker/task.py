@@ -30,7 +30,7 @@ from sluice.broker.queues import CALLBACK_TASK_NAME, RUN_TASK_NAME
 from sluice.broker.trace_headers import incoming_carrier
 from sluice.broker.wakeup import waker_for
 from sluice.broker.worker.callbacks import run_callback_message
-from sluice.broker.worker.runner import WorkerContext, run_task_instance
+from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.broker.worker.tracing import annotate
 from sluice.scheduler.core.db import make_engine, make_session_factory
 from sluice.scheduler.core.deployment import HEADER as DEPLOYMENT_HEADER
@@ -51,7 +51,14 @@ def register(app: Celery) -> None:
     `sluice.attach`), and guard kombu's Redis channel against a crash on broker loss."""
     guard_closed_redis_transport()
 
-    @app.task(name=RUN_TASK_NAME, bind=True, acks_late=True, ignore_result=True, shared=False)
+    @app.task(
+        name=RUN_TASK_NAME,
+        bind=True,
+        acks_late=True,
+        ignore_result=True,
+        shared=False,
+        throws=(TryFailed,),
+    )
     def run_task_instance_task(self: Task, **kwargs: Any) -> str:
         msg = RunMessage.from_kwargs(kwargs)
         context = context_for(self.app)
@@ -61,6 +68,8 @@ def register(app: Celery) -> None:
         annotate(msg, hostname=context.hostname)
         outcome = run_task_instance(context, msg)
         annotate(msg, state=outcome.value)
+        if outcome in FAILED_OUTCOMES:
+            raise TryFailed(f"{msg.dag_id}.{msg.task_id} try {msg.try_number}: {outcome.value}")
         return outcome.value
 
     @app.task(name=CALLBACK_TASK_NAME, bind=True, acks_late=True, ignore_result=True, shared=False)
@@ -72,6 +81,18 @@ def register(app: Celery) -> None:
             time.sleep(STRANGER_DELAY)  # another deployment's: back to the queue, for its own
             raise Reject(f"callback message of deployment {theirs}", requeue=True)
         return run_callback_message(context, msg)
+
+
+class TryFailed(Exception):
+    """A try that failed, its failure already written (the TI `failed` or `up_for_retry`):
+    raised after the result's commit so that Celery reports the message's task as failed
+    (its `task-failed` event: FAILURE in Flower), as Airflow's Celery executor does.
+    Declared in the task's `throws`: Celery logs it in one line, without a traceback;
+    the message is acknowledged as after a success (late acks ack failures too), and
+    nothing is retried by Celery (the schedulers and workers retry, from the database)."""
+
+
+FAILED_OUTCOMES = frozenset({Outcome.FAILED, Outcome.UP_FOR_RETRY})
 
 
 STRANGER_DELAY = 1.0

@@ -88,15 +88,21 @@ def test_flower_lists_sluice_worker_and_tasks_by_dag_and_task_id(sluice: Sluice)
     queues = {queue["name"] for queue in info["active_queues"]}
     assert queues == {f"{sluice.namespace}.default", f"{sluice.namespace}.callbacks"}
 
-    # and its task list shows each task as dag_id.task_id with its state: Celery's
-    # (the message was run) and the try's outcome as the task's result
-    def tasks_done() -> dict[str, tuple[str, str]] | None:
+    # and its task list shows each task as dag_id.task_id with its state: a try that
+    # failed is a failed Celery task (its failure one line), a success a success
+    def tasks_done() -> dict[str, tuple[str, str | None]] | None:
         tasks = flower_get(port, "/api/tasks") or {}
-        seen = {t["name"]: (t["state"], t["result"]) for t in tasks.values()}
-        return seen if len(seen) == 2 and all(s == "SUCCESS" for s, _ in seen.values()) else None
+        seen = {t["name"]: (t["state"], t["result"] or t.get("exception")) for t in tasks.values()}
+        ended = {"SUCCESS", "FAILURE"}
+        return seen if len(seen) == 2 and all(s in ended for s, _ in seen.values()) else None
 
     assert wait_until(tasks_done, timeout=20) == {
         "watched.extract": ("SUCCESS", "'success'"),
-        "watched.load": ("SUCCESS", "'failed'"),
+        "watched.load": ("FAILURE", "TryFailed('watched.load try 1: failed')"),
     }
+    # Celery logged the failed try as an expected failure: one line, no traceback of its
+    # own (the user's exception is logged once, by Sluice, with the try)
+    log = sluice.logs()
+    assert "raised expected: TryFailed('watched.load try 1: failed')" in log, log
+    assert "raised unexpected" not in log, log
     sluice.stop(flower)
