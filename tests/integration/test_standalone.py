@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.pool import NullPool
 
 from sluice.scheduler.cli.main import build_parser
+from tests.integration.test_cancel_run import rows
 from tests.procs import SLUICE, standalone, wait_until
 
 DAILY = """
@@ -88,15 +87,6 @@ with DAG("held", schedule=None) as dag:
     held = [task(task_id=t, retries=1, retry_delay=timedelta(0))(hold) for t in "abc"]
     held >> task(task_id="after")(lambda: "after")
 """
-
-
-def rows(url: str, sql: str) -> list[tuple[object, ...]]:
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql))]
-    finally:
-        engine.dispose()
 
 
 def rows_once_there(url: str, sql: str) -> list[tuple[object, ...]] | None:

@@ -91,20 +91,22 @@ def task_log_of(session: Session, ti_id: int, try_number: int) -> TaskLog | None
     return session.get(TaskLog, (ti_id, try_number))
 
 
+_TRY_COLUMNS = (
+    TaskLog.try_number,
+    TaskLog.attempt_id,
+    TaskLog.hostname,
+    TaskLog.started_at,
+    TaskLog.updated_at,
+    TaskLog.finished_at,
+    TaskLog.dropped_lines,
+)
+"""A `TryInfo`'s columns, in its order."""
+
+
 def tries_of(session: Session, ti_id: int) -> Sequence[TryInfo]:
     """The tries of a TaskInstance that stored a log, oldest first."""
     rows = session.execute(
-        select(
-            TaskLog.try_number,
-            TaskLog.attempt_id,
-            TaskLog.hostname,
-            TaskLog.started_at,
-            TaskLog.updated_at,
-            TaskLog.finished_at,
-            TaskLog.dropped_lines,
-        )
-        .where(TaskLog.ti_id == ti_id)
-        .order_by(TaskLog.try_number)
+        select(*_TRY_COLUMNS).where(TaskLog.ti_id == ti_id).order_by(TaskLog.try_number)
     ).all()
     return [TryInfo(*row) for row in rows]
 
@@ -116,16 +118,7 @@ def tries_of_many(session: Session, ti_ids: Sequence[int]) -> dict[int, list[Try
     ids = list(ti_ids)
     for start in range(0, len(ids), 5000):
         rows = session.execute(
-            select(
-                TaskLog.ti_id,
-                TaskLog.try_number,
-                TaskLog.attempt_id,
-                TaskLog.hostname,
-                TaskLog.started_at,
-                TaskLog.updated_at,
-                TaskLog.finished_at,
-                TaskLog.dropped_lines,
-            )
+            select(TaskLog.ti_id, *_TRY_COLUMNS)
             .where(TaskLog.ti_id.in_(ids[start : start + 5000]))
             .order_by(TaskLog.ti_id, TaskLog.try_number)
         ).all()
