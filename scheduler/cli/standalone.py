@@ -17,8 +17,10 @@ the tasks' output, the logs and the status lines go to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -32,7 +34,7 @@ from sluice.scheduler.cli.streams import stdout_to_stderr
 from sluice.scheduler.cli.tasks_cmd import print_states, ti_rows
 from sluice.scheduler.control.inputs import check_int
 from sluice.scheduler.core.db import transaction, utcnow
-from sluice.scheduler.core.migrate import upgrade
+from sluice.scheduler.core.migrate import missing_sqlite_file, upgrade
 from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
@@ -107,9 +109,15 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     conf: dict[str, Any] = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
     cli.dags_folder()  # every argument is checked before the database is created
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
+    created = missing_sqlite_file(cli.engine)
     upgrade(cli.engine)
     cli.sync_dags()
-    run_pk = trigger(cli, args.trigger, conf) if args.trigger else None
+    try:
+        run_pk = trigger(cli, args.trigger, conf) if args.trigger else None
+    except CliError:
+        if created is not None:  # the DAG id is checked against a parse, after the
+            forget_database(cli, created)  # database's creation: leave nothing written
+        raise
     tracing = Tracing("sluice-standalone")
     instrument_celery(tracing)  # the worker runs in this process
     embedded = EmbeddedBroker(cli.settings)
@@ -151,6 +159,14 @@ def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> int:
         run_pk, run_id = run.id, run.run_id
     log.info("triggered %s %s", dag_id, run_id)
     return run_pk
+
+
+def forget_database(cli: Cli, path: str) -> None:
+    """Remove the SQLite database this command created (with SQLite's side files)."""
+    cli.engine.dispose()
+    for name in (path, f"{path}-journal", f"{path}-wal", f"{path}-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name)
 
 
 def say_how_to_trigger(cli: Cli) -> None:

@@ -56,7 +56,7 @@ def current_revision(engine: Engine) -> str | None:
         return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
-def _missing_sqlite_file(engine: Engine) -> str | None:
+def missing_sqlite_file(engine: Engine) -> str | None:
     """The path of a SQLite database file that is not there (connecting would create it)."""
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
@@ -69,7 +69,7 @@ def _missing_sqlite_file(engine: Engine) -> str | None:
 def check_current(engine: Engine) -> None:
     """Raise SchemaNotReady unless the database is at the newest revision (a SQLite file
     that is not there is not created)."""
-    missing = _missing_sqlite_file(engine)
+    missing = missing_sqlite_file(engine)
     if missing is not None:
         raise SchemaNotReady(
             f"there is no database at {missing}: run `sluice db migrate` to create it "

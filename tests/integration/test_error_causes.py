@@ -178,6 +178,34 @@ def test_standalone_in_an_empty_directory_writes_nothing(
     assert list(tmp_path.iterdir()) == []  # no sluice.db
 
 
+def test_standalone_triggering_an_unknown_dag_leaves_no_database(tmp_path: Path) -> None:
+    # a DAGs folder with one good DAG file and one that fails, no database yet
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "good.py").write_text(
+        "from sluice import DAG, task\n"
+        "with DAG('good', schedule=None) as dag:\n"
+        "    @task\n"
+        "    def one():\n"
+        "        return 1\n"
+    )
+    (dags / "broken.py").write_text("from sluice import DAG\nimport no_such_module_here\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
+    done = subprocess.run(
+        [*SLUICE, "standalone", "--trigger", "broken"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("sluice: error: unknown DAG 'broken' (not in dags); broken.py failed")
+    assert "no_such_module_here" in last
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dags"]  # no sluice.db
+
+
 def test_a_command_on_a_missing_sqlite_file_does_not_create_it(tmp_path: Path) -> None:
     (tmp_path / "dags").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
