@@ -181,7 +181,7 @@ def test_scheduler_does_not_say_a_run_it_just_created_already_exists(sluice: Slu
         engine = create_engine(sluice.database_url, poolclass=NullPool)
         with engine.connect() as conn:
             rows = conn.execute(text("SELECT dag_id, count(*) FROM dag_run GROUP BY dag_id"))
-            found: dict[str, int] = dict(rows.tuples().all())
+            found: dict[str, int] = {str(key): int(count) for key, count in rows.all()}
         engine.dispose()
         return found == counts
 
