@@ -135,3 +135,11 @@ def client_for(settings: Settings, config: ApiConfig) -> Iterator[TestClient]:
 def client(settings: Settings) -> Iterator[TestClient]:
     """The API with a token set: reads open, writes with AUTH."""
     yield from client_for(settings, ApiConfig(token=TOKEN))
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def db_url(request: pytest.FixtureRequest, parsed_dags: dict[str, list[dict[str, Any]]]) -> str:
+    """A migrated database of this test holding the parsed test DAGs, on each database."""
+    url = str(request.getfixturevalue("pg_url" if request.param == "postgresql" else "sqlite_url"))
+    add_parsed_dags(url, parsed_dags)
+    return url

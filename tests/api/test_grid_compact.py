@@ -28,19 +28,10 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
-from tests.api.conftest import add_parsed_dags
 
 V1 = "/api/v1"
 TRIED = {"queued", "running", "success", "failed", "up_for_retry"}
 DAY = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def db_url(request: pytest.FixtureRequest, parsed_dags: dict[str, list[dict[str, Any]]]) -> str:
-    """A migrated database of this test holding the parsed test DAGs."""
-    url = str(request.getfixturevalue("pg_url" if request.param == "postgresql" else "sqlite_url"))
-    add_parsed_dags(url, parsed_dags)
-    return url
 
 
 @pytest.fixture

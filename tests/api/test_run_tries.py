@@ -26,7 +26,6 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance, TaskLog
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
-from tests.api.conftest import add_parsed_dags
 
 V1 = "/api/v1"
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -38,13 +37,6 @@ def at(seconds: float) -> dt.datetime:
 
 def iso(seconds: float | None) -> str | None:
     return None if seconds is None else at(seconds).isoformat().replace("+00:00", "Z")
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def db_url(request: pytest.FixtureRequest, parsed_dags: dict[str, list[dict[str, Any]]]) -> str:
-    url = str(request.getfixturevalue("pg_url" if request.param == "postgresql" else "sqlite_url"))
-    add_parsed_dags(url, parsed_dags)
-    return url
 
 
 @pytest.fixture
