@@ -105,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=10, help="triggers, one after another")
     p.add_argument("--slots", type=int, help="the default pool's slots (128 by default)")
     p.add_argument("--schedulers", type=int, default=1, help="sluice scheduler processes")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="the worker's pool processes (4, as the bench; 1 leaves a core free for a profiler)",
+    )
     p.add_argument("--backends", action="store_true", help="sample pg_stat_activity (costs CPU)")
     p.add_argument(
         "--broker",
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.slots:
             with env.factory() as session, session.begin():
                 session.execute(text("UPDATE pool SET slots = :n"), {"n": args.slots})
-        worker = env.start_worker(4)
+        worker = env.start_worker(args.concurrency)
         schedulers = [env.start_scheduler() for _ in range(args.schedulers)]
         env.wait_runs(env.trigger(args.dag, per_trigger, "warm"), 120)
         procs = {
