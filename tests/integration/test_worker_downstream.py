@@ -21,7 +21,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
 from sluice.broker.wakeup import LocalWaker
-from sluice.broker.worker.result import Case, Recorded, record_result
+from sluice.broker.worker.result import Case, Recorded, at_once, record_result
 from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.messages import RunMessage
@@ -841,6 +841,49 @@ def test_a_chain_link_s_next_waits_behind_higher_priority_tis_in_its_pool(
     assert harness.run("a") is Outcome.SUCCESS
     assert harness.worker_queued() == ["w2"]
     assert harness.states() == {"a": "success", "w1": "queued", "w2": "queued", "b": "scheduled"}
+
+
+def test_a_fan_in_upstream_fills_a_backlogged_pool_in_its_own_query(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While TIs wait in a pool, a fan-in upstream's result gives the slot it frees to the
+    first of them in the result's own query (`filled`) once this process has seen the
+    backlog (the first result fills in one more query, `fill`); every TI is queued once,
+    in the pool's order, and the last upstream still queues the join."""
+    monkeypatch.setattr(at_once, "_BACKLOG", {})  # this process has seen no backlog yet
+    harness.add_pool("small", 2)
+    harness.write(
+        "backlog",
+        """
+    from sluice import DAG, task
+    with DAG("backlog", schedule=None) as dag:
+        root = task(task_id="root")(lambda: 0)
+        join = task(task_id="join")(lambda: 9)
+        for i in range(4):
+            up = task(task_id=f"u{i}", pool="small", priority_weight=10 - i)(lambda: i)
+            root >> up >> join
+    """,
+    )
+    harness.trigger("backlog")
+    harness.run("root")
+    assert harness.worker_queued() == ["u0", "u1"]  # the pool's two slots
+    expected = [
+        ("u0", "fan_in_at_once, then fill", ["u2"]),  # the backlog seen: one more query
+        ("u1", "fan_in_at_once, then filled", ["u3"]),  # filled by the result's query
+        ("u2", "fan_in_at_once, then nothing", []),  # nobody left waiting
+        ("u3", "fan_in_at_once, then join", ["join"]),  # the last upstream
+    ]
+    for task_id, path, queued in expected:
+        before = len(harness.by_worker)
+        assert harness.run(task_id) is Outcome.SUCCESS
+        sent = [m.task_id for m in harness.by_worker[before:]]
+        assert (task_id, harness.path(), sent) == (task_id, path, queued)
+    assert harness.worker_queued() == ["u0", "u1", "u2", "u3", "join"]  # each once
+    assert harness.states() == {
+        "root": "success",
+        **{f"u{i}": "success" for i in range(4)},
+        "join": "queued",
+    }
 
 
 def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:

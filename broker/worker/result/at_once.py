@@ -10,6 +10,10 @@ each in its own query:
 - another upstream unfinished and no TI waiting for the slot: nothing (`nothing`);
 - TIs wait in the finished TI's pool: the pool's row locked and the first of them queued
   if it fits, in one more query (`fill`; with spans to start, a transaction: `decide`);
+  or in the result's own query (`filled`, or `nothing` when none fitted) when this
+  process's last fan-in result in that pool found TIs waiting (`_BACKLOG`): a pool
+  with a backlog costs one round trip a result, not two, and a pool without one is
+  not locked by results that leave nothing waiting;
 - the last upstream (the run's lock serialises the upstreams' UPDATEs, so exactly one of
   them counts no other unfinished), of an all_success fan-in in its pool
   (`Plan.join_next`): one more query queues the fan-in if every upstream succeeded and it
@@ -76,12 +80,16 @@ log = logging.getLogger("sluice.worker")
 
 
 def fan_in_at_once(case: Case) -> Recorded:
-    """A fan-in's upstream's success in one query, then what follows (module doc)."""
+    """A fan-in's upstream's success in one query, then what follows (module doc). When
+    this process's last such result found TIs waiting in the pool (`_BACKLOG`), the
+    freed slot is filled in the same query (`fill_statements`), as an index's is."""
     plan = case.fan_in_plan
     assert plan is not None and case.dag is not None
-    found: list[tuple[Results, Handle, Handle]] = []
+    attempt_id = str(uuid.uuid4())
+    found: list[tuple[Results, Handle, Handle, Handle | None]] = []
 
     def write() -> bool:
+        now = utcnow()
         pipeline = Pipeline()
         lock = pipeline.add(run_lock(case.run_pk), "run lock")
         result = pipeline.add(
@@ -92,25 +100,32 @@ def fan_in_at_once(case: Case) -> Recorded:
                 ti_id=case.ti_id,
                 new=TI.SUCCESS,
                 attempt_id=case.attempt_id,
-                now=utcnow(),
+                now=now,
                 values=case.values,
             ),
             "result",
         )
+        queued = None
+        if _BACKLOG.get(case.pool) and not case.tracing:
+            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
+            pipeline.add(pool_lock, "pool lock")
+            queued = pipeline.add(queue, "waiting TI queued")
         sent = committed_at_once(case.factory, pipeline)
-        found[:] = [(sent, lock, result)]
+        found[:] = [(sent, lock, result, queued)]
         return bool(sent[result])
 
     if not retrying(write):
         return Recorded(False, None, "fan_in_at_once")
-    sent, lock, result = found[0]
+    sent, lock, result, queued = found[0]
     run, row = sent.first(lock), sent.first(result)
     assert row is not None  # the compare-and-set won
+    _BACKLOG[case.pool] = row.pool_total is not None
+    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
     then: tuple[str, Callable[[], FollowUp]]
     if run is None or not drives(run, case.dag):
         then = ("wake", lambda: FollowUp(wake=True))
-    elif row.unfinished and row.pool_total is None:
-        then = ("nothing", FollowUp)
+    elif row.unfinished and (row.pool_total is None or queued is not None):
+        then = ("filled" if filled else "nothing", FollowUp)
     elif row.unfinished and not case.tracing:
         then = ("fill", lambda: _fill(case))
     elif not row.unfinished and plan.join_next is not None and not case.tracing:
@@ -120,7 +135,18 @@ def fan_in_at_once(case: Case) -> Recorded:
     else:
         waiting = bool(row.unfinished)
         then = ("decide", lambda: _decide_after(case, waiting))
-    return _recorded("fan_in_at_once", case, *then)
+    recorded = _recorded("fan_in_at_once", case, *then)
+    if filled and recorded.follow is not None:
+        recorded.follow.messages[:0] = filled  # sent first: queued first, by the pool's order
+    return recorded
+
+
+_BACKLOG: dict[str, bool] = {}
+"""Pool name → whether this process's last fan-in result found TIs waiting in it (the
+UPDATE's `pool_total`). A hint only: with it, the next result fills the slot it frees in
+its own query (the pool's lock then taken whatever waits); without it, a result that
+finds TIs waiting fills in one more query. Either way the fill is the same
+compare-and-set, so a wrong guess costs a lock or a round trip, never a double queueing."""
 
 
 def index_at_once(case: Case) -> Recorded:
@@ -128,7 +154,7 @@ def index_at_once(case: Case) -> Recorded:
     index, in one query: BEGIN, the run's lock, the UPDATE that writes it and says whether
     another index is unfinished, the freed slot given to the first TI waiting in its pool
     (its row locked, then the TI queued if it fits), COMMIT. Then the last index wakes the
-    schedulers to decide the downstream (`wake`); another sends what it queued (`fill`,
+    schedulers to decide the downstream (`wake`); another sends what it queued (`filled`,
     or `nothing`). With spans to start, the fill is a transaction of its own after."""
     assert case.dag is not None
     found: list[tuple[Results, Handle, Handle, Handle | None, str]] = []
@@ -154,7 +180,7 @@ def index_at_once(case: Case) -> Recorded:
     filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
     last = is_last_index(case, run, row)
     if queued is not None:
-        then = "wake" if last else "fill" if filled else "nothing"
+        then = "wake" if last else "filled" if filled else "nothing"
         return Recorded(True, FollowUp(filled, wake=last), "index_at_once", then)
     if last:
         return _recorded("index_at_once", case, "wake", lambda: FollowUp(wake=True))
