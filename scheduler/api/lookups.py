@@ -30,9 +30,11 @@ def _usable(value: str) -> bool:
     return True
 
 
-def find_dag(session: Session, dag_id: str) -> Dag:
-    """The active DAG `dag_id`; its `serialized` is loaded on first access."""
-    dag = session.get(Dag, dag_id, options=WITHOUT_DEFINITION) if _usable(dag_id) else None
+def find_dag(session: Session, dag_id: str, *, definition: bool = False) -> Dag:
+    """The active DAG `dag_id`; its `serialized` is loaded on first access, or with the
+    row when `definition` (a route that will read it: one round trip, not two)."""
+    options = () if definition else WITHOUT_DEFINITION
+    dag = session.get(Dag, dag_id, options=options) if _usable(dag_id) else None
     if dag is None or not dag.is_active:
         raise not_found(f"unknown DAG {dag_id!r}{why_missing(session, dag_id)}")
     return dag

@@ -95,7 +95,7 @@ def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) 
         conf = check_conf(body.conf or {}, max_bytes=state.settings.max_conf_bytes)
     except InputError as exc:
         raise unprocessable(str(exc)) from None
-    dag = find_dag(session, dag_id)
+    dag = find_dag(session, dag_id, definition=True)  # the run's TIs are made from it
     now = utcnow()
     logical = parse_logical_date(body.logical_date) if body.logical_date is not None else now
     try:

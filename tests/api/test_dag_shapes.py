@@ -7,8 +7,10 @@ Timings are not asserted here: `python -m bench --only W9` measures the pages of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from sqlalchemy import event
 from sluice.scheduler.api.schemas import DagDetail, TaskSpecOut
 from sluice.scheduler.api.views import ShapeCache, task_order, task_specs, task_specs_json
 from sluice.scheduler.core.models import Dag
+from tests.api.conftest import AUTH
 
 V1 = "/api/v1"
 
@@ -169,7 +172,9 @@ def test_task_list_json_is_the_schema_s() -> None:
     assert task_specs(spec, order) == [m.model_dump() for m in models]
 
 
-def test_dag_detail_reads_the_definition_once_per_version(client: TestClient) -> None:
+@contextlib.contextmanager
+def sent_statements(client: TestClient) -> Iterator[list[str]]:
+    """The SQL the API app sends to its database while the block runs."""
     statements: list[str] = []
     engine = client.app.state.sluice.engine  # type: ignore[attr-defined]
 
@@ -178,6 +183,13 @@ def test_dag_detail_reads_the_definition_once_per_version(client: TestClient) ->
 
     event.listen(engine, "before_cursor_execute", seen)
     try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+
+
+def test_dag_detail_reads_the_definition_once_per_version(client: TestClient) -> None:
+    with sent_statements(client) as statements:
         first = client.get(f"{V1}/dags/demo")
         read_first = [s for s in statements if "dag.serialized" in s]
         statements.clear()
@@ -187,8 +199,6 @@ def test_dag_detail_reads_the_definition_once_per_version(client: TestClient) ->
         client.get(f"{V1}/dags")  # reads manual_only's definition, not demo's
         statements.clear()
         listing = client.get(f"{V1}/dags")
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
 
     assert first.status_code == second.status_code == grid.status_code == 200
     assert listing.status_code == 200
@@ -199,3 +209,15 @@ def test_dag_detail_reads_the_definition_once_per_version(client: TestClient) ->
     assert detail.task_count == 4 and json.loads(first.content)["tasks"][0]["queue"] == "default"
     assert grid.json()["task_ids"] == ["extract", "audit", "transform", "load"]
     assert {d["dag_id"]: d["task_count"] for d in listing.json()["dags"]}["demo"] == 4
+
+
+def test_a_trigger_reads_the_dag_with_its_definition_in_one_statement(client: TestClient) -> None:
+    """`POST …/runs` makes the run's TIs from the DAG's definition: it is read with the
+    DAG's row, not by a second round trip (as a deferred column would be)."""
+    with sent_statements(client) as statements:
+        made = client.post(f"{V1}/dags/demo/runs", json={"run_id": "one_read"}, headers=AUTH)
+
+    assert made.status_code == 201, made.text
+    reads = [s for s in statements if s.lstrip().upper().startswith("SELECT") and "FROM dag " in s]
+    assert len(reads) == 1 and "dag.serialized" in reads[0], reads
+    assert len(client.get(f"{V1}/dags/demo/runs/one_read/tasks").json()) == 4
