@@ -133,6 +133,19 @@ class Sluice:
         if hasattr(self, "_engine"):
             self._engine.dispose()
 
+    def kill_all(self) -> None:
+        """SIGKILL every process's group at once, then reap each: the end of a test, whose
+        database, Redis db and vhost are dropped next (a graceful stop is what a test asks
+        for with `stop` or `stop_all`, never the cleanup's business)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.procs:
+            self._reap(proc)
+        if hasattr(self, "_engine"):
+            self._engine.dispose()
+
     def logs(self) -> str:
         return "\n".join(
             f"==== {p.name}\n{p.read_text(errors='replace')[-6000:]}"
