@@ -28,6 +28,7 @@ from bench.dagfiles import chain_call, fanout_call, mapped_call, mapped_tasks, w
 from bench.live import LiveEnv
 from bench.metrics import median
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, analyze, new_run_tag
+from bench.procs import compile_sources
 from sluice.scheduler.core.db import make_engine
 
 DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 50)}
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         help="first load RUNS finished runs of each of 100 20-task DAGs (W12's history)",
     )
     args = p.parse_args(argv)
+    compile_sources()
     call, per_trigger, tasks = DAGS[args.dag]
     tag = new_run_tag()
     db = BenchDb.create(admin_engine(), tag)

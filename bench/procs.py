@@ -8,6 +8,7 @@ this module created.
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import os
 import shutil
@@ -19,6 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def compile_sources() -> None:
+    """Sluice's modules compiled to bytecode before any process starts, as an installed
+    wheel has them: where PYTHONDONTWRITEBYTECODE is set, each `sluice` process would
+    otherwise compile them all again (0.1-0.3 s of CPU, counted in the figures)."""
+    for folder in ("tasks", "scheduler", "broker", "sluice"):
+        compileall.compile_dir(REPO_ROOT / folder, quiet=1)
 
 
 class BenchError(RuntimeError):

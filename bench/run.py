@@ -35,7 +35,7 @@ from bench.dagfiles import chain_call, fanout_call, held_call, mapped_call, writ
 from bench.live import LiveEnv
 from bench.metrics import median_run, runs_of
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag, server_version
-from bench.procs import REPO_ROOT
+from bench.procs import REPO_ROOT, compile_sources
 from bench.profiling import Profiler
 from bench.redisguard import RedisGuard, cleanup_redis
 from bench.report import write_reports
@@ -582,6 +582,7 @@ def services_ok(bench: Bench) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    compile_sources()
     sizes = QUICK if args.quick else FULL
     if args.w5_timeout is not None:
         sizes = dataclasses.replace(sizes, w5_timeout=args.w5_timeout)
