@@ -199,16 +199,21 @@ class Sluice:
             return {ti_key(row): row for row in found}
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 60) -> str:
+        """The run's end state, once it has one, read from the database as `dags state`
+        reads it (a `sluice` process per wait cost 0.7 s of CPU: the CLI's own output is
+        the business of the CLI's tests)."""
         try:
-            wait_until(
-                lambda: self.db_run_state(dag_id, run_id) in ("success", "failed"),
-                timeout=timeout,
+            return wait_until(
+                lambda: _ended_state(self.db_run_state(dag_id, run_id)), timeout=timeout
             )
-            return self.run_state(dag_id, run_id)
         except AssertionError:
             raise AssertionError(
                 f"run {run_id} did not finish: {self.task_states(dag_id, run_id)}\n{self.logs()}"
             ) from None
+
+
+def _ended_state(state: str | None) -> str | None:
+    return state if state in ("success", "failed") else None
 
 
 def ti_key(row: dict[str, Any]) -> str:

@@ -64,6 +64,7 @@ def test_chain_runs_to_success_with_upstream_results(sluice: Sluice, tmp_path: P
     assert run_id == "r1"
 
     assert sluice.wait_run("chain", "r1") == "success"
+    assert sluice.run_state("chain", "r1") == "success"  # as `sluice dags state` prints it
     states = sluice.task_states("chain", "r1")
     assert {t: s["state"] for t, s in states.items()} == {
         "extract": "success",
