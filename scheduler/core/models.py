@@ -41,6 +41,11 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+OPEN_SPANS = f"span_status IN ('{SpanStatus.ACTIVE.value}', '{SpanStatus.SHOULD_END.value}')"
+"""SQL: a run whose span is open (its starting job must end it or hand it on). Written
+inline, the condition of `ix_dag_run_open_spans` and of the reads it serves, so that any
+plan of those reads can use the partial index."""
+
 DEFAULT_POOL = "default_pool"
 DEFAULT_POOL_SLOTS = 128
 
@@ -116,6 +121,12 @@ class DagRun(Base):
         Index("ix_dag_run_state_decision", "state", "last_scheduling_decision"),
         Index("ix_dag_run_dag_state", "dag_id", "state"),
         Index("ix_dag_run_deadline_at", "deadline_at"),
+        Index(  # a dead job's runs whose spans are open: read without the history
+            "ix_dag_run_open_spans",
+            "started_by_job_id",
+            postgresql_where=text(OPEN_SPANS),
+            sqlite_where=text(OPEN_SPANS),
+        ),
     )
 
 

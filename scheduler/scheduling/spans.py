@@ -24,11 +24,11 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.models import OPEN_SPANS, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI_TERMINAL, SpanStatus
 from sluice.scheduler.core.tracing import Tracing
 from sluice.scheduler.core.transitions import move_spans
@@ -331,7 +331,7 @@ def adopt_spans_of_dead(session: Session, dead_job_ids: Sequence[int], job_id: i
     runs = session.scalars(
         select(DagRun).where(
             DagRun.started_by_job_id.in_(list(dead_job_ids)),
-            DagRun.span_status.in_([S.ACTIVE, S.SHOULD_END]),
+            text(OPEN_SPANS),  # inline: the partial index ix_dag_run_open_spans
         )
     ).all()
     for run in runs:

@@ -13,10 +13,11 @@ finished TI when none matches). A plan that reads a table whole shows in
 from __future__ import annotations
 
 import datetime as dt
+import signal
 import textwrap
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
 from bench.dagfiles import fanout_call, write_dag_file
@@ -25,7 +26,15 @@ from bench.pg import analyze
 from sluice.scheduler.api import create_app
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings
-from tests.procs import Sluice
+from tests.procs import Sluice, wait_until
+
+
+def jobs(engine: Engine, state: str) -> int:
+    """How many scheduler jobs are in `state`."""
+    with engine.connect() as conn:
+        query = text("SELECT count(*) FROM job WHERE job_type = 'scheduler' AND state = :s")
+        return int(conn.execute(query, {"s": state}).scalar_one())
+
 
 HISTORY_DAGS = 20
 RUNS_PER_DAG = 250  # 20 × 250 runs × 20 tasks: 100,000 TIs
@@ -76,7 +85,11 @@ def test_history_makes_no_statement_read_a_table_whole(sluice: Sluice) -> None:
         sizes = {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one() for t in TABLES}
     before = seq_reads(engine)
 
-    # When runs go through a scheduler and a worker, and a user reads the API's pages
+    # When a scheduler dies (the next one finds its job dead and takes over its spans),
+    # runs go through a scheduler and a worker, and a user reads the API's pages
+    doomed = sluice.scheduler()
+    wait_until(lambda: jobs(engine, "running"), timeout=30)
+    sluice.stop(doomed, signal.SIGKILL)  # its job row stays `running`
     sluice.scheduler()
     sluice.worker(concurrency=4)
     runs = [sluice.trigger("wide") for _ in range(3)] + [sluice.trigger("daily") for _ in range(2)]
@@ -101,6 +114,7 @@ def test_history_makes_no_statement_read_a_table_whole(sluice: Sluice) -> None:
         ):
             for _ in range(7):  # past the first executions: generic plans
                 assert client.get(path).status_code == 200, path
+    wait_until(lambda: jobs(engine, "failed"), timeout=30)  # the dead one found
     sluice.stop_all()  # a backend flushes its statistics as it exits
 
     # Then no statement read task_instance, dag_run or task_log whole: all sequential
