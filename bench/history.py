@@ -11,12 +11,15 @@ SELECT` from `generate_series`, every column as a finished run, task instance an
 log hold them: states, tries, attempt ids, hosts, pids, times, span carriers, results,
 one failed run in 97 with its failed and upstream_failed tasks) and runs VACUUM (ANALYZE),
 as autovacuum would after such growth.
-Then in each phase: the scheduler's tick in-process (median of `w4_ticks`), the API's
-DAG list, grid (`w12_grid_runs` runs × 50 tasks) and run list in-process (median of five
-warm requests), and W1, W2 and W3 with a live scheduler and worker. Each figure's
-ratio history / young is the result (target ≤ 1.2×), with the rows that sequential
-scans of `task_instance`, `dag_run` and `task_log` read during the history phase's
-measurements: a query whose plan scans a whole table would read about a million.
+Then, in rounds that alternate young and history (`repeats` of each, A-B-A-B: the VM's
+speed drifts by tens of percent within a minute, and one measurement of each phase
+read as a 2x slowdown or a 1.5x speed-up for the same code), each phase's scheduler's
+tick in-process (median of `w4_ticks`), the API's DAG list, grid (`w12_grid_runs` runs
+× 50 tasks) and run list in-process (median of five warm requests), and W1, W2 and W3
+with a live scheduler and worker. Each figure is the median of its rounds, and its ratio
+history / young the result (target ≤ 1.2×), with the rows that sequential scans of
+`task_instance`, `dag_run` and `task_log` read during the history rounds: a query whose
+plan scans a whole table would read about a million each time.
 """
 
 from __future__ import annotations
@@ -196,20 +199,19 @@ def live_figures(env: LiveEnv, sizes: Sizes, prof: Profiler) -> dict[str, float]
     }
 
 
-def phase(
+def prepare(
     db: BenchDb,
     folder: Path,
     logs: Path,
     broker_url: str,
     namespace: str,
     sizes: Sizes,
-    prof: Profiler,
     history: bool,
 ) -> dict[str, float]:
-    """One phase's figures (and, with `history`, the load's and the scans')."""
+    """One phase's database: migrated, its DAGs synced, its runs loaded (`YOUNG_RUNS` or
+    `w12_runs_per_dag` of each history DAG), analyzed; the load's figures."""
     expect = write_dags(folder, sizes)
     env = LiveEnv(db, broker_url, namespace, folder, logs, 1.0)
-    figures: dict[str, float] = {}
     engine = make_engine(db.url, application_name="sluice-bench-w12")
     try:
         env.migrate()
@@ -218,9 +220,31 @@ def phase(
         t0 = time.monotonic()
         load_runs(engine, DAG_GRID, sizes.w12_grid_runs, origin)
         runs = sizes.w12_runs_per_dag if history else YOUNG_RUNS
-        figures["tis_loaded"] = float(load_runs(engine, HISTORY_PREFIX + "%", runs, origin))
-        figures["load_seconds"] = time.monotonic() - t0
+        tis = float(load_runs(engine, HISTORY_PREFIX + "%", runs, origin))
+        loaded = {"tis_loaded": tis, "load_seconds": time.monotonic() - t0}
         analyze(engine)
+    finally:
+        env.stop_all()
+        engine.dispose()
+    return loaded
+
+
+def measure(
+    db: BenchDb,
+    folder: Path,
+    logs: Path,
+    broker_url: str,
+    namespace: str,
+    sizes: Sizes,
+    prof: Profiler,
+) -> dict[str, float]:
+    """One round of a prepared phase's figures: the tick and the API's reads in-process,
+    W1-W3 on a live scheduler and worker started for it, and the rows sequential scans
+    of the big tables read meanwhile."""
+    env = LiveEnv(db, broker_url, namespace, folder, logs, 1.0)
+    engine = make_engine(db.url, application_name="sluice-bench-w12")
+    figures: dict[str, float] = {}
+    try:
         scans_before = seq_reads(engine)
         figures["tick_ms"] = tick_ms(db, folder, namespace, sizes)
         figures.update(api_reads(db, folder, namespace, sizes))
@@ -238,6 +262,15 @@ def phase(
         env.stop_all()
         engine.dispose()
     return figures
+
+
+def rounds_merged(loaded: dict[str, float], rounds: list[dict[str, float]]) -> dict[str, float]:
+    """A phase's figures from its rounds: each figure's median, the scans' rows summed."""
+    merged = dict(loaded)
+    for name in rounds[0]:
+        values = [r[name] for r in rounds]
+        merged[name] = sum(values) if name.startswith("seq_rows_read_") else median(values)
+    return merged
 
 
 COMPARED = (

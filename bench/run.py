@@ -462,27 +462,53 @@ class Bench:
         }
 
     def w12_history(self) -> dict[str, Any]:
-        """W12's two phases, each on a database and namespace of its own (`bench.history`)."""
-        phases: dict[str, dict[str, float]] = {}
-        for name in ("empty", "history"):
-            db = BenchDb.create(self.admin, self.tag, f"w12{name[0]}")
-            namespace = f"{self.namespace}-w12{name[0]}"
-            logs = self.logs / f"w12-{name}"
-            logs.mkdir(exist_ok=True)
-            try:
-                phases[name] = history.phase(
-                    db,
-                    self.workdir / f"w12-{name}",
+        """W12's two phases, each on a database and namespace of its own, measured in
+        alternating rounds (`bench.history`)."""
+        names = ("empty", "history")
+        dbs: dict[str, BenchDb] = {}
+        loaded: dict[str, dict[str, float]] = {}
+        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+        where = {
+            name: (
+                self.workdir / f"w12-{name}",
+                self.logs / f"w12-{name}",
+                f"{self.namespace}-w12{name[0]}",
+            )
+            for name in names
+        }
+        try:
+            for name in names:
+                folder, logs, namespace = where[name]
+                logs.mkdir(exist_ok=True)
+                dbs[name] = BenchDb.create(self.admin, self.tag, f"w12{name[0]}")
+                loaded[name] = history.prepare(
+                    dbs[name],
+                    folder,
                     logs,
                     self.broker_url,
                     namespace,
                     self.sizes,
-                    self.prof,
                     history=name == "history",
                 )
-            finally:
+            for _ in range(self.sizes.repeats):
+                for name in names:
+                    folder, logs, namespace = where[name]
+                    rounds[name].append(
+                        history.measure(
+                            dbs[name],
+                            folder,
+                            logs,
+                            self.broker_url,
+                            namespace,
+                            self.sizes,
+                            self.prof,
+                        )
+                    )
+        finally:
+            for name, db in dbs.items():
                 db.drop()
-                cleanup_redis(self.broker_url, namespace)
+                cleanup_redis(self.broker_url, where[name][2])
+        phases = {name: history.rounds_merged(loaded[name], rounds[name]) for name in names}
         s = self.sizes
         tis = s.w12_dags * s.w12_runs_per_dag * 20
         title = f"years of history: {tis:,} finished TIs against a young database"
