@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -199,20 +200,26 @@ def live_figures(env: LiveEnv, sizes: Sizes, prof: Profiler) -> dict[str, float]
     }
 
 
-def prepare(
-    db: BenchDb,
-    folder: Path,
-    logs: Path,
-    broker_url: str,
-    namespace: str,
-    sizes: Sizes,
-    history: bool,
-) -> dict[str, float]:
+@dataclass(frozen=True)
+class Place:
+    """Where one phase lives: its database, DAGs folder, logs folder, broker and namespace."""
+
+    db: BenchDb
+    folder: Path
+    logs: Path
+    broker_url: str
+    namespace: str
+
+    def env(self) -> LiveEnv:
+        return LiveEnv(self.db, self.broker_url, self.namespace, self.folder, self.logs, 1.0)
+
+
+def prepare(place: Place, sizes: Sizes, history: bool) -> dict[str, float]:
     """One phase's database: migrated, its DAGs synced, its runs loaded (`YOUNG_RUNS` or
     `w12_runs_per_dag` of each history DAG), analyzed; the load's figures."""
-    expect = write_dags(folder, sizes)
-    env = LiveEnv(db, broker_url, namespace, folder, logs, 1.0)
-    engine = make_engine(db.url, application_name="sluice-bench-w12")
+    expect = write_dags(place.folder, sizes)
+    env = place.env()
+    engine = make_engine(place.db.url, application_name="sluice-bench-w12")
     try:
         env.migrate()
         env.sync_dags(expect)
@@ -229,25 +236,17 @@ def prepare(
     return loaded
 
 
-def measure(
-    db: BenchDb,
-    folder: Path,
-    logs: Path,
-    broker_url: str,
-    namespace: str,
-    sizes: Sizes,
-    prof: Profiler,
-) -> dict[str, float]:
+def measure(place: Place, sizes: Sizes, prof: Profiler) -> dict[str, float]:
     """One round of a prepared phase's figures: the tick and the API's reads in-process,
     W1-W3 on a live scheduler and worker started for it, and the rows sequential scans
     of the big tables read meanwhile."""
-    env = LiveEnv(db, broker_url, namespace, folder, logs, 1.0)
-    engine = make_engine(db.url, application_name="sluice-bench-w12")
+    env = place.env()
+    engine = make_engine(place.db.url, application_name="sluice-bench-w12")
     figures: dict[str, float] = {}
     try:
         scans_before = seq_reads(engine)
-        figures["tick_ms"] = tick_ms(db, folder, namespace, sizes)
-        figures.update(api_reads(db, folder, namespace, sizes))
+        figures["tick_ms"] = tick_ms(place.db, place.folder, place.namespace, sizes)
+        figures.update(api_reads(place.db, place.folder, place.namespace, sizes))
         env.start_worker(4)
         env.start_scheduler()
         workloads.warm_up(env, sizes)

@@ -465,49 +465,28 @@ class Bench:
         """W12's two phases, each on a database and namespace of its own, measured in
         alternating rounds (`bench.history`)."""
         names = ("empty", "history")
-        dbs: dict[str, BenchDb] = {}
+        places: dict[str, history.Place] = {}
         loaded: dict[str, dict[str, float]] = {}
         rounds: dict[str, list[dict[str, float]]] = {name: [] for name in names}
-        where = {
-            name: (
-                self.workdir / f"w12-{name}",
-                self.logs / f"w12-{name}",
-                f"{self.namespace}-w12{name[0]}",
-            )
-            for name in names
-        }
         try:
             for name in names:
-                folder, logs, namespace = where[name]
+                logs = self.logs / f"w12-{name}"
                 logs.mkdir(exist_ok=True)
-                dbs[name] = BenchDb.create(self.admin, self.tag, f"w12{name[0]}")
-                loaded[name] = history.prepare(
-                    dbs[name],
-                    folder,
+                places[name] = history.Place(
+                    BenchDb.create(self.admin, self.tag, f"w12{name[0]}"),
+                    self.workdir / f"w12-{name}",
                     logs,
                     self.broker_url,
-                    namespace,
-                    self.sizes,
-                    history=name == "history",
+                    f"{self.namespace}-w12{name[0]}",
                 )
+                loaded[name] = history.prepare(places[name], self.sizes, history=name == "history")
             for _ in range(self.sizes.repeats):
                 for name in names:
-                    folder, logs, namespace = where[name]
-                    rounds[name].append(
-                        history.measure(
-                            dbs[name],
-                            folder,
-                            logs,
-                            self.broker_url,
-                            namespace,
-                            self.sizes,
-                            self.prof,
-                        )
-                    )
+                    rounds[name].append(history.measure(places[name], self.sizes, self.prof))
         finally:
-            for name, db in dbs.items():
-                db.drop()
-                cleanup_redis(self.broker_url, where[name][2])
+            for place in places.values():
+                place.db.drop()
+                cleanup_redis(self.broker_url, place.namespace)
         phases = {name: history.rounds_merged(loaded[name], rounds[name]) for name in names}
         s = self.sizes
         tis = s.w12_dags * s.w12_runs_per_dag * 20
