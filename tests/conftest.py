@@ -8,14 +8,12 @@ tests never read or flush the machine's Redis.
 
 from __future__ import annotations
 
-import compileall
 import itertools
 import os
 import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -23,6 +21,7 @@ import redis
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
+from bench.procs import compile_sources
 from tests.redis_server import session_redis, stop_session_redis
 
 PG_ADMIN_URL = os.environ.get(
@@ -31,19 +30,13 @@ PG_ADMIN_URL = os.environ.get(
 IN_CI = os.environ.get("CI") == "true"
 
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("tasks", "scheduler", "broker", "sluice")
-"""Sluice's source folders (`sluice/` holds links to the other three)."""
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Compile Sluice's modules to bytecode once, before any test starts a process. Where
-    the environment sets PYTHONDONTWRITEBYTECODE, Python reads bytecode but never writes
-    it, and every `sluice` subprocess (hundreds in the suite) would compile all of
-    Sluice's modules again: about 0.3 s of CPU for a scheduler or worker, 0.1 s for a CLI
-    call, on a suite whose time is CPU. Up-to-date files are only looked at."""
-    for folder in PACKAGES:
-        compileall.compile_dir(REPO / folder, quiet=1)
+    """Compile Sluice's modules to bytecode once, before any test starts a process
+    (`bench.procs.compile_sources`): where the environment sets PYTHONDONTWRITEBYTECODE,
+    every `sluice` subprocess (hundreds in the suite) would compile them all again, about
+    0.3 s of CPU for a scheduler or worker, 0.1 s for a CLI call, on a suite whose time is
+    CPU. Up-to-date files are only looked at."""
+    compile_sources()
 
 
 RESERVED_REDIS_DBS = frozenset({14, 15})
