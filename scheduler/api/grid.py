@@ -8,8 +8,10 @@ Invariants:
   a mapped cell shows the lowest code among its indexes.
 - A compact cell's try number is `tries[row]` if listed, else `usual_try(state)`.
 - On PostgreSQL the compact states are aggregated in SQL, one statement for every run
-  (`_compact_rows`); the TIs of mapped or unknown tasks, few, are read apart and patched
-  in. On SQLite (embedded, small DAGs) the compact grid is made from the cells.
+  (`_compact_rows`): a run whose unmapped TIs are exactly the rows' tasks is read in the
+  unique index's order and its codes put in row order in Python (`_indexed_rows`); the
+  others are joined with the rows. The TIs of mapped or unknown tasks, few, are read apart
+  and patched in. On SQLite (embedded, small DAGs) the compact grid is made from the cells.
 - A compact grid of its first `rows` rows (what the web UI shows) reads only those rows'
   TIs (by the unique index on run, task and map index): its cost follows the rows shown,
   not the DAG's size. Task ids of older versions come after the DAG's own rows, so a
@@ -19,6 +21,8 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import operator
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +59,12 @@ NO_TI = "-"
 """The code of a cell whose task has no TI in the run."""
 
 CODE_OF: dict[str, str] = {str(s): CODES[i] for i, s in enumerate(SUMMARY_ORDER)}
+
+_ODD_SHIFT = ord("A") - ord("0")
+"""`_INDEXED_SQL` marks a cell whose try is unusual by shifting its code ('0'-'9') by this
+much ('A'-'J'); the codes are digits, as `SUMMARY_ORDER` has ten states."""
+_ODD = re.compile("[A-J]")
+_UNSHIFT = str.maketrans({chr(ord(c) + _ODD_SHIFT): c for c in CODES[: len(SUMMARY_ORDER)]})
 
 TRIED: frozenset[TaskInstanceState] = frozenset(
     {TI.QUEUED, TI.RUNNING, TI.SUCCESS, TI.FAILED, TI.UP_FOR_RETRY}
@@ -352,10 +362,84 @@ costs, and compiling would cost more than running); plans made for the arrays' s
 def _compact_rows(
     session: Session, run_pks: list[int], order: list[str], windowed: bool
 ) -> list[Any]:
-    """`_COMPACT_SQL`'s rows for these runs (of the rows' TIs alone when `windowed`)."""
+    """`_COMPACT_SQL`'s rows for these runs (of the rows' TIs alone when `windowed`): the
+    runs whose unmapped TIs are the rows' tasks, one each, read in index order
+    (`_indexed_rows`), the others by `_COMPACT_SQL`."""
     session.execute(_SETTINGS_SQL)
-    statement = _COMPACT_WINDOW_SQL if windowed else _COMPACT_SQL
-    return list(session.execute(statement, {"runs": run_pks, "task_ids": order}))
+    if windowed:
+        return list(session.execute(_COMPACT_WINDOW_SQL, {"runs": run_pks, "task_ids": order}))
+    found, left = _indexed_rows(session, run_pks, order)
+    if left:
+        found += session.execute(_COMPACT_SQL, {"runs": left, "task_ids": order})
+    return found
+
+
+_INDEXED_TEXT = f"""
+SELECT r.id, g.states, g.tries, g.unmapped, g.known, g.others
+FROM unnest(CAST(:runs AS BIGINT[])) AS r(id)
+CROSS JOIN LATERAL (
+    SELECT string_agg(CASE WHEN ti.odd THEN chr(ascii(ti.code) + {_ODD_SHIFT}) ELSE ti.code END, '')
+               FILTER (WHERE ti.map_index = -1) AS states,
+           string_agg(ti.try_number::text, ',') FILTER (WHERE ti.map_index = -1 AND ti.odd)
+               AS tries,
+           count(*) FILTER (WHERE ti.map_index = -1) AS unmapped,
+           bool_and(ti.task_id = ANY(string_to_array(:task_ids, ',')))
+               FILTER (WHERE ti.map_index = -1) AS known,
+           count(*) FILTER (WHERE ti.map_index >= 0) AS others
+    FROM (SELECT task_id, map_index, try_number, {_code_case("state")} AS code,
+                 try_number <> {_usual_try_case("state")} AS odd
+          FROM task_instance WHERE dag_run_id = r.id ORDER BY task_id, map_index) AS ti
+) AS g
+"""
+"""Per run, its TIs in the order of the unique index on (run, task, map index), with no
+join and no sort: the codes of its unmapped TIs, each shifted into `ODD_CODES` when its
+try is unusual, and those tries in the same order (each aggregate takes the subquery's
+rows in its order: a subquery with ORDER BY is not flattened, and a plan parameterized by
+the run is never parallel); how many unmapped TIs there are and whether each is a row's
+task (`:task_ids`: the rows joined by commas, which a task id never holds); how many TIs
+are mapped indexes."""
+_INDEXED_SQL = text(_INDEXED_TEXT).bindparams(bindparam("runs", type_=ARRAY(BigInteger)))
+
+_COLLATED_SQL = text(
+    "SELECT array_agg(o.row ORDER BY o.task_id, o.row) "
+    "FROM unnest(string_to_array(:task_ids, ',')) WITH ORDINALITY AS o(task_id, row)"
+)
+"""The rows (from 1) in the order of their task ids by the database's collation: the
+unique index's order, as `task_instance.task_id` has the database's default collation."""
+
+_BITMAP_SCANS_SQL = text("SELECT set_config('enable_bitmapscan', :value, true)")
+
+
+def _indexed_rows(
+    session: Session, run_pks: list[int], order: list[str]
+) -> tuple[list[Any], list[int]]:
+    """`_COMPACT_SQL`'s rows of the runs whose unmapped TIs are exactly the rows' tasks,
+    read by `_INDEXED_SQL` and put in row order here; and the other runs' keys. A run of
+    the DAG's version that no mapped task expanded has one TI per row: reading it in index
+    order costs about half of joining it with the rows."""
+    joined = ",".join(order)
+    if not run_pks or not order or joined.count(",") != len(order) - 1:
+        return [], list(run_pks)
+    collated = session.execute(_COLLATED_SQL, {"task_ids": joined}).scalar_one()
+    position = [0] * len(order)
+    for at, row in enumerate(collated):
+        position[row - 1] = at
+    in_rows = operator.itemgetter(*position)
+    was = session.execute(text("SELECT current_setting('enable_bitmapscan')")).scalar_one()
+    session.execute(_BITMAP_SCANS_SQL, {"value": "off"})  # the index's order, not a sort
+    try:
+        found = session.execute(_INDEXED_SQL, {"runs": run_pks, "task_ids": joined}).all()
+    finally:
+        session.execute(_BITMAP_SCANS_SQL, {"value": was})
+    rows, left = [], []
+    for run_pk, states, tries, unmapped, known, others in found:
+        if unmapped != len(order) or not known:
+            left.append(run_pk)
+            continue
+        odd = [collated[m.start()] - 1 for m in _ODD.finditer(states)]
+        tried = dict(zip(odd, tries.split(","), strict=True)) if odd else {}
+        rows.append((run_pk, "".join(in_rows(states.translate(_UNSHIFT))), tried, others))
+    return rows, left
 
 
 def _pg_columns(
