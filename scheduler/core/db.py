@@ -444,7 +444,7 @@ def _send(
             for i in range(len(statements)):
                 if i or begin:
                     cursor.nextset()
-                results.append(list(cursor.fetchall()) if cursor.description else [])
+                results.append(list(cursor.fetchall()) if _has_rows(cursor) else [])
             return results
     except psycopg.Error as exc:
         broken = isinstance(exc, psycopg.OperationalError) or raw.closed
@@ -453,6 +453,15 @@ def _send(
             raise OperationalError(query, None, exc) from exc
         connection.exec_driver_sql("ROLLBACK")
         raise DBAPIError(query, None, exc) from exc
+
+
+def _has_rows(cursor: Any) -> bool:
+    """Whether the cursor's current result has rows to fetch (a SELECT, a RETURNING), read
+    off its result status: `cursor.description` builds a column object per column."""
+    from psycopg import pq
+
+    result = cursor.pgresult
+    return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
 _preparing = True
