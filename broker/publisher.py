@@ -11,13 +11,14 @@ app, `core.deployment`). Each message is shadowed as `dag_id.task_id` (Celery's
 `shadow` option: the name Flower and worker logs show; the task run stays
 `sluice.run_task_instance`). A batch goes through one producer (one connection
 checkout) and, on Redis, one pipeline (kombu's `Producer.batch`: one round trip for
-the lot instead of one per message). Broker errors propagate: the caller decides (the
-queued sweep republishes what never arrived, a delivered message included: the
-worker's claim takes a try once).
+the lot instead of one per message; a single message goes out alone). Broker errors
+propagate: the caller decides (the queued sweep republishes what never arrived, a
+delivered message included: the worker's claim takes a try once).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +41,7 @@ def publish(app: Celery, messages: Sequence[RunMessage]) -> None:
     declare: list[Any] | None = [] if _lists_are_queues(app) else None
     deployment = app.conf.get(DEPLOYMENT_HEADER)
     ours = {DEPLOYMENT_HEADER: deployment} if deployment else {}
-    with app.producer_or_acquire() as producer, producer.batch():
+    with app.producer_or_acquire() as producer, _batch(producer, len(messages)):
         sender = HeadersLast(producer)
         for message in messages:
             kwargs = message.to_kwargs()
@@ -84,6 +85,12 @@ def publish_callbacks(app: Celery, messages: Sequence[CallbackMessage]) -> None:
                 producer=producer,
                 headers=headers,
             )
+
+
+def _batch(producer: Any, count: int) -> Any:
+    """kombu's publish batch for several messages (on Redis, one pipeline for the lot); one
+    message goes out alone: a batch of one costs a MULTI and an EXEC more."""
+    return producer.batch() if count > 1 else contextlib.nullcontext()
 
 
 _LIST_BROKERS = ("redis", "rediss", "sentinel", "memory")
