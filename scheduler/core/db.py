@@ -327,15 +327,17 @@ def _autocommit_engine(factory: sessionmaker[Session]) -> Engine | None:
 
 
 def committed_at_once(factory: sessionmaker[Session], pipeline: Pipeline) -> Results:
-    """`pipeline` in one transaction, committed: on PostgreSQL sent as one query with its
-    BEGIN and COMMIT (one round trip; locks are held only while the server runs them),
-    on SQLite one statement after the other in a transaction. Errors as for
-    `transaction_opened_by`; nothing is committed then."""
+    """`pipeline` in one transaction, committed: on PostgreSQL sent as one simple-protocol
+    query, which the server runs as one transaction (an implicit block: committed at the
+    end of the query, rolled back on any error; no BEGIN and COMMIT to parse and run), so
+    one round trip, and locks are held only while the server runs it; on SQLite one
+    statement after the other in a transaction. Errors as for `transaction_opened_by`;
+    nothing is committed then."""
     engine = _autocommit_engine(factory)
     if engine is None:
         with transaction(factory) as session:
             return Results(pipeline, [_executed(session, s) for s in pipeline.statements])
-    return Results(pipeline, _send(held_connection(engine), pipeline.statements, commit=True))
+    return Results(pipeline, _send(held_connection(engine), pipeline.statements, begin=False))
 
 
 def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any]:
