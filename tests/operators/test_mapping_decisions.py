@@ -20,7 +20,6 @@ from sluice.scheduler.core.transitions import move_run
 from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 from sluice.scheduler.scheduling.clearing import clear_task_instances
-from sluice.scheduler.scheduling.ti_rows import BULK_FROM
 from tests.operators.helpers import World
 from tests.operators.test_metrics import one, scrape
 
@@ -195,12 +194,16 @@ def test_explain_names_the_index_and_what_it_waits_for(world: World) -> None:
         world.explain("m", "r1", "second")
 
 
+WIDE = 192
+"""Indexes of the wide expansion below."""
+
+
 def test_a_wide_expansion_is_one_insert_with_every_column(world: World) -> None:
-    """Past `BULK_FROM` indexes PostgreSQL gets them in one INSERT … SELECT over arrays:
-    each row as the per-row insert makes it (options, a span of its own in the run's
-    trace), the ones to start already scheduled."""
+    """A wide expansion is one INSERT (on PostgreSQL, one SELECT over a JSON array of the
+    rows): each row with the task's options and a span of its own in the run's trace, the
+    ones to start already scheduled."""
     world.trigger("m", "r1")
-    items_done(world, "r1", list(range(BULK_FROM * 3)))
+    items_done(world, "r1", list(range(WIDE)))
     world.decide("m", "r1")
     with world.factory() as session:
         tis = session.scalars(
@@ -210,7 +213,7 @@ def test_a_wide_expansion_is_one_insert_with_every_column(world: World) -> None:
         ).all()
     first = [t for t in tis if t.task_id == "first"]
     limited = [t for t in tis if t.task_id == "limited"]
-    assert [t.map_index for t in first] == list(range(BULK_FROM * 3))
+    assert [t.map_index for t in first] == list(range(WIDE))
     assert {t.state for t in first} == {TI.SCHEDULED}
     assert all(t.scheduled_at is not None for t in first)
     assert [t.state for t in limited[:3]] == [TI.SCHEDULED, TI.SCHEDULED, TI.NONE]
