@@ -9,8 +9,8 @@ is a hint, `wake()` never raises, and a lost one costs at most a loop interval.
   autocommit (a statement of its own: never inside the caller's transaction, so a
   rolled-back trigger cannot lose it and a long one cannot delay it). The payload is
   a run id, or `*` for "look at everything".
-- `wait()` listens on another connection (opened on the first call, `LISTEN` on the
-  channel) and drains every pending notification once one arrived.
+- `wait()` listens on another connection (opened by `listen()` or the first call,
+  `LISTEN` on the channel) and drains every pending notification once one arrived.
 - News are broadcast: every scheduler hears every run id (Redis shares an unclaimed
   run's news through a set so that one scheduler examines it; here each examines it,
   which the run's row lock makes safe). `share()` sends the ids back as news, in
@@ -102,6 +102,13 @@ class PgWaker:
 
     def take_news(self) -> set[int] | None:
         return self._news.take()
+
+    def listen(self) -> None:
+        try:
+            self._listening()
+        except Exception as exc:  # the next wait listens again
+            log.debug("wake-up channel %s unavailable: %s", self.channel, exc)
+            self._close_listener()
 
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + max(timeout, 0.0)

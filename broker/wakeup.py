@@ -48,6 +48,12 @@ class Waker(Protocol):
         `shared`: the run's news is for one scheduler, whichever takes it first.
         """
 
+    def listen(self) -> None:
+        """Start hearing wake-ups now (the subscription the first `wait` would open), so a
+        wake-up sent before that wait still wakes it; never raises. A scheduler listens
+        before its first pass: a run triggered during that pass is not left for a loop
+        interval."""
+
     def wait(self, timeout: float) -> bool:
         """Block up to `timeout` seconds; True if woken (all pending wake-ups are drained)."""
 
@@ -119,6 +125,9 @@ class LocalWaker:
     def take_news(self) -> set[int] | None:
         return self._news.take()
 
+    def listen(self) -> None:
+        """In-process: a wake-up sets the event whenever it comes."""
+
     def share(self, run_ids: Collection[int]) -> None:
         self._news.add_runs(run_ids)
         self._event.set()
@@ -152,8 +161,8 @@ def wakeup_channel(url: str, namespace: str) -> str:
 class RedisWaker:
     """Wake-ups over Redis pub/sub, across processes and hosts.
 
-    The subscription is opened on the first `wait()`; wake-ups published before it
-    are not seen (shared news stay in the set for the next `take_news`). After a lost
+    The subscription is opened by `listen()` or the first `wait()`; wake-ups published
+    before it are not seen (shared news stay in the set for the next `take_news`). After a lost
     connection the next `wait()` subscribes again; while Redis is down `wait()` sleeps
     its timeout and returns False. Not thread-safe for concurrent `wait()` calls;
     `wake()` may be called from any thread.
@@ -232,6 +241,13 @@ class RedisWaker:
             pipe.execute()
         except Exception as exc:  # best-effort by contract
             log.debug("wake-up on %s not sent: %s", self.channel, exc)
+
+    def listen(self) -> None:
+        try:
+            self._subscribed()
+        except Exception as exc:  # the next wait subscribes again
+            log.debug("wake-up channel %s unavailable: %s", self.channel, exc)
+            self._drop_pubsub()
 
     def wait(self, timeout: float) -> bool:
         """As `Waker.wait`; returns at once when shared news are known to be left."""

@@ -129,6 +129,7 @@ class DagRunJob:
         """Loop until stopped, done or `num_loops` iterations; survives database outages."""
         if self.job_id is None:
             self.retrying(self.register)
+        self.waker.listen()  # before the first pass: a wake-up sent during it is heard
         loops = 0
         backoff = Backoff(self.settings)
         try:
