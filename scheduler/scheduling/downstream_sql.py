@@ -376,6 +376,45 @@ UNFINISHED = hot(
 """Whether a run has a TI left to finish (one indexed row)."""
 
 
+LEAF_COUNTING = hot(
+    "leaf result counts the run's other unfinished TIs",
+    (
+        exists().where(*_OF_RUN_UNFINISHED, _OTHER.c.id != _TI.id).label("unfinished"),
+        _POOL_TOTAL_IF_WAITING,
+    ),
+    "What the result of a task with no downstream returns, under the run's lock: whether "
+    "another TI of the run is unfinished (the first found is enough; one equality per "
+    "state on (dag_run_id, state)), and the freed pool's slots, its row locked, if TIs "
+    "wait in it.",
+)
+
+
+def leaf_write(
+    *,
+    run_pk: int,
+    pool: str,
+    ti_id: int,
+    attempt_id: str,
+    now: dt.datetime,
+    values: Mapping[str, Any],
+) -> Sent:
+    """The success of a task with no downstream, running → success, returning
+    `unfinished` (another TI of the run is) and `pool_total` (the slots of `pool`, its row
+    locked, if TIs wait in it; else NULL). To send after the run's lock, in the same
+    transaction: the lock serialises the run's results, so exactly one of the last two
+    counts no other unfinished."""
+    return ti_move_returning(
+        ti_id,
+        TI.SUCCESS,
+        expect=[TI.RUNNING],
+        now=now,
+        returning=LEAF_COUNTING,
+        attempt_id=attempt_id,
+        values=values,
+        params={"run_pk": run_pk, "lock_pool": pool},
+    )
+
+
 _SIBLING = TaskInstance.__table__.alias("sibling")
 _WAITER = TaskInstance.__table__.alias("waiter")
 INDEX_COUNTING = hot(

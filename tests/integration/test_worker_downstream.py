@@ -886,9 +886,51 @@ def test_a_fan_in_upstream_fills_a_backlogged_pool_in_its_own_query(
     }
 
 
+def test_a_task_with_no_downstream_is_one_query_and_the_last_wakes_the_schedulers(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quiet success of a task with no downstream is one query (`leaf_at_once`): while
+    other TIs of the run are unfinished it wakes nobody, and the slot it frees goes to the
+    first TI waiting in its pool (in one more query until this process has seen the
+    backlog, then in the result's own); the run's last one wakes the schedulers, which end
+    the run."""
+    monkeypatch.setattr(at_once, "_BACKLOG", {})  # this process has seen no backlog yet
+    harness.add_pool("small", 1)
+    harness.write(
+        "leaves",
+        """
+    from sluice import DAG, task
+    with DAG("leaves", schedule=None) as dag:
+        root = task(task_id="root")(lambda: 0)
+        for i in range(3):
+            root >> task(task_id=f"l{i}", pool="small", priority_weight=10 - i)(lambda: i)
+    """,
+    )
+    run_pk = harness.trigger("leaves")
+    harness.run("root")
+    assert harness.worker_queued() == ["l0"]  # the pool's one slot; l1 and l2 wait
+    expected = [
+        ("l0", "leaf_at_once, then fill", ["l1"], set()),  # the backlog seen: one more query
+        ("l1", "leaf_at_once, then filled", ["l2"], set()),  # filled by the result's query
+        ("l2", "leaf_at_once, then wake", [], {run_pk}),  # the run's last unfinished TI
+    ]
+    for task_id, path, queued, news in expected:
+        harness.waker.take_news()  # what came before
+        before = len(harness.by_worker)
+        assert harness.run(task_id) is Outcome.SUCCESS
+        sent = [m.task_id for m in harness.by_worker[before:]]
+        woken = harness.waker.take_news()
+        assert (task_id, harness.path(), sent, woken) == (task_id, path, queued, news)
+    harness.waker.wake(run_pk)
+    harness.job.tick(utcnow())  # woken: the scheduler ends the run
+    assert harness.run_state(run_pk) == "success"
+    assert harness.worker_queued() == ["l0", "l1", "l2"]  # each once
+
+
 def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:
-    """The worker's result paths, in the order of `PATHS`: a quiet fan-in upstream and a
-    quiet chain link are one query each; a result with a log is decided in a transaction;
+    """The worker's result paths, in the order of `PATHS`: a quiet fan-in upstream, a
+    quiet chain link and a quiet task with no downstream are one query each; a result
+    with a log is decided in a transaction;
     a failure is written alone and wakes the schedulers."""
     harness.write("fan_in", FAN_IN)
     harness.write(
@@ -902,6 +944,7 @@ def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:
         raise RuntimeError("no")
     with DAG("links", schedule=None) as dag:
         task(task_id="quiet")(lambda: 0) >> task(task_id="noisy")(noisy)
+        task(task_id="quiet_end")(lambda: 2)
         task(task_id="noisy_end")(noisy)
         task(task_id="boom")(boom)
     """,
@@ -913,6 +956,7 @@ def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:
         ("u1", "decided"),  # it printed: its log goes with its result
         ("u2", "fan_in_at_once, then join"),  # the last: the join queued by one query
         ("quiet", "chain_at_once, then queued"),  # its next task queued in the same query
+        ("quiet_end", "leaf_at_once, then nothing"),  # no downstream, other TIs unfinished
         ("noisy_end", "decided"),
         ("boom", "written"),  # a failure: the schedulers decide what follows
     ]

@@ -1,6 +1,6 @@
 """Results committed in one query: a fan-in's upstream (`fan_in_at_once`), a chain's
-link (`chain_at_once`) and an index of a mapped task (`index_at_once`), each a success
-with no log to store.
+link (`chain_at_once`), a task with no downstream (`leaf_at_once`) and an index of a
+mapped task (`index_at_once`), each a success with no log to store.
 
 A success into a fan-in that waits for all its upstreams decides nothing while another
 upstream is unfinished: its UPDATE counts them (`downstream_sql.fan_in_write`). So the
@@ -25,6 +25,11 @@ A success of a chain's link (`Plan.chain_next`: one downstream, whose only upstr
 is, in its pool, ready on its success) is one query too: BEGIN, the run's lock, the
 result's write, the pool's lock, the next TI queued if nobody waits in its pool and it
 fits, COMMIT (`queued`). Not queued, the decision follows in a transaction (`decide`).
+
+A success of a task with no downstream decides nothing: its UPDATE says whether another
+TI of the run is unfinished (under the run's lock, so exactly one of the run's last two
+results counts none) and whether TIs wait in its pool. The run's last unfinished TI wakes
+the schedulers, which end the run; a freed slot is filled as a fan-in upstream's is.
 
 Invariant: the result is committed before any decision that follows it; a worker that
 dies in between leaves the decision to the schedulers' passes (a dropped follow-up query
@@ -72,6 +77,7 @@ from sluice.scheduler.scheduling.downstream_sql import (
     fill_statements,
     index_write,
     join_next_statements,
+    leaf_write,
     run_lock,
 )
 from sluice.scheduler.scheduling.plans import Plan
@@ -185,6 +191,62 @@ def index_at_once(case: Case) -> Recorded:
     if last:
         return _recorded("index_at_once", case, "wake", lambda: FollowUp(wake=True))
     return _recorded("index_at_once", case, "fill", lambda: _fill_with_spans(case))
+
+
+def leaf_at_once(case: Case) -> Recorded:
+    """A quiet success of a task with no downstream in one query: BEGIN, the run's lock,
+    the UPDATE that writes it and says whether another TI of the run is unfinished and
+    whether TIs wait in its pool (the pool's lock and the fill sent with it when this
+    process's last result in that pool found TIs waiting: `_BACKLOG`), COMMIT. Then the
+    run's last unfinished TI wakes the schedulers, which end the run (`wake`); a freed
+    slot TIs wait for is filled in one more query (`fill`; with spans to start, a
+    transaction) unless the result's own query filled it (`filled`, or `nothing`)."""
+    assert case.dag is not None
+    attempt_id = str(uuid.uuid4())
+    found: list[tuple[Results, Handle, Handle, Handle | None]] = []
+
+    def write() -> bool:
+        now = utcnow()
+        pipeline = Pipeline()
+        lock = pipeline.add(run_lock(case.run_pk), "run lock")
+        result = pipeline.add(
+            leaf_write(
+                run_pk=case.run_pk,
+                pool=case.pool,
+                ti_id=case.ti_id,
+                attempt_id=case.attempt_id,
+                now=now,
+                values=case.values,
+            ),
+            "result",
+        )
+        queued = None
+        if _BACKLOG.get(case.pool) and not case.tracing:
+            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
+            pipeline.add(pool_lock, "pool lock")
+            queued = pipeline.add(queue, "waiting TI queued")
+        sent = committed_at_once(case.factory, pipeline)
+        found[:] = [(sent, lock, result, queued)]
+        return bool(sent[result])
+
+    if not retrying(write):
+        return Recorded(False, None, "leaf_at_once")
+    sent, lock, result, queued = found[0]
+    run, row = sent.first(lock), sent.first(result)
+    assert row is not None  # the compare-and-set won
+    _BACKLOG[case.pool] = row.pool_total is not None
+    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
+    driven = run is not None and drives(run, case.dag)
+    wake = not driven or not row.unfinished
+    if not driven or row.pool_total is None or queued is not None:
+        then = "wake" if wake else "filled" if filled else "nothing"
+        return Recorded(True, FollowUp(filled, wake=wake), "leaf_at_once", then)
+    fill = _fill_with_spans if case.tracing else _fill
+    recorded = _recorded("leaf_at_once", case, "fill", lambda: fill(case))
+    if wake and recorded.follow is not None:
+        recorded.follow.wake = True
+        recorded = replace(recorded, then=f"{recorded.then}, wake")
+    return recorded
 
 
 def index_result_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handle, Handle]:

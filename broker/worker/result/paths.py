@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sluice.broker.worker.result.at_once import chain_at_once, fan_in_at_once, index_at_once
+from sluice.broker.worker.result.at_once import (
+    chain_at_once,
+    fan_in_at_once,
+    index_at_once,
+    leaf_at_once,
+)
 from sluice.broker.worker.result.case import Case, Recorded
 from sluice.broker.worker.result.in_transaction import decided, written
 from sluice.broker.worker.result.mapped_index import index_written
@@ -61,6 +66,22 @@ PATHS: tuple[ResultPath, ...] = (
             and not c.tracing
         ),
         record=chain_at_once,
+    ),
+    ResultPath(
+        name="leaf_at_once",
+        condition="a success with no log to store of a task with no downstream, the worker "
+        "deciding (a run's last task, a branch's end)",
+        round_trips="1: BEGIN, the run's lock, the UPDATE that writes the result and says "
+        "whether another TI of the run is unfinished and whether TIs wait in its pool (with "
+        "the pool's lock and the first TI waiting queued, when the process's last such "
+        "result found a backlog in that pool), COMMIT; then 0 or 1 more (the fill)",
+        locks="the run's row while the query runs; the freed pool's row if TIs wait in it",
+        fallback="the run's last unfinished TI, or a run the worker may not drive: the "
+        "schedulers are woken (they end the run); a fill that fails wakes them too",
+        applies=lambda c: (
+            c.decides and c.quiet_success and c.plan is not None and not c.plan.downstream
+        ),
+        record=leaf_at_once,
     ),
     ResultPath(
         name="decided",
