@@ -403,15 +403,32 @@ def leaf_write(
     locked, if TIs wait in it; else NULL). To send after the run's lock, in the same
     transaction: the lock serialises the run's results, so exactly one of the last two
     counts no other unfinished."""
+    params = {"run_pk": run_pk, "lock_pool": pool}
+    return _success(
+        LEAF_COUNTING, params, ti_id=ti_id, attempt_id=attempt_id, now=now, values=values
+    )
+
+
+def _success(
+    returning: tuple[ColumnElement[Any], ...],
+    params: dict[str, Any],
+    *,
+    ti_id: int,
+    attempt_id: str,
+    now: dt.datetime,
+    values: Mapping[str, Any],
+) -> Sent:
+    """A try's success, running → success for `attempt_id`, returning `returning` (bound
+    by `params`)."""
     return ti_move_returning(
         ti_id,
         TI.SUCCESS,
         expect=[TI.RUNNING],
         now=now,
-        returning=LEAF_COUNTING,
+        returning=returning,
         attempt_id=attempt_id,
         values=values,
-        params={"run_pk": run_pk, "lock_pool": pool},
+        params=params,
     )
 
 
@@ -451,13 +468,7 @@ def index_write(
     """The success of an index of mapped task `task_id`, running → success, returning
     `unfinished` (another index is) and `backlog` (TIs wait in `pool`). To send after the
     run's lock, in the same transaction."""
-    return ti_move_returning(
-        ti_id,
-        TI.SUCCESS,
-        expect=[TI.RUNNING],
-        now=now,
-        returning=INDEX_COUNTING,
-        attempt_id=attempt_id,
-        values=values,
-        params={"run_pk": run_pk, "counted_task": task_id, "lock_pool": pool},
+    params = {"run_pk": run_pk, "counted_task": task_id, "lock_pool": pool}
+    return _success(
+        INDEX_COUNTING, params, ti_id=ti_id, attempt_id=attempt_id, now=now, values=values
     )

@@ -42,7 +42,7 @@ import datetime as dt
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
@@ -54,11 +54,13 @@ from sluice.scheduler.core.db import (
     Handle,
     Pipeline,
     Results,
+    Sent,
     committed_at_once,
     transaction,
     transaction_opened_by,
     utcnow,
 )
+from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import ti_move_returning
 from sluice.scheduler.scheduling import spans
@@ -91,46 +93,26 @@ def fan_in_at_once(case: Case) -> Recorded:
     freed slot is filled in the same query (`fill_statements`), as an index's is."""
     plan = case.fan_in_plan
     assert plan is not None and case.dag is not None
-    attempt_id = str(uuid.uuid4())
-    found: list[tuple[Results, Handle, Handle, Handle | None]] = []
-
-    def write() -> bool:
-        now = utcnow()
-        pipeline = Pipeline()
-        lock = pipeline.add(run_lock(case.run_pk), "run lock")
-        result = pipeline.add(
-            fan_in_write(
-                plan,
-                run_pk=case.run_pk,
-                pool=case.pool,
-                ti_id=case.ti_id,
-                new=TI.SUCCESS,
-                attempt_id=case.attempt_id,
-                now=now,
-                values=case.values,
-            ),
-            "result",
-        )
-        queued = None
-        if _BACKLOG.get(case.pool) and not case.tracing:
-            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
-            pipeline.add(pool_lock, "pool lock")
-            queued = pipeline.add(queue, "waiting TI queued")
-        sent = committed_at_once(case.factory, pipeline)
-        found[:] = [(sent, lock, result, queued)]
-        return bool(sent[result])
-
-    if not retrying(write):
+    written = _written_with_fill(
+        case,
+        lambda now: fan_in_write(
+            plan,
+            run_pk=case.run_pk,
+            pool=case.pool,
+            ti_id=case.ti_id,
+            new=TI.SUCCESS,
+            attempt_id=case.attempt_id,
+            now=now,
+            values=case.values,
+        ),
+    )
+    if written is None:
         return Recorded(False, None, "fan_in_at_once")
-    sent, lock, result, queued = found[0]
-    run, row = sent.first(lock), sent.first(result)
-    assert row is not None  # the compare-and-set won
-    _BACKLOG[case.pool] = row.pool_total is not None
-    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
+    run, row, filled = written.run, written.row, written.filled
     then: tuple[str, Callable[[], FollowUp]]
     if run is None or not drives(run, case.dag):
         then = ("wake", lambda: FollowUp(wake=True))
-    elif row.unfinished and (row.pool_total is None or queued is not None):
+    elif row.unfinished and (row.pool_total is None or written.filled_in_query):
         then = ("filled" if filled else "nothing", FollowUp)
     elif row.unfinished and not case.tracing:
         then = ("fill", lambda: _fill(case))
@@ -153,6 +135,52 @@ UPDATE's `pool_total`). A hint only: with it, the next result fills the slot it 
 its own query (the pool's lock then taken whatever waits); without it, a result that
 finds TIs waiting fills in one more query. Either way the fill is the same
 compare-and-set, so a wrong guess costs a lock or a round trip, never a double queueing."""
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What a result's one query (`_written_with_fill`) returned."""
+
+    run: Any
+    """The run's row read by its lock (None: the run is gone or not running)."""
+    row: Any
+    """The result UPDATE's row: its compare-and-set won."""
+    filled: list[RunMessage]
+    """The TI the query's own fill queued, if it sent one."""
+    filled_in_query: bool
+    """The query held the pool's lock and the fill (the process's backlog hint)."""
+
+
+def _written_with_fill(case: Case, result_of: Callable[[dt.datetime], Sent]) -> _Written | None:
+    """The run's lock and the result's UPDATE (`result_of(now)`, which returns
+    `pool_total`) in one query, with the pool's lock and the fill of the slot it frees when
+    this process's last result in that pool found TIs waiting (`_BACKLOG`, updated here
+    from `pool_total`); None if the result's compare-and-set lost."""
+    attempt_id = str(uuid.uuid4())
+    found: list[tuple[Results, Handle, Handle, Handle | None]] = []
+
+    def write() -> bool:
+        now = utcnow()
+        pipeline = Pipeline()
+        lock = pipeline.add(run_lock(case.run_pk), "run lock")
+        result = pipeline.add(result_of(now), "result")
+        queued = None
+        if _BACKLOG.get(case.pool) and not case.tracing:
+            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
+            pipeline.add(pool_lock, "pool lock")
+            queued = pipeline.add(queue, "waiting TI queued")
+        sent = committed_at_once(case.factory, pipeline)
+        found[:] = [(sent, lock, result, queued)]
+        return bool(sent[result])
+
+    if not retrying(write):
+        return None
+    sent, lock, result, queued = found[0]
+    row = sent.first(result)
+    assert row is not None  # the compare-and-set won
+    _BACKLOG[case.pool] = row.pool_total is not None
+    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
+    return _Written(sent.first(lock), row, filled, queued is not None)
 
 
 def index_at_once(case: Case) -> Recorded:
@@ -202,43 +230,23 @@ def leaf_at_once(case: Case) -> Recorded:
     slot TIs wait for is filled in one more query (`fill`; with spans to start, a
     transaction) unless the result's own query filled it (`filled`, or `nothing`)."""
     assert case.dag is not None
-    attempt_id = str(uuid.uuid4())
-    found: list[tuple[Results, Handle, Handle, Handle | None]] = []
-
-    def write() -> bool:
-        now = utcnow()
-        pipeline = Pipeline()
-        lock = pipeline.add(run_lock(case.run_pk), "run lock")
-        result = pipeline.add(
-            leaf_write(
-                run_pk=case.run_pk,
-                pool=case.pool,
-                ti_id=case.ti_id,
-                attempt_id=case.attempt_id,
-                now=now,
-                values=case.values,
-            ),
-            "result",
-        )
-        queued = None
-        if _BACKLOG.get(case.pool) and not case.tracing:
-            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
-            pipeline.add(pool_lock, "pool lock")
-            queued = pipeline.add(queue, "waiting TI queued")
-        sent = committed_at_once(case.factory, pipeline)
-        found[:] = [(sent, lock, result, queued)]
-        return bool(sent[result])
-
-    if not retrying(write):
+    written = _written_with_fill(
+        case,
+        lambda now: leaf_write(
+            run_pk=case.run_pk,
+            pool=case.pool,
+            ti_id=case.ti_id,
+            attempt_id=case.attempt_id,
+            now=now,
+            values=case.values,
+        ),
+    )
+    if written is None:
         return Recorded(False, None, "leaf_at_once")
-    sent, lock, result, queued = found[0]
-    run, row = sent.first(lock), sent.first(result)
-    assert row is not None  # the compare-and-set won
-    _BACKLOG[case.pool] = row.pool_total is not None
-    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
+    run, row, filled = written.run, written.row, written.filled
     driven = run is not None and drives(run, case.dag)
     wake = not driven or not row.unfinished
-    if not driven or row.pool_total is None or queued is not None:
+    if not driven or row.pool_total is None or written.filled_in_query:
         then = "wake" if wake else "filled" if filled else "nothing"
         return Recorded(True, FollowUp(filled, wake=wake), "leaf_at_once", then)
     fill = _fill_with_spans if case.tracing else _fill
