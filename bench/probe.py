@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -29,6 +30,7 @@ from bench.live import LiveEnv
 from bench.metrics import median
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, analyze, new_run_tag
 from bench.procs import compile_sources
+from bench.redisguard import cleanup_redis
 from sluice.scheduler.core.db import make_engine
 
 DAGS = {"w1": (fanout_call("w1", 200), 1, 202), "w2": (chain_call("w2", 50), 1, 50)}
@@ -201,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         env.stop_all()
         db.drop()
+        cleanup_redis(args.broker, env.namespace)  # its queues' and bindings' keys
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
