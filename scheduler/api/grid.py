@@ -392,7 +392,7 @@ CROSS JOIN LATERAL (
 ) AS g
 """
 """Per run, its TIs in the order of the unique index on (run, task, map index), with no
-join and no sort: the codes of its unmapped TIs, each shifted into `ODD_CODES` when its
+join and no sort: the codes of its unmapped TIs, each shifted by `_ODD_SHIFT` when its
 try is unusual, and those tries in the same order (each aggregate takes the subquery's
 rows in its order: a subquery with ORDER BY is not flattened, and a plan parameterized by
 the run is never parallel); how many unmapped TIs there are and whether each is a row's

@@ -250,11 +250,8 @@ def leaf_at_once(case: Case) -> Recorded:
         then = "wake" if wake else "filled" if filled else "nothing"
         return Recorded(True, FollowUp(filled, wake=wake), "leaf_at_once", then)
     fill = _fill_with_spans if case.tracing else _fill
-    recorded = _recorded("leaf_at_once", case, "fill", lambda: fill(case))
-    if wake and recorded.follow is not None:
-        recorded.follow.wake = True
-        recorded = replace(recorded, then=f"{recorded.then}, wake")
-    return recorded
+    then = "fill and wake" if wake else "fill"
+    return _recorded("leaf_at_once", case, then, lambda: replace(fill(case), wake=wake))
 
 
 def index_result_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handle, Handle]:
