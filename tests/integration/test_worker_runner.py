@@ -562,15 +562,29 @@ def test_celery_worker_runs_published_messages(engine, factory, dag_file, redis_
         deadline = time.monotonic() + 5
         while not waker.wait(0.2):
             assert time.monotonic() < deadline, "no wake-up from the worker"
+        # both deliveries acknowledged before the warm shutdown: a job that ends after the
+        # pool stopped reading its results keeps its process for billiard's 30 s wait
+        wait_until(lambda: _delivered(redis_ns, msg.attempt_id), 20, "both deliveries acked")
         assert runs_of(dag_file, run_id, "ok") == 1
     finally:
         output = stop_worker(proc)
         waker.close()
         app.pool.force_close_all()
     assert proc.returncode == 0, output
-    # the result's line comes before the wake-up waited for above; the duplicate may still
-    # be unacknowledged when the worker stops (then it is restored, not run)
     assert f".ok (ti {ids['ok']}, attempt {msg.attempt_id}) -> success" in output, output
+    stale = f"stale message for worker_test.{run_id}.ok (ti {ids['ok']}, attempt {msg.attempt_id})"
+    assert output.count(stale) == 1, output
+
+
+def _delivered(namespace: str, attempt_id: str) -> bool:
+    """No message of `namespace` waits in its queue, and none of `attempt_id` is unacked."""
+    client = redis.Redis.from_url(_redis())
+    try:
+        waiting = client.llen(f"{namespace}.default")
+        unacked = [v for v in client.hvals("unacked") if attempt_id.encode() in v]
+    finally:
+        client.close()
+    return waiting == 0 and not unacked
 
 
 # --- wake-ups over Redis ------------------------------------------------------------------
