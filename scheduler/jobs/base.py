@@ -40,6 +40,7 @@ from sluice.scheduler.jobs.stopping import stop_tries
 from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.cancelling import cancel_runs
 from sluice.scheduler.scheduling.dagrun import update_state
+from sluice.scheduler.scheduling.fresh_runs import fresh_roots, schedule_fresh
 from sluice.scheduler.scheduling.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from sluice.scheduler.scheduling.timeouts import run_timeout_error
 
@@ -310,9 +311,15 @@ class DagRunJob:
             session, [run.dag_id for run in runs], max_age=self.settings.dag_refresh_interval
         )
         tracing = self.tracing.enabled
+        fresh = self.decide_fresh(session, runs, dags, now)
         for run in runs:
             dag = self.dag_for(run, dags)
             if dag is None:
+                continue
+            if run.id in fresh:  # its roots scheduled, from its DAG alone
+                result.tis_scheduled += fresh[run.id]
+                if tracing:
+                    spans.finish_spans(session, self.tracing, run, self.job_id, now, None)
                 continue
             if tracing and run.span_status == SpanStatus.NEEDS_CONTINUANCE:
                 spans.continue_run(session, run, self.job_id, now)
@@ -334,6 +341,30 @@ class DagRunJob:
                 log.info("run %s.%s %s", run.dag_id, run.run_id, decision.finished)
         result.runs_examined += len(runs)
         result.more_runs = len(runs) >= limit
+
+    def decide_fresh(
+        self, session: Session, runs: Sequence[DagRun], dags: dict[str, Dag], now: dt.datetime
+    ) -> dict[int, int]:
+        """The runs this pass started whose TIs are all `none`, decided from their DAG
+        alone (`fresh_runs`: one UPDATE per DAG version for all of them, not a read and a
+        write per run); run id → TIs scheduled. The others are left to `update_state`."""
+        by_version: dict[str, tuple[tuple[str, ...], list[DagRun]]] = {}
+        for run in runs:
+            dag = self.dag_for(run, dags) if run.id in self._started_now else None
+            if (
+                dag is None
+                or run.dag_hash != dag.version_hash
+                or run.span_status == SpanStatus.NEEDS_CONTINUANCE
+                or run_timeout_error(run, dag.serialized, now) is not None
+            ):
+                continue
+            roots = fresh_roots(dag)
+            if roots is not None:
+                by_version.setdefault(dag.version_hash, (roots, []))[1].append(run)
+        decided: dict[int, int] = {}
+        for roots, started in by_version.values():
+            decided |= schedule_fresh(session, started, roots, now)
+        return decided
 
     def timed_out(self, session: Session, run: DagRun, dag: Dag, now: dt.datetime) -> bool:
         """End `run` as a cancel does if it is past its `dagrun_timeout` (`timeouts`),

@@ -24,6 +24,7 @@ import sluice.scheduler.core.queries.runs
 import sluice.scheduler.core.queries.tis
 import sluice.scheduler.scheduling.dagrun
 import sluice.scheduler.scheduling.downstream_sql as sql
+import sluice.scheduler.scheduling.fresh_runs
 from sluice.broker.worker.runner import claim_statement
 from sluice.scheduler.core.hot_sql import Hot, registered
 from sluice.scheduler.core.messages import RunMessage
@@ -35,7 +36,11 @@ SNAPSHOTS = Path(__file__).resolve().parents[1] / "sql"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 UPDATE = os.environ.get("SLUICE_UPDATE_SQL") == "1"
 
-_ = (sluice.broker.worker.runner, sluice.scheduler.core.queries.runs)  # they register theirs
+_ = (
+    sluice.broker.worker.runner,
+    sluice.scheduler.core.queries.runs,
+    sluice.scheduler.scheduling.fresh_runs,
+)  # they register theirs
 
 
 def _plan(counted: Counted) -> Plan:

@@ -1,0 +1,114 @@
+"""Runs just started, decided from their DAG alone: their roots scheduled in one UPDATE.
+
+A run whose every TI is still `none` is decided the same way each time: `decide_run` over
+all-`none` TIs schedules the DAG's roots and moves nothing else (unless a root is
+mapped, has a cap or cannot run: then there is no shortcut). So the runs a scheduler pass
+started are not read one by one: `fresh_roots` works that decision out once per DAG
+version, and `schedule_fresh` writes it for every started run of the version in one
+UPDATE, which moves a run's roots only while none of the run's TIs has left `none`
+(a cleared run that was queued again is decided by `update_state`, as is any run the
+UPDATE did not move), then stamps the runs' `last_scheduling_decision` in one more.
+
+Invariant: called in the scheduling pass's transaction, with the runs' rows locked by
+the pass's claim (`claim_runs_to_examine`), as `update_state` is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import BindParameter, bindparam, select, update
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+
+from sluice.scheduler.core.hot_sql import hot
+from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.queries.sql import expected_state, one_of
+from sluice.scheduler.core.states import TI, check_ti_move
+from sluice.scheduler.scheduling.deps import TiView
+from sluice.scheduler.scheduling.run_decision import decide_run
+
+_TI = TaskInstance.__table__
+_RUN = DagRun.__table__
+_OTHER = TaskInstance.__table__.alias("other")
+
+_RUNS: BindParameter[Any] = bindparam("runs", expanding=True)
+_LEFT_NONE = (
+    select(_OTHER.c.dag_run_id)
+    .where(
+        _OTHER.c.dag_run_id.in_(_RUNS),
+        one_of(_OTHER.c.state, [state.value for state in TI if state is not TI.NONE]),
+    )
+    .scalar_subquery()
+)
+_SCHEDULE_ROOTS = hot(
+    "fresh runs' roots scheduled",
+    update(_TI)  # type: ignore[arg-type]
+    .where(
+        _TI.c.dag_run_id.in_(_RUNS),
+        _TI.c.task_id.in_(bindparam("roots", expanding=True)),
+        expected_state(_TI.c.state, [TI.NONE.value]),
+        _TI.c.dag_run_id.not_in(_LEFT_NONE),
+    )
+    .values(
+        state=TI.SCHEDULED.value,
+        scheduled_at=bindparam("b_now", type_=_TI.c.scheduled_at.type),
+    )
+    .returning(_TI.c.id, _TI.c.dag_run_id),
+    "The roots of the runs none of whose TIs has left none, by (dag_run_id, task_id): the "
+    "unique index. The runs with a TI in another state are found once, one equality per "
+    "state on ix_task_instance_run_state (not a scan of each run's TIs per root); the "
+    "subquery's snapshot predates the statement's own writes.",
+)
+_STAMP = (
+    update(_RUN)  # type: ignore[arg-type]
+    .where(_RUN.c.id.in_(bindparam("runs", expanding=True)))
+    .values(last_scheduling_decision=bindparam("b_now", type_=_RUN.c.last_scheduling_decision.type))
+)
+
+_ROOTS: dict[str, tuple[str, ...] | None] = {}
+_ROOTS_SIZE = 1024
+
+
+def fresh_roots(dag: Dag) -> tuple[str, ...] | None:
+    """The tasks `decide_run` schedules in a run of `dag` whose TIs are all `none`, if
+    that is all it does (no expansion, no other move, at least one); else None. Worked
+    out once per DAG version."""
+    key = dag.version_hash
+    if key not in _ROOTS:
+        if len(_ROOTS) >= _ROOTS_SIZE:
+            _ROOTS.clear()
+        _ROOTS[key] = _decided_roots(dag)
+    return _ROOTS[key]
+
+
+def _decided_roots(dag: Dag) -> tuple[str, ...] | None:
+    tasks = list(dag.serialized.get("tasks") or ())
+    views = [TiView(id=i, task_id=task_id, state=TI.NONE) for i, task_id in enumerate(tasks)]
+    decisions = decide_run(dag.serialized, dag.version_hash, views, dt.datetime.now(dt.UTC))
+    scheduled = decisions.moves.get(TI.SCHEDULED, [])
+    if decisions.expansions or decisions.retries or set(decisions.moves) - {TI.SCHEDULED}:
+        return None
+    return tuple(sorted(tasks[i] for i in scheduled)) or None
+
+
+def schedule_fresh(
+    session: Session, runs: Sequence[DagRun], roots: Sequence[str], now: dt.datetime
+) -> dict[int, int]:
+    """Schedule `roots` in each of `runs` (of one DAG version) whose TIs are all `none`,
+    and stamp those runs' decision; run id → TIs scheduled, for the runs decided so."""
+    check_ti_move(TI.NONE, TI.SCHEDULED)
+    rows = session.execute(
+        _SCHEDULE_ROOTS, {"runs": [run.id for run in runs], "roots": list(roots), "b_now": now}
+    ).all()
+    decided: dict[int, int] = {}
+    for _, run_pk in rows:
+        decided[run_pk] = decided.get(run_pk, 0) + 1
+    if decided:
+        session.execute(_STAMP, {"runs": sorted(decided), "b_now": now})
+        for run in runs:
+            if run.id in decided:  # written above; not dirty
+                set_committed_value(run, "last_scheduling_decision", now)
+    return decided
