@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Update,
     bindparam,
+    case,
     func,
     select,
     true,
@@ -467,6 +468,74 @@ def _queue_picked(
     stmt = _queue_statement(decided, by_id=False).where(condition).returning(*returning)
     which = "a decided TI" if decided else "the TI"
     return built(f"queue {which} where {name_of(condition)} returning {name_of(returning)}", stmt)
+
+
+def schedule_where_statement(
+    *,
+    now: dt.datetime,
+    condition: ColumnElement[bool],
+    params: Mapping[str, Any],
+    returning: tuple[ColumnElement[Any], ...],
+) -> tuple[Update, dict[str, Any]]:
+    """The TIs still `none` that `condition` names moved to `scheduled` (stamped `b_now`),
+    returning their ids and `returning`, with its parameters; not executed (a pipeline
+    sends it). `condition` and `returning` are module-level constants (cached)."""
+    check_ti_move(TI.NONE, TI.SCHEDULED)
+    return _schedule_where(condition, returning), {**params, "b_now": now}
+
+
+@functools.lru_cache(maxsize=8)
+def _schedule_where(
+    condition: ColumnElement[bool], returning: tuple[ColumnElement[Any], ...]
+) -> Update:
+    check_registered(condition, "the schedule-where statement cache")
+    check_registered(returning, "the schedule-where statement cache")
+    table = TaskInstance.__table__
+    stmt = (
+        update(table)  # type: ignore[arg-type]
+        .where(expected_state(table.c.state, [TI.NONE.value]), condition)
+        .values(
+            state=TI.SCHEDULED.value,
+            scheduled_at=bindparam("b_now", type_=table.c.scheduled_at.type),
+        )
+        .returning(table.c.id, *returning)
+    )
+    return built(f"schedule where {name_of(condition)} returning {name_of(returning)}", stmt)
+
+
+def queue_ranked_statement(
+    attempt_ids: list[str],
+    *,
+    now: dt.datetime,
+    condition: ColumnElement[bool],
+    rank: ColumnElement[Any],
+    params: Mapping[str, Any],
+    returning: tuple[ColumnElement[Any], ...],
+) -> tuple[Update, dict[str, Any]]:
+    """The `none` TIs `condition` picks moved to queued (through `scheduled`, as
+    `queue_ti_if`), each with the attempt id of its `rank` (1 to len(attempt_ids)) among
+    them; returning `returning`. Not executed. `condition`, `rank` and `returning` are
+    module-level constants (statements are cached by them and the count)."""
+    check_ti_move(TI.NONE, TI.SCHEDULED)
+    check_ti_move(TI.SCHEDULED, TI.QUEUED)
+    stmt = _queue_ranked(condition, rank, returning, len(attempt_ids))
+    attempts = {f"b_attempt_{i}": attempt for i, attempt in enumerate(attempt_ids, 1)}
+    return stmt, {**params, **attempts, "b_now": now, "b_job": None}
+
+
+@functools.lru_cache(maxsize=32)
+def _queue_ranked(
+    condition: ColumnElement[bool],
+    rank: ColumnElement[Any],
+    returning: tuple[ColumnElement[Any], ...],
+    count: int,
+) -> Update:
+    for part in (condition, rank, returning):
+        check_registered(part, "the queue-ranked statement cache")
+    attempt = case({i: bindparam(f"b_attempt_{i}") for i in range(1, count + 1)}, value=rank)
+    stmt = _queueing(True, attempt_id=attempt).where(condition).returning(*returning)
+    name = f"queue decided TIs where {name_of(condition)} returning {name_of(returning)}"
+    return built(f"{name} ({count} attempts)", stmt)
 
 
 @functools.lru_cache(maxsize=4)

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exists, select
+from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exists, func, select
 
 from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
@@ -23,6 +23,7 @@ from sluice.scheduler.core.queries.tis import (
     FITS_ITS_POOL_FIRST,
     NEXT_WAITING_FITS_ITS_POOL,
     pool_lock,
+    room_left,
 )
 from sluice.scheduler.core.states import (
     TI,
@@ -31,7 +32,12 @@ from sluice.scheduler.core.states import (
     SpanStatus,
     TaskInstanceState,
 )
-from sluice.scheduler.core.transitions import queue_picked_statement, ti_move_returning
+from sluice.scheduler.core.transitions import (
+    queue_picked_statement,
+    queue_ranked_statement,
+    schedule_where_statement,
+    ti_move_returning,
+)
 from sluice.scheduler.scheduling.plans import Counted, Plan
 
 _TI = TaskInstance.__table__.c
@@ -224,23 +230,22 @@ def fan_in_write(
 
 
 _ME = TaskInstance.__table__.alias("finished")
+_RUN_DRIVEN = exists().where(
+    _RUN.id == bindparam("run_pk"),
+    expected_state(_RUN.state, [DagRunState.RUNNING.value]),
+    UNCLAIMED,
+    _RUN.dag_hash == bindparam("dag_hash"),
+    _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
+)
+"""The run is a worker's to drive (as `downstream.drives` checks), of this DAG version."""
+_FINISHED_SUCCEEDED = exists().where(
+    _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
+)
+"""The upstream whose result is being written succeeded (the write before it won)."""
+_THE_NEXT = (_TI.dag_run_id == bindparam("run_pk"), _TI.task_id == bindparam("next_task"))
 _CHAIN_NEXT = hot(
     "chain next may be queued",
-    and_(
-        _TI.dag_run_id == bindparam("run_pk"),
-        _TI.task_id == bindparam("next_task"),
-        exists().where(
-            _RUN.id == bindparam("run_pk"),
-            expected_state(_RUN.state, [DagRunState.RUNNING.value]),
-            UNCLAIMED,
-            _RUN.dag_hash == bindparam("dag_hash"),
-            _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
-        ),
-        exists().where(
-            _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
-        ),
-        FITS_ITS_POOL_FIRST,
-    ),
+    and_(*_THE_NEXT, _RUN_DRIVEN, _FINISHED_SUCCEEDED, FITS_ITS_POOL_FIRST),
     "In the query that writes its upstream's success: the run is a worker's to drive, "
     "the upstream succeeded (the write before it won), nobody waits in the pool, room.",
 )
@@ -280,6 +285,43 @@ upstream (named, or all the run's TIs but the fewer others) is anything but a su
 Only the upstream whose write, under the run's lock, saw no other unfinished sends it,
 again under the run's lock; the queueing is a compare-and-set."""
 
+JOIN_READY = {
+    counted: hot(
+        f"join next is ready: {counted.value}",
+        and_(*_THE_NEXT, _RUN_DRIVEN, _FINISHED_SUCCEEDED, OTHERS_SUCCEEDED[counted]),
+        "After its last upstream's result, under the run's lock: the join may run (as "
+        "for its queueing, but whether it fits): it joins the TIs waiting in its pool.",
+    )
+    for counted in Counted
+}
+"""A fan-in its last upstream could not queue (`_JOIN_NEXT` but for the room or the TIs
+waiting in its pool) that may run: it goes to `scheduled`, in the same query."""
+FAN_OUT_READY = hot(
+    "fan-out downstream is ready",
+    and_(
+        _TI.dag_run_id == bindparam("run_pk"),
+        _TI.task_id.in_(bindparam("downstream", expanding=True)),
+        _RUN_DRIVEN,
+        _FINISHED_SUCCEEDED,
+    ),
+    "In the query that writes the success of their only upstream: the run is a worker's "
+    "to drive and that upstream succeeded; by (dag_run_id, task_id), the unique index.",
+)
+"""The downstream of a task whose success makes them all ready (`Plan.fan_out`): of a run
+a worker drives, their upstream succeeded (the write before it won)."""
+_ELSEWHERE = TaskInstance.__table__.alias("elsewhere")
+_OTHER_RUNS_WAIT = exists().where(
+    is_scheduled(_ELSEWHERE.c.state),
+    _ELSEWHERE.c.pool == bindparam("r_pool"),
+    _ELSEWHERE.c.dag_run_id != bindparam("run_pk"),
+)
+OTHER_RUNS_WAIT = hot(
+    "other runs' TIs wait in the pool",
+    (_OTHER_RUNS_WAIT.label("backlog"),),
+    "Returned by the write that schedules a run's ready TIs, from the statement's "
+    "snapshot (before its own write): TIs of other runs wait in the pool, from the "
+    "partial index ix_task_instance_waiting.",
+)
 PICKED = hot(
     "picked TI's message",
     (
@@ -293,6 +335,50 @@ PICKED = hot(
     ),
 )
 """What a statement that picked and queued a TI returns: its message's fields."""
+PICKED_WITH_ATTEMPT = hot(
+    "picked TI's message and attempt", (*PICKED, _TI.attempt_id.label("attempt_id"))
+)
+"""PICKED with the attempt id the queueing gave (several TIs queued by one statement)."""
+
+_RANKED_TI = TaskInstance.__table__.alias("ranked")
+_IN_LINE = TaskInstance.__table__.alias("in_line")
+_BY_PRIORITY = (_RANKED_TI.c.priority_weight.desc(), _RANKED_TI.c.id)
+_RANKED = (
+    select(
+        _RANKED_TI.c.id,
+        func.sum(_RANKED_TI.c.pool_slots).over(order_by=_BY_PRIORITY).label("slots"),
+        func.row_number().over(order_by=_BY_PRIORITY).label("rank"),
+    )
+    .where(
+        _RANKED_TI.c.dag_run_id == bindparam("run_pk"),
+        _RANKED_TI.c.task_id.in_(bindparam("downstream", expanding=True)),
+        _RANKED_TI.c.state == TI.NONE.value,
+    )
+    .subquery("ready")
+)
+FAN_OUT_RANK = hot("fan-out downstream's rank", _RANKED.c.rank)
+_POOL_ROOM, _DAG_ROOM = room_left(
+    bindparam("r_pool"), bindparam("r_dag"), bindparam("r_max_active")
+)
+FAN_OUT_FITS = hot(
+    "fan-out downstream fit, by priority",
+    and_(
+        _TI.id == _RANKED.c.id,
+        _RANKED.c.slots <= _POOL_ROOM,
+        _RANKED.c.rank <= _DAG_ROOM,
+        ~exists().where(is_scheduled(_IN_LINE.c.state), _IN_LINE.c.pool == bindparam("r_pool")),
+        _RUN_DRIVEN,
+        _FINISHED_SUCCEEDED,
+    ),
+    "The downstream a success made ready, ranked by priority (then id) with their running "
+    "total of slots: those within the pool's free slots and their DAG's room, when nobody "
+    "waits in the pool (they would come first). The room is counted once, after the "
+    "pool's lock, not once per TI.",
+)
+"""A fan-out's ready downstream that go straight to `queued`: by priority, those whose
+running total of slots fits the pool's free slots and whose rank fits their DAG's room
+(`max_active_tasks`), if no TI waits in the pool; of a run a worker drives, their upstream
+succeeded."""
 
 
 def chain_next_statements(
@@ -472,3 +558,65 @@ def index_write(
     return _success(
         INDEX_COUNTING, params, ti_id=ti_id, attempt_id=attempt_id, now=now, values=values
     )
+
+
+def join_ready_statement(
+    plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, now: dt.datetime
+) -> Sent:
+    """After `join_next_statements` in the same query: the fan-in, if that did not queue
+    it and it may run (`JOIN_READY`), moved to `scheduled`; returns its id and `backlog`
+    (TIs of other runs wait in its pool)."""
+    assert plan.join_next is not None and plan.fan_in is not None
+    params = {
+        "run_pk": run_pk,
+        "next_task": plan.join_next,
+        "dag_hash": dag.version_hash,
+        "finished_id": finished_id,
+        "fan_in": list(plan.fan_in.names),
+        "r_pool": plan.pools[0],
+    }
+    return schedule_where_statement(
+        now=now,
+        condition=JOIN_READY[plan.fan_in.counted],
+        params=params,
+        returning=OTHER_RUNS_WAIT,
+    )
+
+
+def fan_out_statements(
+    plan: Plan,
+    dag: Dag,
+    *,
+    run_pk: int,
+    finished_id: int,
+    attempt_ids: list[str],
+    fill_attempt: str,
+    now: dt.datetime,
+) -> tuple[Sent, Sent, Sent, Sent]:
+    """After the statement that writes the success of a task with `plan.fan_out`: the
+    pool's row locked; its ready downstream that fit queued by priority when nobody waits
+    in the pool (`FAN_OUT_FITS`, one of `attempt_ids` each, returning
+    `PICKED_WITH_ATTEMPT`); the others moved to `scheduled` (`FAN_OUT_READY`, returning
+    their ids and `backlog`); then the slot the result freed given to the first TI waiting
+    in the pool (as `fill_statements`, as `fill_attempt`)."""
+    assert plan.fan_out is not None and len(attempt_ids) == len(plan.fan_out)
+    pool = plan.pools[0]
+    params = {
+        "run_pk": run_pk,
+        "downstream": list(plan.fan_out),
+        "dag_hash": dag.version_hash,
+        "finished_id": finished_id,
+        "r_pool": pool,
+    }
+    queued = queue_ranked_statement(
+        attempt_ids,
+        now=now,
+        condition=FAN_OUT_FITS,
+        rank=FAN_OUT_RANK,
+        params={**params, "r_dag": dag.dag_id, "r_max_active": dag.max_active_tasks},
+        returning=PICKED_WITH_ATTEMPT,
+    )
+    ready = schedule_where_statement(
+        now=now, condition=FAN_OUT_READY, params=params, returning=OTHER_RUNS_WAIT
+    )
+    return pool_lock(pool), queued, ready, fill_statements(pool, fill_attempt, now)[1]

@@ -92,6 +92,11 @@ class Plan:
     """For a success into one all_success fan-in in this task's pool, no upstream a
     branch: that fan-in, which its last upstream queues by one query after its result
     when every upstream succeeded and it fits."""
+    fan_out: tuple[str, ...] | None = None
+    """For a success whose several downstream (fewer than FILL_LIMIT) each have this task as
+    their only upstream, share its pool and run after it (their trigger rules' verdict on
+    one success), this task not a branch: those downstream, ready once the result is
+    written, scheduled and queued by priority in the result's own query."""
     wide: bool = False
     """More than READ_LIMIT TIs to read, but a success into a fan-in (`fan_in`): its
     result's write says whether other upstreams are unfinished, without reading them;
@@ -165,7 +170,17 @@ def _make_plan(
         if fan_in is None:
             return None
         return Plan(
-            downstream, frozenset(), (), (), pools, False, False, fan_in, None, join_next, True
+            downstream,
+            frozenset(),
+            (),
+            (),
+            pools,
+            False,
+            False,
+            fan_in,
+            None,
+            join_next,
+            wide=True,
         )
     if join is not None:
         needed = {task_id, *downstream, *join.upstream}
@@ -177,11 +192,12 @@ def _make_plan(
         and bool(downstream)
         and all(tasks[d]["upstream"] == [task_id] for d in downstream)
     )
-    chain_next = None
-    if locks_pool and len(downstream) == 1 and not tasks[task_id].get("is_branch"):
-        rule = TriggerRule(tasks[downstream[0]]["trigger_rule"])
-        if decide(rule, upstream_counts([TI.SUCCESS])) is Verdict.RUN:
+    chain_next = fan_out = None
+    if locks_pool and not tasks[task_id].get("is_branch") and _run_on_success(tasks, downstream):
+        if len(downstream) == 1:
             chain_next = downstream[0]
+        elif len(downstream) < FILL_LIMIT:
+            fan_out = downstream
     return Plan(
         downstream,
         frozenset(needed),
@@ -193,6 +209,15 @@ def _make_plan(
         fan_in,
         chain_next,
         join_next,
+        fan_out,
+    )
+
+
+def _run_on_success(tasks: Mapping[str, Any], downstream: tuple[str, ...]) -> bool:
+    """Whether every task of `downstream` runs once its one upstream succeeded."""
+    once = upstream_counts([TI.SUCCESS])
+    return all(
+        decide(TriggerRule(tasks[d]["trigger_rule"]), once) is Verdict.RUN for d in downstream
     )
 
 

@@ -927,9 +927,160 @@ def test_a_task_with_no_downstream_is_one_query_and_the_last_wakes_the_scheduler
     assert harness.worker_queued() == ["l0", "l1", "l2"]  # each once
 
 
+def _queued_in(harness: Harness, run_pk: int) -> dict[str, str]:
+    """The states of run `run_pk`'s TIs by task id."""
+    with harness.factory() as session:
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.state).where(
+                TaskInstance.dag_run_id == run_pk
+            )
+        ).all()
+    return {t: str(s) for t, s in rows}
+
+
+def _message_of(harness: Harness, run_pk: int, task_id: str) -> RunMessage:
+    with harness.factory() as session:
+        run_id = session.scalar(select(DagRun.run_id).where(DagRun.id == run_pk))
+    sent = [
+        m
+        for m in harness.by_scheduler + harness.by_worker
+        if m.task_id == task_id and m.run_id == run_id
+    ]
+    assert len(sent) == 1, f"{task_id} of run {run_pk} queued {len(sent)} times"
+    return sent[0]
+
+
+def test_a_fan_out_is_one_query_that_queues_by_priority_what_fits(harness: Harness) -> None:
+    """A success whose downstream all wait for it alone, in its pool: its result, their
+    scheduling and their queueing by priority into the room there is are one query
+    (`fan_out_at_once`); the one that did not fit waits, and the schedulers are woken."""
+    harness.add_pool("small", 3)
+    harness.write(
+        "spread",
+        """
+    from sluice import DAG, task
+    with DAG("spread", schedule=None) as dag:
+        root = task(task_id="root", pool="small", priority_weight=9)(lambda: 0)
+        for i in range(4):
+            root >> task(task_id=f"d{i}", pool="small", priority_weight=5 - i)(lambda: i)
+    """,
+    )
+    run_pk = harness.trigger("spread")
+    harness.waker.take_news()
+    assert harness.run("root") is Outcome.SUCCESS
+    assert harness.path() == "fan_out_at_once, then wake"  # d3 does not fit: a pass may
+    assert harness.worker_queued() == ["d0", "d1", "d2"]  # by priority, as many as fit
+    assert harness.states()["d3"] == "scheduled"
+    assert harness.news() == {run_pk}
+    harness.waker.take_news()
+    assert harness.run("d1") is Outcome.SUCCESS  # frees a slot: d3 gets it
+    assert harness.worker_queued() == ["d0", "d1", "d2", "d3"]  # each once
+
+
+def test_a_fan_out_queues_all_its_downstream_when_they_fit(harness: Harness) -> None:
+    harness.write(
+        "spread",
+        """
+    from sluice import DAG, task
+    with DAG("spread", schedule=None) as dag:
+        root = task(task_id="root")(lambda: 0)
+        root >> [task(task_id=f"d{i}")(lambda: i) for i in range(5)]
+    """,
+    )
+    harness.trigger("spread")
+    harness.waker.take_news()
+    harness.run("root")
+    assert harness.path() == "fan_out_at_once, then queued"
+    assert sorted(harness.worker_queued()) == [f"d{i}" for i in range(5)]
+    assert harness.news() == set()
+
+
+def test_a_fan_out_behind_other_runs_fills_its_slot_by_priority_and_age(
+    harness: Harness,
+) -> None:
+    """Another run's TI waits in the pool: the slot the result frees goes to the first in
+    line (here that run's root), the fan-out's downstream wait behind it, and nobody is
+    woken (the results in the pool fill their slots); each TI is queued once."""
+    harness.add_pool("small", 1)
+    harness.write(
+        "spread",
+        """
+    from sluice import DAG, task
+    with DAG("spread", schedule=None) as dag:
+        root = task(task_id="root", pool="small", priority_weight=5)(lambda: 0)
+        for i in range(2):
+            root >> task(task_id=f"d{i}", pool="small", priority_weight=2)(lambda: i)
+    """,
+    )
+    first = harness.trigger("spread")
+    second = harness.trigger("spread")
+    harness.waker.take_news()
+    assert _queued_in(harness, second)["root"] == "scheduled"  # the pool's one slot: first's
+
+    assert harness.run_message(_message_of(harness, first, "root")) is Outcome.SUCCESS
+    assert harness.path() == "fan_out_at_once, then waiting"
+    assert harness.news() == set()
+    assert _queued_in(harness, second)["root"] == "queued"  # first in line: priority 5
+    assert _queued_in(harness, first) == {"root": "success", "d0": "scheduled", "d1": "scheduled"}
+
+    assert harness.run_message(_message_of(harness, second, "root")) is Outcome.SUCCESS
+    assert harness.path() == "fan_out_at_once, then waiting"
+    # priority 2 all: the first run's downstream were scheduled first
+    assert _queued_in(harness, first)["d0"] == "queued"
+    assert _queued_in(harness, second) == {"root": "success", "d0": "scheduled", "d1": "scheduled"}
+    for run_pk, task_id in [(first, "d0"), (first, "d1"), (second, "d0"), (second, "d1")]:
+        assert harness.run_message(_message_of(harness, run_pk, task_id)) is Outcome.SUCCESS
+    assert set(_queued_in(harness, first).values()) == {"success"}
+    assert set(_queued_in(harness, second).values()) == {"success"}
+
+
+def test_a_join_that_does_not_fit_waits_in_its_pool_from_the_same_query(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last upstream of a join whose pool has other runs' TIs waiting: the join goes
+    to `scheduled` in the query that tried to queue it (no transaction after), behind
+    them, and each run's join is queued once, in line."""
+    monkeypatch.setattr(at_once, "_BACKLOG", {})
+    harness.add_pool("small", 1)
+    harness.write(
+        "joins",
+        """
+    from sluice import DAG, task
+    with DAG("joins", schedule=None) as dag:
+        join = task(task_id="join", pool="small", priority_weight=1)(lambda: 9)
+        for i in range(2):
+            task(task_id=f"u{i}", pool="small", priority_weight=3)(lambda: i) >> join
+    """,
+    )
+    first = harness.trigger("joins")
+    second = harness.trigger("joins")
+    harness.waker.take_news()
+    harness.run_message(_message_of(harness, first, "u0"))
+    assert harness.path() == "fan_in_at_once, then fill"
+
+    def no_transaction_after(*_: object) -> None:
+        raise AssertionError("the join was decided in a transaction of its own")
+
+    monkeypatch.setattr(at_once, "_decide_after", no_transaction_after)
+    harness.run_message(_message_of(harness, first, "u1"))
+    assert harness.path() == "fan_in_at_once, then join"  # the slot filled by its own query
+    assert _queued_in(harness, first)["join"] == "scheduled"
+    assert harness.news() == set()
+    for task_id in ["u0", "u1"]:
+        harness.run_message(_message_of(harness, second, task_id))
+    assert _queued_in(harness, first)["join"] == "queued"  # older: first in line
+    assert _queued_in(harness, second)["join"] == "scheduled"
+    harness.run_message(_message_of(harness, first, "join"))
+    assert _queued_in(harness, second)["join"] == "queued"
+    harness.run_message(_message_of(harness, second, "join"))
+    assert set(_queued_in(harness, first).values()) == {"success"}
+    assert set(_queued_in(harness, second).values()) == {"success"}
+
+
 def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:
     """The worker's result paths, in the order of `PATHS`: a quiet fan-in upstream, a
-    quiet chain link and a quiet task with no downstream are one query each; a result
+    quiet chain link, a quiet fan-out and a quiet task with no downstream are one query
+    each; a result
     with a log is decided in a transaction;
     a failure is written alone and wakes the schedulers."""
     harness.write("fan_in", FAN_IN)
@@ -944,6 +1095,7 @@ def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:
         raise RuntimeError("no")
     with DAG("links", schedule=None) as dag:
         task(task_id="quiet")(lambda: 0) >> task(task_id="noisy")(noisy)
+        task(task_id="spread")(lambda: 3) >> [task(task_id=f"s{i}")(lambda: i) for i in range(2)]
         task(task_id="quiet_end")(lambda: 2)
         task(task_id="noisy_end")(noisy)
         task(task_id="boom")(boom)
@@ -956,6 +1108,7 @@ def test_each_result_is_recorded_by_its_path(harness: Harness) -> None:
         ("u1", "decided"),  # it printed: its log goes with its result
         ("u2", "fan_in_at_once, then join"),  # the last: the join queued by one query
         ("quiet", "chain_at_once, then queued"),  # its next task queued in the same query
+        ("spread", "fan_out_at_once, then queued"),  # its downstream queued in its query
         ("quiet_end", "leaf_at_once, then nothing"),  # no downstream, other TIs unfinished
         ("noisy_end", "decided"),
         ("boom", "written"),  # a failure: the schedulers decide what follows

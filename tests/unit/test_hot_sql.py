@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import re
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -60,7 +61,7 @@ def _plan(counted: Counted) -> Plan:
 
 def hot_path_builds() -> dict[str, Any]:
     """What the builders make on every task's path, by the name they register it under."""
-    dag: Any = SimpleNamespace(version_hash="v", max_active_tasks=16)
+    dag: Any = SimpleNamespace(dag_id="dag", version_hash="v", max_active_tasks=16)
     message = RunMessage(1, "attempt", "dag", "run", "task", 0, "default")
     made: list[Any] = [claim_statement(message, "host", 1, NOW)]
     for counted in Counted:
@@ -80,6 +81,19 @@ def hot_path_builds() -> dict[str, Any]:
         made.extend(
             sql.join_next_statements(plan, dag, run_pk=1, finished_id=1, attempt_id="a", now=NOW)
         )
+        made.append(sql.join_ready_statement(plan, dag, run_pk=1, finished_id=1, now=NOW))
+    fan_out = replace(_plan(Counted.OTHERS), fan_out=("b", "c"))
+    made.extend(
+        sql.fan_out_statements(
+            fan_out,
+            dag,
+            run_pk=1,
+            finished_id=1,
+            attempt_ids=["a", "b"],
+            fill_attempt="c",
+            now=NOW,
+        )
+    )
     made.extend(
         sql.chain_next_statements(
             _plan(Counted.OTHERS), dag, run_pk=1, finished_id=1, attempt_id="a", now=NOW

@@ -76,9 +76,11 @@ from sluice.scheduler.scheduling.downstream import (
 from sluice.scheduler.scheduling.downstream_sql import (
     chain_next_statements,
     fan_in_write,
+    fan_out_statements,
     fill_statements,
     index_write,
     join_next_statements,
+    join_ready_statement,
     leaf_write,
     run_lock,
 )
@@ -117,7 +119,7 @@ def fan_in_at_once(case: Case) -> Recorded:
     elif row.unfinished and not case.tracing:
         then = ("fill", lambda: _fill(case))
     elif not row.unfinished and plan.join_next is not None and not case.tracing:
-        then = ("join", lambda: _queue_join(case, plan))
+        then = ("join", lambda: _queue_join(case, plan, fill=not written.filled_in_query))
     elif plan.wide:  # a slot to fill with spans to start: the schedulers decide
         then = ("wake", lambda: FollowUp(wake=True))
     else:
@@ -345,6 +347,70 @@ def chain_at_once(case: Case) -> Recorded:
     return _recorded("chain_at_once", case, "decide", lambda: _decide_after(case, False))
 
 
+def fan_out_at_once(case: Case) -> Recorded:
+    """A success that makes several downstream ready (`Plan.fan_out`: this task their only
+    upstream, in its pool) and their queueing, in one query: BEGIN, the run's lock, the
+    result, the pool's lock, the ready downstream that fit queued by priority when nobody
+    waits in the pool (the room counted once), the others moved to `scheduled`, the slot
+    the result freed given to the first TI waiting, COMMIT. Then nothing (`queued`; or
+    `waiting`: some wait behind other runs' TIs); a run the worker may not drive, a
+    downstream neither queued nor scheduled, or one left waiting with no other run's TI
+    before it (no room, its DAG at max_active_tasks): the schedulers are woken, as after
+    `decided`."""
+    plan = case.plan
+    assert plan is not None and plan.fan_out is not None and case.dag is not None
+    dag = case.dag
+    attempt_ids = [str(uuid.uuid4()) for _ in plan.fan_out]
+    fill_attempt = str(uuid.uuid4())
+    found: list[tuple[Results, Handle, Handle, Handle, Handle]] = []
+
+    def write() -> bool:
+        now = utcnow()
+        pipeline = Pipeline()
+        lock = pipeline.add(run_lock(case.run_pk), "run lock")
+        result = pipeline.add(
+            ti_move_returning(
+                case.ti_id,
+                TI.SUCCESS,
+                expect=[TI.RUNNING],
+                now=now,
+                returning=(),
+                attempt_id=case.attempt_id,
+                values=case.values,
+            ),
+            "result",
+        )
+        pool_lock, queue, ready, fill = fan_out_statements(
+            plan,
+            dag,
+            run_pk=case.run_pk,
+            finished_id=case.ti_id,
+            attempt_ids=attempt_ids,
+            fill_attempt=fill_attempt,
+            now=now,
+        )
+        pipeline.add(pool_lock, "pool lock")
+        queued = pipeline.add(queue, "ready queued")
+        scheduled = pipeline.add(ready, "ready scheduled")
+        filled = pipeline.add(fill, "slot filled")
+        sent = committed_at_once(case.factory, pipeline)
+        found[:] = [(sent, lock, queued, scheduled, filled)]
+        return bool(sent[result])
+
+    if not retrying(write):
+        return Recorded(False, None, "fan_out_at_once")
+    sent, lock, queued, scheduled, filled = found[0]
+    messages = [fill_message(row, row.attempt_id) for row in sent[queued]]
+    messages += [fill_message(row, fill_attempt) for row in sent[filled]]
+    run, waiting = sent.first(lock), sent[scheduled]
+    if run is None or not drives(run, dag) or len(sent[queued]) + len(waiting) < len(plan.fan_out):
+        return Recorded(True, FollowUp(messages, wake=True), "fan_out_at_once", "wake")
+    left = {row.id for row in waiting} - {m.ti_id for m in messages}
+    if left and not waiting[0].backlog:  # no room, or the DAG at max_active_tasks
+        return Recorded(True, FollowUp(messages, wake=True), "fan_out_at_once", "wake")
+    return Recorded(True, FollowUp(messages), "fan_out_at_once", "waiting" if left else "queued")
+
+
 def _recorded(path: str, case: Case, then: str, follow: Callable[[], FollowUp]) -> Recorded:
     """What follows a committed result; the schedulers' if it fails (a dropped
     connection: the result stays written, they decide on their next pass)."""
@@ -368,30 +434,45 @@ def _fill(case: Case) -> FollowUp:
     return FollowUp([fill_message(row, attempt_id) for row in sent[queued]])
 
 
-def _queue_join(case: Case, plan: Plan) -> FollowUp:
+def _queue_join(case: Case, plan: Plan, *, fill: bool) -> FollowUp:
     """After the last upstream's result: the fan-in queued in one query (the run's lock,
-    its pool's lock, the queueing if every upstream succeeded and it fits); not queued,
+    its pool's lock, the queueing if every upstream succeeded and it fits; else, if it may
+    run, moved to `scheduled` to wait in its pool; with `fill`, the slot the result freed
+    given to the first TI waiting, which may be the fan-in). Queued or waiting, nothing
+    more; a fan-in left waiting with no other run's TI waiting before it (no room, its
+    DAG at max_active_tasks) wakes the schedulers. Neither (an upstream did not succeed):
     decided as `decided` decides (a wide fan-in's: by the schedulers)."""
     assert case.dag is not None
-    attempt_id = str(uuid.uuid4())
+    attempt_id, fill_attempt = str(uuid.uuid4()), str(uuid.uuid4())
+    now = utcnow()
     pipeline = Pipeline()
     pipeline.add(run_lock(case.run_pk), "run lock")
+    run_pk, finished_id = case.run_pk, case.ti_id
     pool_lock, queue = join_next_statements(
-        plan,
-        case.dag,
-        run_pk=case.run_pk,
-        finished_id=case.ti_id,
-        attempt_id=attempt_id,
-        now=utcnow(),
+        plan, case.dag, run_pk=run_pk, finished_id=finished_id, attempt_id=attempt_id, now=now
     )
     pipeline.add(pool_lock, "pool lock")
     queued = pipeline.add(queue, "fan-in queued")
+    ready = join_ready_statement(plan, case.dag, run_pk=run_pk, finished_id=finished_id, now=now)
+    waiting = pipeline.add(ready, "fan-in scheduled")
+    filled = None
+    if fill:
+        filled = pipeline.add(fill_statements(case.pool, fill_attempt, now)[1], "slot filled")
     sent = committed_at_once(case.factory, pipeline)
+    messages = [fill_message(row, attempt_id) for row in sent[queued]]
+    if filled is not None:
+        messages += [fill_message(row, fill_attempt) for row in sent[filled]]
     if sent[queued]:
-        return FollowUp([fill_message(row, attempt_id) for row in sent[queued]])
-    if plan.wide:  # a failed upstream, no room: the schedulers decide (they read the run)
-        return FollowUp(wake=True)
-    return _decide_after(case, False)
+        return FollowUp(messages)
+    scheduled = sent.first(waiting)
+    if scheduled is not None:
+        left = scheduled.id not in {m.ti_id for m in messages}
+        return FollowUp(messages, wake=left and not scheduled.backlog)
+    if plan.wide:  # a failed upstream: the schedulers decide (they read the run)
+        return FollowUp(messages, wake=True)
+    follow = _decide_after(case, False)
+    follow.messages[:0] = messages
+    return follow
 
 
 def _decide_after(case: Case, waiting: bool) -> FollowUp:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sluice.broker.worker.result.at_once import (
     chain_at_once,
     fan_in_at_once,
+    fan_out_at_once,
     index_at_once,
     leaf_at_once,
 )
@@ -66,6 +67,26 @@ PATHS: tuple[ResultPath, ...] = (
             and not c.tracing
         ),
         record=chain_at_once,
+    ),
+    ResultPath(
+        name="fan_out_at_once",
+        condition="a success with no log to store of a task whose several downstream (fewer "
+        "than FILL_LIMIT) it is the only upstream of, in its pool, ready on a success, no "
+        "spans to start",
+        round_trips="1: BEGIN, the run's lock, the result, the pool's lock, the ready "
+        "downstream scheduled, the TIs waiting in the pool queued by priority while they "
+        "fit (after the first, only while no other run's TI waits), COMMIT",
+        locks="the run's row, then the pool's row, while the query runs",
+        fallback="the run not the worker's to drive, a downstream not scheduled, or one "
+        "left waiting with no other run's TI before it: the schedulers are woken",
+        applies=lambda c: (
+            c.decides
+            and c.quiet_success
+            and c.plan is not None
+            and c.plan.fan_out is not None
+            and not c.tracing
+        ),
+        record=fan_out_at_once,
     ),
     ResultPath(
         name="leaf_at_once",

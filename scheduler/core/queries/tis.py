@@ -84,6 +84,20 @@ def _room_for(
     )
 
 
+def room_left(
+    pool: ColumnElement[Any], dag_id: ColumnElement[Any], max_active: ColumnElement[Any]
+) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+    """The free slots of `pool` (its slots less its active TIs') and how many more TIs DAG
+    `dag_id` may have active under `max_active`: the two sides of `_room_for`, to compare
+    with the running totals of several TIs at once. Counted after the pool's lock, as
+    HAS_ROOM is."""
+    used = select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0)).where(
+        one_of(_OTHER.c.state, _ACTIVE_STATES), _OTHER.c.pool == pool
+    )
+    slots = select(_POOLS.slots).where(_POOLS.name == pool).scalar_subquery()
+    return slots - used.scalar_subquery(), max_active - _active_of_dag(dag_id)
+
+
 def _active_of_dag(dag_id: ColumnElement[Any]) -> ColumnElement[Any]:
     """The DAG's active TIs, one count per state: each an equality on both columns of
     ix_task_instance_dag_state. With `state IN (…)` a prepared statement's generic plan,

@@ -1,0 +1,2 @@
+-- fan-out downstream's rank
+ready.rank
