@@ -256,6 +256,26 @@ def leaf_at_once(case: Case) -> Recorded:
     return _recorded("leaf_at_once", case, then, lambda: replace(fill(case), wake=wake))
 
 
+def success_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handle, Handle]:
+    """The statements a result that queues what follows starts with: the run's lock (sent
+    with the BEGIN), then the success's compare-and-set; the pipeline and their handles."""
+    pipeline = Pipeline()
+    lock = pipeline.add(run_lock(case.run_pk), "run lock")
+    result = pipeline.add(
+        ti_move_returning(
+            case.ti_id,
+            TI.SUCCESS,
+            expect=[TI.RUNNING],
+            now=now,
+            returning=(),
+            attempt_id=case.attempt_id,
+            values=case.values,
+        ),
+        "result",
+    )
+    return pipeline, lock, result
+
+
 def index_result_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handle, Handle]:
     """The statements an index's result starts with: the run's lock (sent with the BEGIN),
     then `index_write` (the result, whether another index is unfinished, whether TIs wait
@@ -310,20 +330,7 @@ def chain_at_once(case: Case) -> Recorded:
 
     def write() -> bool:
         now = utcnow()
-        pipeline = Pipeline()
-        lock = pipeline.add(run_lock(case.run_pk), "run lock")
-        result = pipeline.add(
-            ti_move_returning(
-                case.ti_id,
-                TI.SUCCESS,
-                expect=[TI.RUNNING],
-                now=now,
-                returning=(),
-                attempt_id=case.attempt_id,
-                values=case.values,
-            ),
-            "result",
-        )
+        pipeline, lock, result = success_pipeline(case, now)
         pool_lock, queue = chain_next_statements(
             plan, dag, run_pk=case.run_pk, finished_id=case.ti_id, attempt_id=next_attempt, now=now
         )
@@ -366,20 +373,7 @@ def fan_out_at_once(case: Case) -> Recorded:
 
     def write() -> bool:
         now = utcnow()
-        pipeline = Pipeline()
-        lock = pipeline.add(run_lock(case.run_pk), "run lock")
-        result = pipeline.add(
-            ti_move_returning(
-                case.ti_id,
-                TI.SUCCESS,
-                expect=[TI.RUNNING],
-                now=now,
-                returning=(),
-                attempt_id=case.attempt_id,
-                values=case.values,
-            ),
-            "result",
-        )
+        pipeline, lock, result = success_pipeline(case, now)
         pool_lock, queue, ready, fill = fan_out_statements(
             plan,
             dag,
