@@ -1,6 +1,7 @@
 """Results committed in one query: a fan-in's upstream (`fan_in_at_once`), a chain's
-link (`chain_at_once`), a task with no downstream (`leaf_at_once`) and an index of a
-mapped task (`index_at_once`), each a success with no log to store.
+link (`chain_at_once`), a fan-out's root (`fan_out_at_once`), a task with no downstream
+(`leaf_at_once`) and an index of a mapped task (`index_at_once`), each a success with no
+log to store.
 
 A success into a fan-in that waits for all its upstreams decides nothing while another
 upstream is unfinished: its UPDATE counts them (`downstream_sql.fan_in_write`). So the
@@ -16,15 +17,23 @@ each in its own query:
   not locked by results that leave nothing waiting;
 - the last upstream (the run's lock serialises the upstreams' UPDATEs, so exactly one of
   them counts no other unfinished), of an all_success fan-in in its pool
-  (`Plan.join_next`): one more query queues the fan-in if every upstream succeeded and it
-  fits (`join`, under the run's lock again);
-- else, or not queued so: a transaction that locks the run again, reads it, decides and
-  queues the fan-in as `decided` does (`decide`; a wide fan-in's: the schedulers, `wake`).
+  (`Plan.join_next`): one more query, under the run's lock again, queues the fan-in if
+  every upstream succeeded, nobody waits in its pool and it fits, else moves it to
+  `scheduled` if every upstream succeeded, and fills the freed slot unless the result's
+  query did (`join`);
+- else (an upstream did not succeed): a transaction that locks the run again, reads it,
+  decides the fan-in as `decided` does (`decide`; a wide fan-in's: the schedulers, `wake`).
 
 A success of a chain's link (`Plan.chain_next`: one downstream, whose only upstream it
 is, in its pool, ready on its success) is one query too: BEGIN, the run's lock, the
 result's write, the pool's lock, the next TI queued if nobody waits in its pool and it
 fits, COMMIT (`queued`). Not queued, the decision follows in a transaction (`decide`).
+
+A success whose several downstream wait for it alone, in its pool (`Plan.fan_out`), is one
+query: the run's lock, the result, the pool's lock, the downstream that fit queued by
+priority when nobody waits in the pool (the room counted once for all of them), the
+others moved to `scheduled`, the freed slot given to the first TI waiting (`queued`,
+`waiting`, or `wake` when one was left with no other run's TI before it).
 
 A success of a task with no downstream decides nothing: its UPDATE says whether another
 TI of the run is unfinished (under the run's lock, so exactly one of the run's last two
