@@ -74,11 +74,13 @@ PATHS: tuple[ResultPath, ...] = (
         "than FILL_LIMIT) it is the only upstream of, in its pool, ready on a success, no "
         "spans to start",
         round_trips="1: BEGIN, the run's lock, the result, the pool's lock, the ready "
-        "downstream scheduled, the TIs waiting in the pool queued by priority while they "
-        "fit (after the first, only while no other run's TI waits), COMMIT",
+        "downstream that fit queued by priority when nobody waits in the pool (the pool's "
+        "and the DAG's room counted once), the others scheduled, the slot the result freed "
+        "given to the first TI waiting, COMMIT",
         locks="the run's row, then the pool's row, while the query runs",
-        fallback="the run not the worker's to drive, a downstream not scheduled, or one "
-        "left waiting with no other run's TI before it: the schedulers are woken",
+        fallback="the run not the worker's to drive, a downstream neither queued nor "
+        "scheduled, or one left waiting with no other run's TI before it: the schedulers "
+        "are woken",
         applies=lambda c: (
             c.decides
             and c.quiet_success
