@@ -437,15 +437,18 @@ def fill_statements(pool: str, attempt_id: str, now: dt.datetime) -> tuple[Sent,
     locked, then the first TI waiting in it (priority, then age) queued as `attempt_id`
     if it fits (a statement of its own, so it counts the room after the lock was
     granted). Its row (`PICKED`) makes the message."""
-    return (
-        pool_lock(pool),
-        queue_picked_statement(
-            attempt_id,
-            now=now,
-            condition=NEXT_WAITING_FITS_ITS_POOL,
-            params={"r_pool": pool},
-            returning=PICKED,
-        ),
+    return pool_lock(pool), fill_statement(pool, attempt_id, now)
+
+
+def fill_statement(pool: str, attempt_id: str, now: dt.datetime) -> Sent:
+    """The queueing of `fill_statements` alone, for a query that locked `pool`'s row in
+    an earlier statement."""
+    return queue_picked_statement(
+        attempt_id,
+        now=now,
+        condition=NEXT_WAITING_FITS_ITS_POOL,
+        params={"r_pool": pool},
+        returning=PICKED,
     )
 
 
@@ -598,7 +601,7 @@ def fan_out_statements(
     in the pool (`FAN_OUT_FITS`, one of `attempt_ids` each, returning
     `PICKED_WITH_ATTEMPT`); the others moved to `scheduled` (`FAN_OUT_READY`, returning
     their ids and `backlog`); then the slot the result freed given to the first TI waiting
-    in the pool (as `fill_statements`, as `fill_attempt`)."""
+    in the pool (`fill_statement`, as `fill_attempt`)."""
     assert plan.fan_out is not None and len(attempt_ids) == len(plan.fan_out)
     pool = plan.pools[0]
     params = {
@@ -619,4 +622,4 @@ def fan_out_statements(
     ready = schedule_where_statement(
         now=now, condition=FAN_OUT_READY, params=params, returning=OTHER_RUNS_WAIT
     )
-    return pool_lock(pool), queued, ready, fill_statements(pool, fill_attempt, now)[1]
+    return pool_lock(pool), queued, ready, fill_statement(pool, fill_attempt, now)

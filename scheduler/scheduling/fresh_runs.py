@@ -19,14 +19,16 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, select, update
+from sqlalchemy import BindParameter, and_, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.core.queries.sql import expected_state, one_of
-from sluice.scheduler.core.states import TI, check_ti_move
+from sluice.scheduler.core.queries.sql import one_of
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.transitions import schedule_where_statement
 from sluice.scheduler.scheduling.deps import TiView
 from sluice.scheduler.scheduling.run_decision import decide_run
 
@@ -43,25 +45,19 @@ _LEFT_NONE = (
     )
     .scalar_subquery()
 )
-_SCHEDULE_ROOTS = hot(
-    "fresh runs' roots scheduled",
-    update(_TI)  # type: ignore[arg-type]
-    .where(
+FRESH_ROOTS = hot(
+    "fresh runs' roots",
+    and_(
         _TI.c.dag_run_id.in_(_RUNS),
         _TI.c.task_id.in_(bindparam("roots", expanding=True)),
-        expected_state(_TI.c.state, [TI.NONE.value]),
         _TI.c.dag_run_id.not_in(_LEFT_NONE),
-    )
-    .values(
-        state=TI.SCHEDULED.value,
-        scheduled_at=bindparam("b_now", type_=_TI.c.scheduled_at.type),
-    )
-    .returning(_TI.c.id, _TI.c.dag_run_id),
+    ),
     "The roots of the runs none of whose TIs has left none, by (dag_run_id, task_id): the "
     "unique index. The runs with a TI in another state are found once, one equality per "
     "state on ix_task_instance_run_state (not a scan of each run's TIs per root); the "
     "subquery's snapshot predates the statement's own writes.",
 )
+_OF_RUN = hot("the moved TI's run", (_TI.c.dag_run_id,))
 _STAMP = (
     update(_RUN)  # type: ignore[arg-type]
     .where(_RUN.c.id.in_(bindparam("runs", expanding=True)))
@@ -99,10 +95,7 @@ def schedule_fresh(
 ) -> dict[int, int]:
     """Schedule `roots` in each of `runs` (of one DAG version) whose TIs are all `none`,
     and stamp those runs' decision; run id → TIs scheduled, for the runs decided so."""
-    check_ti_move(TI.NONE, TI.SCHEDULED)
-    rows = session.execute(
-        _SCHEDULE_ROOTS, {"runs": [run.id for run in runs], "roots": list(roots), "b_now": now}
-    ).all()
+    rows = session.execute(*roots_statement([run.id for run in runs], roots, now)).all()
     decided: dict[int, int] = {}
     for _, run_pk in rows:
         decided[run_pk] = decided.get(run_pk, 0) + 1
@@ -112,3 +105,12 @@ def schedule_fresh(
             if run.id in decided:  # written above; not dirty
                 set_committed_value(run, "last_scheduling_decision", now)
     return decided
+
+
+def roots_statement(run_pks: Sequence[int], roots: Sequence[str], now: dt.datetime) -> Sent:
+    """The UPDATE of `schedule_fresh`: `roots` of the runs `run_pks` whose TIs are all
+    `none` moved to `scheduled`, returning each moved TI's id and run."""
+    params = {"runs": list(run_pks), "roots": list(roots)}
+    return schedule_where_statement(
+        now=now, condition=FRESH_ROOTS, params=params, returning=_OF_RUN
+    )

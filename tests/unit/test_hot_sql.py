@@ -100,6 +100,7 @@ def hot_path_builds() -> dict[str, Any]:
         )
     )
     made.extend(sql.fill_statements("default_pool", "a", NOW))
+    made.append(sluice.scheduler.scheduling.fresh_runs.roots_statement([1], ["root"], NOW))
     made.append(
         ti_move_returning(
             1,

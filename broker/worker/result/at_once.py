@@ -86,6 +86,7 @@ from sluice.scheduler.scheduling.downstream_sql import (
     chain_next_statements,
     fan_in_write,
     fan_out_statements,
+    fill_statement,
     fill_statements,
     index_write,
     join_next_statements,
@@ -406,12 +407,23 @@ def fan_out_at_once(case: Case) -> Recorded:
     messages = [fill_message(row, row.attempt_id) for row in sent[queued]]
     messages += [fill_message(row, fill_attempt) for row in sent[filled]]
     run, waiting = sent.first(lock), sent[scheduled]
-    if run is None or not drives(run, dag) or len(sent[queued]) + len(waiting) < len(plan.fan_out):
-        return Recorded(True, FollowUp(messages, wake=True), "fan_out_at_once", "wake")
-    left = {row.id for row in waiting} - {m.ti_id for m in messages}
-    if left and not waiting[0].backlog:  # no room, or the DAG at max_active_tasks
-        return Recorded(True, FollowUp(messages, wake=True), "fan_out_at_once", "wake")
-    return Recorded(True, FollowUp(messages), "fan_out_at_once", "waiting" if left else "queued")
+    left = _left_waiting(waiting, messages)
+    wake = (
+        run is None
+        or not drives(run, dag)
+        or len(sent[queued]) + len(waiting) < len(plan.fan_out)
+        or (left and not waiting[0].backlog)  # no room, or the DAG at max_active_tasks
+    )
+    then = "wake" if wake else "waiting" if left else "queued"
+    return Recorded(True, FollowUp(messages, wake=wake), "fan_out_at_once", then)
+
+
+def _left_waiting(scheduled: list[Any], messages: list[RunMessage]) -> bool:
+    """Whether a TI the query moved to `scheduled` (its rows) was not queued by the same
+    query's fill (`messages`): it waits in its pool. The caller wakes the schedulers when
+    no other run's TI waited before it (the rows' `backlog` false): then only a pass will
+    place it."""
+    return bool({row.id for row in scheduled} - {m.ti_id for m in messages})
 
 
 def _recorded(path: str, case: Case, then: str, follow: Callable[[], FollowUp]) -> Recorded:
@@ -460,17 +472,18 @@ def _queue_join(case: Case, plan: Plan, *, fill: bool) -> FollowUp:
     waiting = pipeline.add(ready, "fan-in scheduled")
     filled = None
     if fill:
-        filled = pipeline.add(fill_statements(case.pool, fill_attempt, now)[1], "slot filled")
+        filled = pipeline.add(fill_statement(case.pool, fill_attempt, now), "slot filled")
     sent = committed_at_once(case.factory, pipeline)
     messages = [fill_message(row, attempt_id) for row in sent[queued]]
     if filled is not None:
         messages += [fill_message(row, fill_attempt) for row in sent[filled]]
     if sent[queued]:
         return FollowUp(messages)
-    scheduled = sent.first(waiting)
-    if scheduled is not None:
-        left = scheduled.id not in {m.ti_id for m in messages}
-        return FollowUp(messages, wake=left and not scheduled.backlog)
+    scheduled = sent[waiting]
+    if scheduled:
+        return FollowUp(
+            messages, wake=_left_waiting(scheduled, messages) and not scheduled[0].backlog
+        )
     if plan.wide:  # a failed upstream: the schedulers decide (they read the run)
         return FollowUp(messages, wake=True)
     follow = _decide_after(case, False)

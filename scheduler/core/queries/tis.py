@@ -75,13 +75,18 @@ def _room_for(
 ) -> ColumnElement[bool]:
     """A TI of `pool_slots` fits: its pool's active TIs leave that many of `pool_total`
     free, and its DAG has fewer than `max_active` active TIs."""
+    return and_(
+        _used_slots(pool) + pool_slots <= pool_total,
+        _active_of_dag(dag_id) < max_active,
+    )
+
+
+def _used_slots(pool: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The slots `pool`'s active TIs hold."""
     used = select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0)).where(
         one_of(_OTHER.c.state, _ACTIVE_STATES), _OTHER.c.pool == pool
     )
-    return and_(
-        used.scalar_subquery() + pool_slots <= pool_total,
-        _active_of_dag(dag_id) < max_active,
-    )
+    return used.scalar_subquery()
 
 
 def room_left(
@@ -91,11 +96,8 @@ def room_left(
     `dag_id` may have active under `max_active`: the two sides of `_room_for`, to compare
     with the running totals of several TIs at once. Counted after the pool's lock, as
     HAS_ROOM is."""
-    used = select(func.coalesce(func.sum(_OTHER.c.pool_slots), 0)).where(
-        one_of(_OTHER.c.state, _ACTIVE_STATES), _OTHER.c.pool == pool
-    )
     slots = select(_POOLS.slots).where(_POOLS.name == pool).scalar_subquery()
-    return slots - used.scalar_subquery(), max_active - _active_of_dag(dag_id)
+    return slots - _used_slots(pool), max_active - _active_of_dag(dag_id)
 
 
 def _active_of_dag(dag_id: ColumnElement[Any]) -> ColumnElement[Any]:

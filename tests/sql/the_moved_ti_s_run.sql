@@ -1,0 +1,2 @@
+-- the moved TI's run
+task_instance.dag_run_id
