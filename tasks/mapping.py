@@ -52,6 +52,12 @@ def reference_of(source: Any) -> str | None:
     return referenced(source)
 
 
+def per_index_of(task: Mapping[str, Any]) -> str | None:
+    """The mapped task a serialized task maps one to one (``per_index``), if any."""
+    found = (task.get("map") or {}).get("per_index")
+    return found if isinstance(found, str) else None
+
+
 def items_of(value: Any, what: str) -> list[Any]:
     """The items a source gives: a list's or tuple's elements, a dict's (key, value)."""
     if isinstance(value, list | tuple):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 import logging
 import traceback
 from collections.abc import Callable, Sequence
@@ -45,6 +44,13 @@ from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.result import Case, Recorded, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_logs import capture_task_log
+from sluice.broker.worker.upstream_results import (
+    COPIES_OF_THIS_PROCESS,
+    UPSTREAM_OF_TI,
+    UPSTREAM_RESULTS,
+    fill_upstream,
+    read_params,
+)
 from sluice.scheduler.core.dag_cache import SerializedDagCache
 from sluice.scheduler.core.db import (
     Pipeline,
@@ -73,7 +79,7 @@ from sluice.scheduler.scheduling.plans import (
 )
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped
-from sluice.tasks.mapping import check_map_output
+from sluice.tasks.mapping import check_map_output, per_index_of
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
 from sluice.tasks.serialize import retry_delay_for
 
@@ -154,20 +160,27 @@ class Claimed:
 
 @dataclass(frozen=True)
 class PreRead:
-    """Upstream results read in the claim's query: of `task_ids`, its rows."""
+    """Upstream results read in the claim's query: of `task_ids`, its rows (the results
+    left out taken from `known`, the copies the read named)."""
 
     task_ids: tuple[str, ...]
+    per_index: str | None
     rows: list[Any]
+    known: dict[str, str]
 
 
-def _upstream_read_with_claim(msg: RunMessage) -> tuple[str, ...] | None:
-    """The upstream task ids to read with the claim of `msg`: those of its task, if its
-    arguments take upstream results in the DAG version this process read last (a guess:
-    `_read_for_context` reads them again if the claimed version's differ); else None."""
+def _upstream_read_with_claim(msg: RunMessage) -> tuple[tuple[str, ...], str | None] | None:
+    """The upstream task ids to read with the claim of `msg`, and the one its task maps
+    one to one: those of its task, if its arguments take upstream results in the DAG
+    version this process read last (a guess: `_read_for_context` reads them again if the
+    claimed version's differ); else None."""
     dag = _DAGS.latest(msg.dag_id)
     if dag is None or not dag.serialized:
         return None
-    return arguments_upstream(dag, msg.task_id)
+    upstream_ids = arguments_upstream(dag, msg.task_id)
+    if upstream_ids is None:
+        return None
+    return upstream_ids, per_index_of(dag.serialized["tasks"][msg.task_id])
 
 
 def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
@@ -226,25 +239,25 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
     found: list[Claimed | None] = []
 
     spec_of = getattr(ctx.dags, "get_spec", None)
-    upstream_ids = None if spec_of is not None else _upstream_read_with_claim(msg)
+    pre = None if spec_of is not None else _upstream_read_with_claim(msg)
 
     def attempt() -> bool:
         found.clear()
         move = claim_statement(msg, ctx.hostname, ctx.pid, utcnow())
         pre_read: PreRead | None = None
-        if upstream_ids is None:
+        if pre is None:
             # one atomic UPDATE ... RETURNING: no transaction around it on PostgreSQL
             rows = executed_alone(ctx.session_factory, move)
         else:
+            upstream_ids, per_index = pre
             pipeline = Pipeline()
             claimed = pipeline.add(move, "claim")
-            read = pipeline.add(
-                (_UPSTREAM_OF_TI, {"ti_id": msg.ti_id, "task_ids": list(upstream_ids)}),
-                "upstream results",
-            )
+            known = COPIES_OF_THIS_PROCESS.snapshot()
+            params = read_params(known, upstream_ids, per_index, ti_id=msg.ti_id)
+            read = pipeline.add((UPSTREAM_OF_TI, params), "upstream results")
             sent = committed_at_once(ctx.session_factory, pipeline)
             rows = sent[claimed]
-            pre_read = PreRead(upstream_ids, list(sent[read]))
+            pre_read = PreRead(upstream_ids, per_index, list(sent[read]), known)
         if not rows:
             found.append(None)
             return False
@@ -293,31 +306,7 @@ _CLAIMED = hot(
     "subqueries on their keys, so the claim is one statement.",
 )
 _RUN_CONF = hot("run conf", select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk")))
-_UPSTREAM_COLUMNS = (_TI.c.task_id, _TI.c.map_index, _TI.c.state, _TI.c.result)
-_UPSTREAM_OF_TI = hot(
-    "upstream results of the claimed TI",
-    select(*_UPSTREAM_COLUMNS)
-    .where(
-        _TI.c.dag_run_id
-        == select(_TI.c.dag_run_id).where(_TI.c.id == bindparam("ti_id")).scalar_subquery(),
-        _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
-    )
-    .order_by(_TI.c.task_id, _TI.c.map_index),
-    "The upstream results, read in the claim's query (after its UPDATE) for a task whose "
-    "arguments take them: its run found by the claimed TI's key.",
-)
-_UPSTREAM_RESULTS = hot(
-    "upstream results",
-    select(*_UPSTREAM_COLUMNS)
-    .where(
-        _TI.c.dag_run_id == bindparam("run_pk"),
-        _TI.c.task_id.in_(bindparam("task_ids", expanding=True)),
-    )
-    .order_by(_TI.c.task_id, _TI.c.map_index),
-    "The upstream tasks' TIs, a mapped task's indexes in map-index order (its results "
-    "are passed as a list, of the indexes that succeeded).",
-)
-"""What the claim's UPDATE returns, and the upstream results' query: built once
+"""What the claim's UPDATE returns: built once
 (building a statement costs as much as running it)."""
 
 
@@ -416,7 +405,7 @@ def _read_context(
         run_claimed=row.claimed_by_job_id is not None,
         map_index=row.map_index,
         mapped_upstream=frozenset(u for u in upstream_ids if tasks.get(u, {}).get("map")),
-        per_index=(spec.get("map") or {}).get("per_index") if spec else None,
+        per_index=per_index_of(spec) if spec else None,
     )
 
 
@@ -427,36 +416,44 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
     SLUICE_MAX_CONF_BYTES) would travel with every claim of every task of the run."""
     upstream = claimed.context["upstream"]
     pre = claimed.pre_read
-    if upstream and pre is not None and set(pre.task_ids) == set(upstream):
-        _fill_upstream(claimed, upstream, pre.rows)
+    if (
+        upstream
+        and pre is not None
+        and set(pre.task_ids) == set(upstream)
+        and pre.per_index == claimed.per_index
+    ):
+        _fill_upstream(claimed, upstream, pre.rows, pre.known)
         upstream = {}  # read already
     if not upstream and not conf:
         return
     with transaction(single_statement_factory(ctx.session_factory)) as session:
         if upstream:
-            params = {"run_pk": claimed.run_pk, "task_ids": sorted(upstream)}
-            _fill_upstream(claimed, upstream, session.execute(_UPSTREAM_RESULTS, params))
+            known = COPIES_OF_THIS_PROCESS.snapshot()
+            params = read_params(
+                known,
+                upstream,
+                claimed.per_index,
+                run_pk=claimed.run_pk,
+                map_index=claimed.map_index,
+            )
+            rows = session.execute(UPSTREAM_RESULTS, params)
+            _fill_upstream(claimed, upstream, rows, known)
         if conf:
             stored = session.execute(_RUN_CONF, {"run_pk": claimed.run_pk}).scalar()
             claimed.context["conf"] = dict(stored or {})
 
 
-def _fill_upstream(claimed: Claimed, upstream: dict[str, Any], rows: Any) -> None:
-    """Each upstream's output from its TIs' rows (in map-index order): an unmapped task's
-    result; a mapped task's successful indexes' results as a list (none: []); for the
-    task this one maps one to one, its index `claimed.map_index`'s result."""
-    for task_id in claimed.mapped_upstream:
-        upstream[task_id] = None if task_id == claimed.per_index else []
-    for task_id, map_index, state, result in rows:
-        value = None if result is None else json.loads(result)
-        if task_id == claimed.per_index:
-            if map_index == claimed.map_index:
-                upstream[task_id] = value
-        elif task_id in claimed.mapped_upstream:
-            if map_index >= 0 and state == TI.SUCCESS:
-                upstream[task_id].append(value)
-        else:
-            upstream[task_id] = value
+def _fill_upstream(
+    claimed: Claimed, upstream: dict[str, Any], rows: Any, known: dict[str, str]
+) -> None:
+    fill_upstream(
+        upstream,
+        rows,
+        mapped=claimed.mapped_upstream,
+        per_index=claimed.per_index,
+        map_index=claimed.map_index,
+        known=known,
+    )
 
 
 def _execute(

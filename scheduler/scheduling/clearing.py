@@ -20,6 +20,7 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI, DagRunState, SpanStatus
 from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
 from sluice.scheduler.core.transitions import move_run, move_spans, move_tis
+from sluice.tasks.mapping import per_index_of
 
 
 class UnknownTask(LookupError):
@@ -51,7 +52,7 @@ def index_closure(spec: dict[str, Any], root: str, map_index: int) -> dict[str, 
         task_id = stack.pop()
         index = chosen[task_id]
         for child in tasks.get(task_id, {}).get("downstream", []):
-            per_index = (tasks.get(child, {}).get("map") or {}).get("per_index")
+            per_index = per_index_of(tasks.get(child, {}))
             wanted = index if index is not None and per_index == task_id else None
             if child not in chosen:
                 chosen[child] = wanted

@@ -25,7 +25,7 @@ from typing import Any
 
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.deps import Decisions, Limit, RunTis, TiView, verdict_state
-from sluice.tasks.mapping import MapInputError, check_length, map_length
+from sluice.tasks.mapping import MapInputError, check_length, map_length, per_index_of
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def decide_mapped(
 ) -> None:
     """Decide the `none` TIs of mapped `task` (see the module's docstring)."""
     mine = run.by_task[task["task_id"]]
-    per_index = task["map"].get("per_index")
+    per_index = per_index_of(task)
     if per_index is not None and any(ti.map_index >= 0 for ti in run.by_task.get(per_index, ())):
         _follow_indexes(task, tasks, run, limit, decisions, per_index)
         return

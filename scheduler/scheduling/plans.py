@@ -16,6 +16,7 @@ from typing import Any
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.states import TI, TaskInstanceState
 from sluice.scheduler.scheduling.deps import upstream_counts
+from sluice.tasks.mapping import per_index_of
 from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
 
 READ_LIMIT = 256
@@ -322,7 +323,7 @@ def waits_for_every_index(dag: Dag | None, task_id: str) -> bool:
         task = tasks.get(task_id, {})
         found = task.get("map") is not None and all(
             TriggerRule(tasks[d]["trigger_rule"]) in WAITS_FOR_ALL
-            and (tasks[d].get("map") or {}).get("per_index") != task_id
+            and per_index_of(tasks[d]) != task_id
             for d in task.get("downstream", [])
         )
         if len(_EVERY_INDEX) >= _PLANS_SIZE:
