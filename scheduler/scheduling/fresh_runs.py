@@ -30,6 +30,7 @@ from sluice.scheduler.core.queries.sql import one_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import schedule_where_statement
 from sluice.scheduler.scheduling.deps import TiView
+from sluice.scheduler.scheduling.per_version import PerVersion
 from sluice.scheduler.scheduling.run_decision import decide_run
 
 _TI = TaskInstance.__table__
@@ -64,20 +65,14 @@ _STAMP = (
     .values(last_scheduling_decision=bindparam("b_now", type_=_RUN.c.last_scheduling_decision.type))
 )
 
-_ROOTS: dict[str, tuple[str, ...] | None] = {}
-_ROOTS_SIZE = 1024
+_ROOTS: PerVersion[str, tuple[str, ...] | None] = PerVersion(1024)
 
 
 def fresh_roots(dag: Dag) -> tuple[str, ...] | None:
     """The tasks `decide_run` schedules in a run of `dag` whose TIs are all `none`, if
     that is all it does (no expansion, no other move, at least one); else None. Worked
     out once per DAG version."""
-    key = dag.version_hash
-    if key not in _ROOTS:
-        if len(_ROOTS) >= _ROOTS_SIZE:
-            _ROOTS.clear()
-        _ROOTS[key] = _decided_roots(dag)
-    return _ROOTS[key]
+    return _ROOTS.get(dag.version_hash, lambda: _decided_roots(dag))
 
 
 def _decided_roots(dag: Dag) -> tuple[str, ...] | None:

@@ -16,6 +16,7 @@ from typing import Any
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.states import TI, TaskInstanceState
 from sluice.scheduler.scheduling.deps import upstream_counts
+from sluice.scheduler.scheduling.per_version import PerVersion
 from sluice.tasks.mapping import per_index_of
 from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
 
@@ -105,18 +106,17 @@ class Plan:
     the schedulers (they read the run)."""
 
 
-_PLANS: dict[tuple[str, str, str, bool], Plan | None] = {}
 _PLANS_SIZE = 4096
+_PLANS: PerVersion[tuple[str, str, str, bool], Plan | None] = PerVersion(_PLANS_SIZE)
 
 
 def _plan(dag: Dag, task_id: str, pool: str, success: bool) -> Plan | None:
     """The cached `Plan`; None for more than READ_LIMIT TIs to read."""
-    key = (dag.version_hash, task_id, pool, success)
-    if key not in _PLANS:
-        if len(_PLANS) >= _PLANS_SIZE:
-            _PLANS.clear()
-        _PLANS[key] = _make_plan(dag.version_hash, dag.serialized["tasks"], task_id, pool, success)
-    return _PLANS[key]
+    version = dag.version_hash
+    return _PLANS.get(
+        (version, task_id, pool, success),
+        lambda: _make_plan(version, dag.serialized["tasks"], task_id, pool, success),
+    )
 
 
 @dataclass(frozen=True)
@@ -130,19 +130,16 @@ class _Join:
     branch_upstream: bool
 
 
-_JOINS: dict[tuple[str, str], _Join] = {}
+_JOINS: PerVersion[tuple[str, str], _Join] = PerVersion(_PLANS_SIZE)
 
 
 def _join(version: str, tasks: Mapping[str, Any], down: str) -> _Join:
-    key = (version, down)
-    found = _JOINS.get(key)
-    if found is None:
-        if len(_JOINS) >= _PLANS_SIZE:
-            _JOINS.clear()
+    def make() -> _Join:
         up = frozenset(tasks[down]["upstream"])
         branchy = any(tasks[u].get("is_branch") for u in up)
-        found = _JOINS[key] = _Join(up, tuple(sorted(set(tasks) - up)), branchy)
-    return found
+        return _Join(up, tuple(sorted(set(tasks) - up)), branchy)
+
+    return _JOINS.get((version, down), make)
 
 
 def _make_plan(
@@ -239,22 +236,20 @@ class _Touched:
     """Tasks that are mapped or have a mapped upstream."""
 
 
-_TOUCHED: dict[str, _Touched] = {}
+_TOUCHED: PerVersion[str, _Touched] = PerVersion(_PLANS_SIZE)
 
 
 def _mapping_touched(version: str, tasks: Mapping[str, Any]) -> _Touched:
     """The mapped tasks of a DAG version and those next to them, worked out once (a plan
     is made for each of a 10,000-way fan-in's upstreams: scanning the fan-in's upstreams
     for each would be quadratic)."""
-    found = _TOUCHED.get(version)
-    if found is None:
+
+    def make() -> _Touched:
         mapped = frozenset(t for t, spec in tasks.items() if spec.get("map") is not None)
         near = {t for t, spec in tasks.items() if any(u in mapped for u in spec["upstream"])}
-        found = _Touched(mapped, mapped | frozenset(near))
-        if len(_TOUCHED) >= _PLANS_SIZE:
-            _TOUCHED.clear()
-        _TOUCHED[version] = found
-    return found
+        return _Touched(mapped, mapped | frozenset(near))
+
+    return _TOUCHED.get(version, make)
 
 
 def _join_next(
@@ -306,7 +301,7 @@ def wide_fan_in(
     return plan if plan is not None and plan.wide else None
 
 
-_EVERY_INDEX: dict[tuple[str, str], bool] = {}
+_EVERY_INDEX: PerVersion[tuple[str, str], bool] = PerVersion(_PLANS_SIZE)
 
 
 def waits_for_every_index(dag: Dag | None, task_id: str) -> bool:
@@ -316,36 +311,32 @@ def waits_for_every_index(dag: Dag | None, task_id: str) -> bool:
     version)."""
     if dag is None or not dag.serialized:
         return False
-    key = (dag.version_hash, task_id)
-    found = _EVERY_INDEX.get(key)
-    if found is None:
-        tasks = dag.serialized["tasks"]
+    tasks = dag.serialized["tasks"]
+
+    def make() -> bool:
         task = tasks.get(task_id, {})
-        found = task.get("map") is not None and all(
+        return task.get("map") is not None and all(
             TriggerRule(tasks[d]["trigger_rule"]) in WAITS_FOR_ALL
             and per_index_of(tasks[d]) != task_id
             for d in task.get("downstream", [])
         )
-        if len(_EVERY_INDEX) >= _PLANS_SIZE:
-            _EVERY_INDEX.clear()
-        _EVERY_INDEX[key] = found
-    return found
+
+    return _EVERY_INDEX.get((dag.version_hash, task_id), make)
 
 
-_ARGUMENTS: dict[tuple[str, str], tuple[str, ...] | None] = {}
+_ARGUMENTS: PerVersion[tuple[str, str], tuple[str, ...] | None] = PerVersion(_PLANS_SIZE)
 
 
 def arguments_upstream(dag: Dag, task_id: str) -> tuple[str, ...] | None:
     """The upstream task ids of `task_id` if its call or mapped arguments take upstream
     results (`{"$upstream": …}` in its serialized `call` or `map`), sorted; else None
     (cached per DAG version)."""
-    key = (dag.version_hash, task_id)
-    if key not in _ARGUMENTS:
+
+    def make() -> tuple[str, ...] | None:
         task = dag.serialized.get("tasks", {}).get(task_id)
         takes = task is not None and '"$upstream"' in json.dumps(
             [task.get("call"), task.get("map")]
         )
-        if len(_ARGUMENTS) >= _PLANS_SIZE:
-            _ARGUMENTS.clear()
-        _ARGUMENTS[key] = tuple(sorted(task["upstream"])) if takes and task else None
-    return _ARGUMENTS[key]
+        return tuple(sorted(task["upstream"])) if takes and task else None
+
+    return _ARGUMENTS.get((dag.version_hash, task_id), make)
