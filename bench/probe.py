@@ -29,7 +29,7 @@ from bench.dagfiles import chain_call, fanout_call, mapped_call, mapped_tasks, w
 from bench.live import LiveEnv
 from bench.metrics import median
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, analyze, new_run_tag
-from bench.procs import compile_sources
+from bench.procs import compile_sources, cpu_seconds
 from bench.redisguard import cleanup_redis
 from sluice.scheduler.core.db import make_engine
 
@@ -40,12 +40,6 @@ DAGS["w5"] = (fanout_call("w5", 9998), 1, 10000)
 DAGS["w11"] = (mapped_call("w11", 1000), 1, mapped_tasks(1000))
 """name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3, W5, W7
 and W11 (its live run: 1,000 indexes and their upstream)."""
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of one process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy() -> tuple[float, float]:

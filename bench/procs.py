@@ -34,6 +34,12 @@ class BenchError(RuntimeError):
     """A benchmark could not be carried out (a process died, a run did not finish …)."""
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def sluice_argv() -> list[str]:
     """How to run `sluice`: the console script next to this interpreter, else `-m`."""
     script = Path(sys.executable).with_name("sluice")

@@ -463,6 +463,7 @@ def _triggered_rows(results: dict[str, Any], name: str, how: str, drain: float |
     else:
         target, passed = "≥ 0.6× raw drain", _check(r is not None and r >= 0.6, r)
     trigger = "API request sent → response" if name != "W3CLI" else "CLI process start → exit"
+    api_cpu = _fig(results, name, "api_cpu_ms_per_trigger")
     return [
         Row(
             name,
@@ -480,6 +481,7 @@ def _triggered_rows(results: dict[str, Any], name: str, how: str, drain: float |
         Row(name, "TI queued → start, p95, ms", _fig(results, name, "queued_to_start_p95_ms")),
         Row(name, f"trigger ({trigger}), median, ms", _fig(results, name, "trigger_median_ms")),
         Row(name, f"trigger ({trigger}), p95, ms", _fig(results, name, "trigger_p95_ms")),
+        *([] if name == "W3CLI" else [Row(name, "the API's CPU a trigger, ms", api_cpu)]),
     ]
 
 

@@ -40,7 +40,7 @@ from bench.metrics import (
     summary_ms,
     throughput,
 )
-from bench.procs import REPO_ROOT, BenchError, run_cli, sluice_argv, wait_until
+from bench.procs import REPO_ROOT, BenchError, cpu_seconds, run_cli, sluice_argv, wait_until
 from bench.profiling import Profiler
 from bench.sizes import (
     DAG_W1,
@@ -227,16 +227,20 @@ def w3_via_api(
 ) -> Result:
     """W3's DAG, `runs` runs posted to `POST /api/v1/dags/{dag_id}/runs` of the `sluice api`
     process from `api_threads` threads at once, `repeats` batches one after another; the
-    median batch. tasks/s from the first request sent to the last run's end."""
-    if env.api is None:
-        env.start_api(secrets.token_urlsafe(24))
+    median batch. tasks/s from the first request sent to the last run's end; the API
+    process's CPU a trigger (/proc, 10 ms ticks: read over the whole batch)."""
+    api = env.api if env.api is not None else env.start_api(secrets.token_urlsafe(24))
     batches: list[dict[str, float]] = []
     with profiled(prof, env, name, api=True):
         for i in range(sizes.repeats):
             drain = floor_drain() if floor_drain else None
             run_ids = [f"{name.lower()}-{i}-{k:04d}" for k in range(runs)]
+            api_cpu = cpu_seconds(api.pid)
             sent, latencies = _post_runs(env, run_ids, sizes.api_threads)
-            batches.append(paired(_triggered_batch(env, sizes, run_ids, sent, latencies), drain))
+            api_cpu = cpu_seconds(api.pid) - api_cpu  # the triggers' (the API idles after)
+            batch = _triggered_batch(env, sizes, run_ids, sent, latencies)
+            batch["api_cpu_ms_per_trigger"] = 1000.0 * api_cpu / runs
+            batches.append(paired(batch, drain))
     threads = min(sizes.api_threads, runs)
     title = (
         f"{runs} runs of W3's {fanout_tasks(sizes.w3_width)}-task diamond posted to the REST "

@@ -79,6 +79,8 @@ def test_bench_quick_reports_every_workload(tmp_path: Path) -> None:
         bad = {k: v for k, v in figures.items() if not _is_number(v)}
         assert not bad, f"{name} has non-numeric figures: {bad}"
     assert results["rows"], "no table rows"
+    for name in ("W3API", "W3B"):  # the API process's CPU a trigger, read from /proc
+        assert results["workloads"][name]["figures"]["api_cpu_ms_per_trigger"] >= 0
 
 
 def _is_number(value: object) -> bool:
