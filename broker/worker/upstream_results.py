@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import String, bindparam, case, or_, select
+from sqlalchemy import String, bindparam, case, literal_column, or_, select
 
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import TaskInstance
@@ -33,18 +33,22 @@ log = logging.getLogger(__name__)
 
 _TI = TaskInstance.__table__
 
+_COMMA = literal_column("','", String)
 KNOWN_ATTEMPTS = hot(
     "result not sent for a known attempt",
     case(
         (
             (_TI.c.state == TI.SUCCESS.value)
-            & bindparam("known_attempts", type_=String).contains(_TI.c.attempt_id),
+            & bindparam("known_attempts", type_=String).contains(
+                _COMMA + _TI.c.attempt_id + _COMMA
+            ),
             None,
         ),
         else_=_TI.c.result,
     ).label("result"),
     "A success's result is left out when its attempt id is in the process's list of "
-    "attempts whose result it holds (comma-separated uuids, at most COPIES of them).",
+    "attempts whose result it holds (',a1,a2,': each id matched whole, between commas; "
+    "at most COPIES of them).",
 )
 _COLUMNS = (_TI.c.task_id, _TI.c.map_index, _TI.c.state, _TI.c.attempt_id, KNOWN_ATTEMPTS)
 _BY_TASK = (_TI.c.task_id, _TI.c.map_index)
@@ -145,7 +149,7 @@ def read_params(
         **params,
         "task_ids": sorted(set(task_ids) - {per_task}),
         "per_task": per_task or "",
-        "known_attempts": ",".join(known),
+        "known_attempts": f",{','.join(known)}," if known else "",
     }
 
 

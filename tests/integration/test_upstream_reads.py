@@ -67,8 +67,32 @@ def test_a_wide_map_reads_its_upstream_list_once_per_worker_process(sluice: Slui
             ).scalar_one()
             params = read_params({}, ["echo"], "echo", run_pk=run_pk, map_index=7)
             read = conn.execute(UPSTREAM_RESULTS, params).all()
+            attempt = conn.exec_driver_sql(
+                f"SELECT attempt_id FROM task_instance WHERE dag_run_id = {run_pk} "
+                "AND task_id = 'items'"
+            ).scalar_one()
+
+            def items_result(known: dict[str, str]) -> str | None:
+                params = read_params(known, ["items"], None, run_pk=run_pk, map_index=-1)
+                (row,) = conn.execute(UPSTREAM_RESULTS, params).all()
+                return row.result
+
+            named = items_result({"other": "", attempt: ""})
+            part_named = items_result({attempt[:8]: "", attempt[9:]: ""})
+            sent = items_result({})
+            conn.exec_driver_sql(  # a degenerate id is never taken for a named one
+                f"UPDATE task_instance SET attempt_id = '' WHERE dag_run_id = {run_pk} "
+                "AND task_id = 'items'"
+            )
+            conn.commit()
+            empty_id = items_result({"other": "", attempt: ""})
     finally:
         engine.dispose()
     assert [(r.task_id, r.map_index, json.loads(r.result)) for r in read] == [
         ("echo", 7, "item-0007")
     ]
+    # a named attempt's text is left out; parts of its id name nothing
+    assert named is None
+    assert sent is not None and json.loads(sent) == expected
+    assert part_named == sent
+    assert empty_id == sent

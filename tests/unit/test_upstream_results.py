@@ -54,7 +54,13 @@ def test_a_result_left_out_is_taken_from_the_copy_the_read_named() -> None:
     known = copies.snapshot()
     assert set(known) == {"att-1"}
     params = read_params(known, ["items"], None, run_pk=7)
-    assert params == {"run_pk": 7, "task_ids": ["items"], "per_task": "", "known_attempts": "att-1"}
+    assert params == {
+        "run_pk": 7,
+        "task_ids": ["items"],
+        "per_task": "",
+        "known_attempts": ",att-1,",
+    }
+    assert read_params({}, ["items"], None)["known_attempts"] == ""
     # the next read left the text out: the value comes from the copy, parsed anew
     second = _fill([("items", -1, "success", "att-1", None)], known, copies)
     assert second == first and second["items"] is not first["items"]
