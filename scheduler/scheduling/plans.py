@@ -311,9 +311,9 @@ def waits_for_every_index(dag: Dag | None, task_id: str) -> bool:
     version)."""
     if dag is None or not dag.serialized:
         return False
-    tasks = dag.serialized["tasks"]
 
     def make() -> bool:
+        tasks = dag.serialized["tasks"]
         task = tasks.get(task_id, {})
         return task.get("map") is not None and all(
             TriggerRule(tasks[d]["trigger_rule"]) in WAITS_FOR_ALL
