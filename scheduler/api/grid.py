@@ -374,38 +374,70 @@ def _compact_rows(
     return found
 
 
+BY_FREQUENCY: tuple[TaskInstanceState, ...] = (
+    TI.SUCCESS,
+    TI.NONE,
+    TI.SKIPPED,
+    TI.FAILED,
+    TI.UPSTREAM_FAILED,
+    TI.RUNNING,
+    TI.QUEUED,
+    TI.SCHEDULED,
+    TI.UP_FOR_RETRY,
+    TI.REMOVED,
+)
+"""`SUMMARY_ORDER`'s states in the order a grid meets them most (a CASE tries its WHENs in
+turn, for each of a big grid's TIs)."""
+
+
+def _cell_code_case(state: str, try_number: str) -> str:
+    """SQL: a TI's code in one CASE, shifted by `_ODD_SHIFT` when its try is not the usual
+    one for its state (`usual_try`); NO_TI for a state outside `SUMMARY_ORDER`."""
+    whens = []
+    for s in BY_FREQUENCY:
+        code = CODE_OF[str(s)]
+        usual = 1 if s in TRIED else 0
+        shifted = chr(ord(code) + _ODD_SHIFT)
+        whens.append(
+            f"WHEN '{s}' THEN CASE {try_number} WHEN {usual} THEN '{code}' ELSE '{shifted}' END"
+        )
+    return f"CASE {state} {' '.join(whens)} ELSE '{NO_TI}' END"
+
+
 _INDEXED_TEXT = f"""
 SELECT r.id, g.states, g.tries, g.unmapped, g.known, g.others
 FROM unnest(CAST(:runs AS BIGINT[])) AS r(id)
 CROSS JOIN LATERAL (
-    SELECT string_agg(CASE WHEN ti.odd THEN chr(ascii(ti.code) + {_ODD_SHIFT}) ELSE ti.code END, '')
-               FILTER (WHERE ti.map_index = -1) AS states,
-           string_agg(ti.try_number::text, ',') FILTER (WHERE ti.map_index = -1 AND ti.odd)
-               AS tries,
+    SELECT string_agg(ti.code, '') FILTER (WHERE ti.map_index = -1) AS states,
+           string_agg(ti.try_number::text, ',')
+               FILTER (WHERE ti.map_index = -1 AND ti.code COLLATE "C" >= 'A') AS tries,
            count(*) FILTER (WHERE ti.map_index = -1) AS unmapped,
-           bool_and(ti.task_id = ANY(string_to_array(:task_ids, ',')))
-               FILTER (WHERE ti.map_index = -1) AS known,
+           md5(string_agg(ti.task_id, ',') FILTER (WHERE ti.map_index = -1)) AS known,
            count(*) FILTER (WHERE ti.map_index >= 0) AS others
-    FROM (SELECT task_id, map_index, try_number, {_code_case("state")} AS code,
-                 try_number <> {_usual_try_case("state")} AS odd
+    FROM (SELECT task_id, map_index, try_number,
+                 {_cell_code_case("state", "try_number")} AS code
           FROM task_instance WHERE dag_run_id = r.id ORDER BY task_id, map_index) AS ti
 ) AS g
 """
 """Per run, its TIs in the order of the unique index on (run, task, map index), with no
-join and no sort: the codes of its unmapped TIs, each shifted by `_ODD_SHIFT` when its
-try is unusual, and those tries in the same order (each aggregate takes the subquery's
-rows in its order: a subquery with ORDER BY is not flattened, and a plan parameterized by
-the run is never parallel); how many unmapped TIs there are and whether each is a row's
-task (`:task_ids`: the rows joined by commas, which a task id never holds); how many TIs
-are mapped indexes."""
+join and no sort: the codes of its unmapped TIs (one CASE a TI: shifted by `_ODD_SHIFT`
+when its try is unusual) and those tries in the same order (each aggregate takes the
+subquery's rows in its order: a subquery with ORDER BY is not flattened, and a plan
+parameterized by the run is never parallel); how many unmapped TIs there are and the md5
+of their task ids joined by commas (the rows' own, in the same order, when each is a
+row's task: a task id never holds a comma); how many TIs are mapped indexes. A hash of
+the ids costs a quarter of looking each up among the rows."""
 _INDEXED_SQL = text(_INDEXED_TEXT).bindparams(bindparam("runs", type_=ARRAY(BigInteger)))
 
 _COLLATED_SQL = text(
-    "SELECT array_agg(o.row ORDER BY o.task_id, o.row) "
+    "SELECT array_agg(o.row ORDER BY o.task_id, o.row), "
+    "md5(string_agg(o.task_id, ',' ORDER BY o.task_id, o.row)) "
     "FROM unnest(string_to_array(:task_ids, ',')) WITH ORDINALITY AS o(task_id, row)"
 )
 """The rows (from 1) in the order of their task ids by the database's collation: the
-unique index's order, as `task_instance.task_id` has the database's default collation."""
+unique index's order, as `task_instance.task_id` has the database's default collation;
+and the md5 of the ids joined in that order (`_INDEXED_SQL`'s `known` of a run whose
+unmapped TIs are exactly the rows' tasks)."""
 
 _BITMAP_SCANS_SQL = text("SELECT set_config('enable_bitmapscan', :value, true)")
 
@@ -420,7 +452,7 @@ def _indexed_rows(
     joined = ",".join(order)
     if not run_pks or not order or joined.count(",") != len(order) - 1:
         return [], list(run_pks)
-    collated = session.execute(_COLLATED_SQL, {"task_ids": joined}).scalar_one()
+    collated, digest = session.execute(_COLLATED_SQL, {"task_ids": joined}).one()
     position = [0] * len(order)
     for at, row in enumerate(collated):
         position[row - 1] = at
@@ -433,7 +465,7 @@ def _indexed_rows(
         session.execute(_BITMAP_SCANS_SQL, {"value": was})
     rows, left = [], []
     for run_pk, states, tries, unmapped, known, others in found:
-        if unmapped != len(order) or not known:
+        if unmapped != len(order) or known != digest:
             left.append(run_pk)
             continue
         odd = [collated[m.start()] - 1 for m in _ODD.finditer(states)]
