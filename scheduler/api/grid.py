@@ -312,13 +312,18 @@ CROSS JOIN LATERAL (
             WHERE o.dag_run_id = r.id AND o.task_id = ANY(CAST(:task_ids AS TEXT[]))
               AND o.map_index >= 0) AS others
     FROM unnest(CAST(:task_ids AS TEXT[])) WITH ORDINALITY AS t(task_id, row)
-    LEFT JOIN task_instance AS ti
-        ON ti.dag_run_id = r.id AND ti.task_id = t.task_id AND ti.map_index = -1
+    LEFT JOIN LATERAL (
+        SELECT state, try_number FROM task_instance
+        WHERE dag_run_id = r.id AND task_id = t.task_id AND map_index = -1 LIMIT 1
+    ) AS ti ON true
 ) AS g
 """
 """`_COMPACT_TEXT` for a window of the first rows: each row's TI looked up by the unique
 index on (run, task, map index), and the mapped indexes of the rows' tasks counted by
-it; the run's other TIs are not read (unknown task ids come after the DAG's rows)."""
+it; the run's other TIs are not read (unknown task ids come after the DAG's rows). The
+lookup is a LATERAL with LIMIT 1 (the key is unique), which the planner cannot flatten
+into a join: as a join it read all of a run's TIs from the index to hash them, 2.7 ms
+a run of 10,000 TIs against 0.5 ms for 200 lookups."""
 _WINDOW = "AND task_id = ANY(CAST(:task_ids AS TEXT[]))"
 """Only the rows' TIs."""
 

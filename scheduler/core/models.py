@@ -171,7 +171,11 @@ class TaskInstance(Base):
 
     __table_args__ = (
         UniqueConstraint(
-            "dag_run_id", "task_id", "map_index", name="uq_task_instance_run_task_map"
+            "dag_run_id",
+            "task_id",
+            "map_index",
+            name="uq_task_instance_run_task_map",
+            postgresql_include=["state", "try_number"],  # the grid's index-only reads
         ),
         Index("ix_task_instance_state_pool", "state", "pool"),
         Index("ix_task_instance_dag_state", "dag_id", "state"),
