@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import json
 import re
 import threading
@@ -24,6 +23,7 @@ from sluice.scheduler.api.schemas import (
 )
 from sluice.scheduler.core.models import AuditEvent, Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries import audit
+from sluice.scheduler.scheduling.shapes import task_order, task_specs_json
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -35,34 +35,6 @@ def trace_id_of(carrier: dict[str, Any] | None) -> str | None:
         return None
     match = _TRACEPARENT.match(parent.strip().lower())
     return match.group(1) if match else None
-
-
-def task_order(spec: dict[str, Any]) -> list[str]:
-    """Task ids upstream first (Kahn's algorithm, ties by id); any leftover ids last.
-
-    O(V + E log V): a heap of the ready ids, so the smallest ready id always comes next,
-    as it did with a sorted list; the ids left in a cycle follow, sorted.
-    """
-    tasks: dict[str, Any] = spec.get("tasks", {})
-    waiting: dict[str, int] = {}
-    downstream: dict[str, list[str]] = {t: [] for t in tasks}
-    for task_id, task in tasks.items():
-        ups = {u for u in task.get("upstream", []) if u in tasks}
-        waiting[task_id] = len(ups)
-        for up in ups:
-            downstream[up].append(task_id)
-    ready = [t for t, n in waiting.items() if n == 0]
-    heapq.heapify(ready)
-    order: list[str] = []
-    while ready:
-        task_id = heapq.heappop(ready)
-        order.append(task_id)
-        del waiting[task_id]
-        for down in downstream[task_id]:
-            waiting[down] -= 1
-            if waiting[down] == 0:
-                heapq.heappush(ready, down)
-    return order + sorted(waiting)
 
 
 ID_BYTES = 64
@@ -83,33 +55,6 @@ class DagShape:
     @property
     def size(self) -> int:
         return ID_BYTES * len(self.order) + len(self.tasks_json or b"")
-
-
-def task_specs(spec: dict[str, Any], order: Sequence[str]) -> list[dict[str, Any]]:
-    """The `TaskSpecOut` of each task in `order`, as plain dicts (a big DAG's list is built
-    without a model per task; `tests/api/test_dag_shapes.py` holds them to the schema)."""
-    tasks = spec.get("tasks", {})
-    out = []
-    for task_id in order:
-        task = tasks[task_id]
-        kind, rule = task.get("kind"), task.get("trigger_rule")
-        out.append(
-            {
-                "task_id": str(task_id),
-                "kind": None if kind is None else str(kind),
-                "upstream": sorted(map(str, task.get("upstream", []))),
-                "downstream": sorted(map(str, task.get("downstream", []))),
-                "trigger_rule": None if rule is None else str(rule),
-                "retries": int(task.get("retries") or 0),
-                "queue": str(task.get("queue") or "default"),
-            }
-        )
-    return out
-
-
-def task_specs_json(spec: dict[str, Any], order: Sequence[str]) -> bytes:
-    specs = task_specs(spec, order)
-    return json.dumps(specs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 class ShapeCache:
@@ -138,18 +83,29 @@ class ShapeCache:
         return self._keep((dag_id, version_hash), DagShape(order, len(spec.get("tasks", {}))))
 
     def shape(self, dag: Dag) -> DagShape:
-        """The DAG's shape; on a miss it reads `dag.serialized` (a deferred column: loaded
-        then, and only then)."""
+        """The DAG's shape; on a miss it reads the order the sync stored with the DAG
+        (`dag.task_order`, a deferred column: loaded then, and only then), or, for a row
+        recorded without it, orders `dag.serialized` (deferred too)."""
         found = self.cached(dag)
-        return (
-            found if found is not None else self.add(dag.dag_id, dag.version_hash, dag.serialized)
-        )
+        if found is not None:
+            return found
+        stored = dag.task_order
+        if stored is None:
+            return self.add(dag.dag_id, dag.version_hash, dag.serialized)
+        order = tuple(json.loads(stored))
+        return self._keep((dag.dag_id, dag.version_hash), DagShape(order, len(order)))
 
     def tasks_json(self, dag: Dag) -> bytes:
-        """The DAG detail's `tasks` as JSON (reads `dag.serialized` the first time)."""
+        """The DAG detail's `tasks` as JSON: the first time, what the sync stored with the
+        DAG (`dag.tasks_detail`), or built from `dag.serialized` for a row without it."""
         shape = self.shape(dag)
         if shape.tasks_json is None:
-            built = task_specs_json(dag.serialized, shape.order)
+            stored = dag.tasks_detail
+            built = (
+                stored.encode("utf-8")
+                if stored is not None
+                else task_specs_json(dag.serialized, shape.order)
+            )
             with self._lock:
                 if shape.tasks_json is None:
                     shape.tasks_json = built

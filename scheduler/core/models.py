@@ -72,6 +72,11 @@ class Dag(Base):
     version_hash: Mapped[str] = mapped_column(String(64))
     import_error: Mapped[str | None] = mapped_column(Text)
     serialized: Mapped[dict[str, Any]]
+    task_order: Mapped[str | None] = mapped_column(Text, deferred=True)
+    """The task ids in the API's topological order, a JSON array (`scheduling.shapes`);
+    NULL for a DAG recorded before migration 0014."""
+    tasks_detail: Mapped[str | None] = mapped_column(Text, deferred=True)
+    """The DAG detail's task list as JSON, in `task_order` (`scheduling.shapes`)."""
     max_active_runs: Mapped[int] = mapped_column(Integer, default=16)
     max_active_tasks: Mapped[int] = mapped_column(Integer, default=32)
     last_parsed_at: Mapped[dt.datetime | None]

@@ -22,6 +22,7 @@ from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Dag, DagFile
 from sluice.scheduler.core.text import one_line
 from sluice.scheduler.core.upsert import upsert
+from sluice.scheduler.scheduling.shapes import shape_columns
 from sluice.scheduler.scheduling.timetables import next_dagrun_after, timetable_for
 from sluice.tasks.loader import list_dag_files
 from sluice.tasks.parsing import parse_files
@@ -125,23 +126,36 @@ def _record_dags(
         update(Dag).where(Dag.fileloc == path, Dag.dag_id.not_in(ids)).values(is_active=False)
     )
     existing = {row.dag_id: row for row in session.scalars(select(Dag).where(Dag.dag_id.in_(ids)))}
+    shapeless = set(
+        session.scalars(select(Dag.dag_id).where(Dag.dag_id.in_(ids), Dag.task_order.is_(None)))
+    )
     for spec in dags:
-        _record_dag(session, path, spec, existing.get(spec["dag_id"]), now)
+        row = existing.get(spec["dag_id"])
+        _record_dag(session, path, spec, row, now, row is None or row.dag_id in shapeless)
     return None
 
 
 def _record_dag(
-    session: Session, path: str, spec: dict[str, Any], row: Dag | None, now: dt.datetime
+    session: Session,
+    path: str,
+    spec: dict[str, Any],
+    row: Dag | None,
+    now: dt.datetime,
+    shapeless: bool,
 ) -> None:
-
+    """Upsert one DAG; its shape (`scheduling.shapes`) is computed again only for a new
+    version, or a row recorded without one."""
     schedule = spec.get("schedule")
+    version = version_hash(spec)
+    reshaped = shapeless or row is None or row.version_hash != version
     values: dict[str, Any] = {
         "dag_id": spec["dag_id"],
         "fileloc": path,
         "is_active": True,
         "schedule": _schedule_text(schedule),
-        "version_hash": version_hash(spec),
+        "version_hash": version,
         "serialized": spec,
+        **(shape_columns(spec) if reshaped else {}),
         "max_active_runs": spec["max_active_runs"],
         "max_active_tasks": spec["max_active_tasks"],
         "last_parsed_at": now,

@@ -16,18 +16,20 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from sluice.scheduler.api.schemas import DagDetail, TaskSpecOut
-from sluice.scheduler.api.views import ShapeCache, task_order, task_specs, task_specs_json
+from sluice.scheduler.api.views import ShapeCache
+from sluice.scheduler.core.db import make_engine
 from sluice.scheduler.core.models import Dag
+from sluice.scheduler.scheduling.shapes import task_order, task_specs, task_specs_json
 from tests.api.conftest import AUTH
 
 V1 = "/api/v1"
 
 
 def old_task_order(spec: dict[str, Any]) -> list[str]:
-    """The order as `views.task_order` computed it before: O(n² log n)."""
+    """The order as `shapes.task_order` computed it before: O(n² log n)."""
     tasks: dict[str, Any] = spec.get("tasks", {})
     pending = {t: {u for u in tasks[t].get("upstream", []) if u in tasks} for t in tasks}
     order: list[str] = []
@@ -188,26 +190,76 @@ def sent_statements(client: TestClient) -> Iterator[list[str]]:
         event.remove(engine, "before_cursor_execute", seen)
 
 
-def test_dag_detail_reads_the_definition_once_per_version(client: TestClient) -> None:
+def _detail_and_grid(client: TestClient) -> tuple[list[str], list[str], Any, Any]:
+    """A DAG page's reads, twice: the statements of the first, then of the second, and
+    the detail and grid answers."""
     with sent_statements(client) as statements:
         first = client.get(f"{V1}/dags/demo")
-        read_first = [s for s in statements if "dag.serialized" in s]
+        read_first = list(statements)
         statements.clear()
         second = client.get(f"{V1}/dags/demo")
         grid = client.get(f"{V1}/dags/demo/grid")
         read_again = list(statements)
-        client.get(f"{V1}/dags")  # reads manual_only's definition, not demo's
-        statements.clear()
-        listing = client.get(f"{V1}/dags")
-
     assert first.status_code == second.status_code == grid.status_code == 200
-    assert listing.status_code == 200
-    assert read_first and not [s for s in read_again + statements if "serialized" in s]
     assert first.json() == second.json()
+    return read_first, read_again, first, grid
+
+
+def _demo_is_the_page(first: Any, grid: Any) -> None:
     detail = DagDetail.model_validate_json(first.content)
     assert [t.task_id for t in detail.tasks] == ["extract", "audit", "transform", "load"]
     assert detail.task_count == 4 and json.loads(first.content)["tasks"][0]["queue"] == "default"
     assert grid.json()["task_ids"] == ["extract", "audit", "transform", "load"]
+
+
+def test_dag_pages_read_the_shape_the_sync_stored(client: TestClient, settings: Any) -> None:
+    # Given the demo DAG as the DAGs folder's sync records it: with its task order and
+    # its detail's task list
+    engine = make_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            order, detail = conn.execute(
+                text("SELECT task_order, tasks_detail FROM dag WHERE dag_id = 'demo'")
+            ).one()
+    finally:
+        engine.dispose()
+    assert json.loads(order) == ["extract", "audit", "transform", "load"]
+
+    # When a new API process serves its detail and grid, twice
+    read_first, read_again, first, grid = _detail_and_grid(client)
+
+    # Then the first reads the stored shape and never the definition, the second neither
+    assert any("dag.task_order" in s for s in read_first), read_first
+    assert any("dag.tasks_detail" in s for s in read_first), read_first
+    assert not [s for s in read_first + read_again if "serialized" in s]
+    assert not [s for s in read_again if "task_order" in s or "tasks_detail" in s]
+    assert json.loads(first.content)["tasks"] == json.loads(detail)
+    _demo_is_the_page(first, grid)
+
+
+def test_a_dag_recorded_without_its_shape_reads_its_definition_once_per_version(
+    client: TestClient, settings: Any
+) -> None:
+    # Given the demo DAG recorded before its shape was stored (migration 0014)
+    engine = make_engine(settings.database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE dag SET task_order = NULL, tasks_detail = NULL"))
+    finally:
+        engine.dispose()
+
+    # When a new API process serves its pages, and its DAG list
+    read_first, read_again, first, grid = _detail_and_grid(client)
+    with sent_statements(client) as statements:
+        client.get(f"{V1}/dags")  # reads manual_only's definition, not demo's
+        statements.clear()
+        listing = client.get(f"{V1}/dags")
+
+    # Then the first page read the definition, and nothing reads it again
+    assert listing.status_code == 200
+    assert any("dag.serialized" in s for s in read_first)
+    assert not [s for s in read_again + statements if "serialized" in s]
+    _demo_is_the_page(first, grid)
     assert {d["dag_id"]: d["task_count"] for d in listing.json()["dags"]}["demo"] == 4
 
 
