@@ -51,6 +51,15 @@ def _row(url: str) -> tuple[list[str] | None, list[dict[str, object]] | None, di
     )
 
 
+def _update(url: str, statement: str) -> None:
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(statement))
+    finally:
+        engine.dispose()
+
+
 def _sync(url: str, folder: Path) -> None:
     engine = make_engine(url)
     try:
@@ -87,24 +96,14 @@ def test_each_version_is_stored_with_its_shape(
     assert detail is not None and [t["upstream"] for t in detail] == [[], ["first"]]
 
     # And the same version synced again (the file touched) keeps the shape stored with it
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE dag SET tasks_detail = '[\"kept\"]'"))
-    finally:
-        engine.dispose()
+    _update(url, "UPDATE dag SET tasks_detail = '[\"kept\"]'")
     _write(folder, 'first >> Task("after", python_callable=noop)', 2_500_000_000)
     _sync(url, folder)
     assert _row(url)[1] == ["kept"]
 
     # And a row recorded without a shape (before migration 0014) gets one at its next sync,
     # even when its version did not change
-    engine = make_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE dag SET task_order = NULL, tasks_detail = NULL"))
-    finally:
-        engine.dispose()
+    _update(url, "UPDATE dag SET task_order = NULL, tasks_detail = NULL")
     _write(folder, 'first >> Task("after", python_callable=noop)', 3_000_000_000)
     _sync(url, folder)
     assert _row(url)[0] == ["first", "after"]
