@@ -77,13 +77,17 @@ def migrated_database(pg_admin: Engine) -> Iterator[str]:
     name = f"sluice_t_{uuid.uuid4().hex[:10]}"
     with pg_admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    yield url
-    with pg_admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    try:  # dropped even when a migration fails (the test then errors in its setup)
+        url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        engine = make_engine(url)
+        try:
+            upgrade(engine)
+        finally:
+            engine.dispose()
+        yield url
+    finally:
+        with pg_admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture
