@@ -401,7 +401,7 @@ def _cell_code_case(state: str, try_number: str) -> str:
     whens = []
     for s in BY_FREQUENCY:
         code = CODE_OF[str(s)]
-        usual = 1 if s in TRIED else 0
+        usual = usual_try(s)
         shifted = chr(ord(code) + _ODD_SHIFT)
         whens.append(
             f"WHEN '{s}' THEN CASE {try_number} WHEN {usual} THEN '{code}' ELSE '{shifted}' END"

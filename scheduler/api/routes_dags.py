@@ -96,17 +96,25 @@ def recent_runs(
 
 
 def shapes_of(session: Session, state: ApiState, dags: Sequence[Dag]) -> dict[str, DagShape]:
-    """The shape of each DAG, by id; the definitions of the versions not cached are read
-    in one query."""
+    """The shape of each DAG, by id: of the versions not cached, the orders the sync stored
+    are read in one query, and the definitions of rows recorded without one in another."""
     found = {d.dag_id: shape for d in dags if (shape := state.shapes.cached(d)) is not None}
-    missing = {d.dag_id: d.version_hash for d in dags if d.dag_id not in found}
+    missing = [d.dag_id for d in dags if d.dag_id not in found]
+    unordered = []
     if missing:
         rows = session.execute(
-            select(Dag.dag_id, Dag.version_hash, Dag.serialized).where(
-                Dag.dag_id.in_(list(missing))
-            )
+            select(Dag.dag_id, Dag.version_hash, Dag.task_order).where(Dag.dag_id.in_(missing))
         ).all()
-        for dag_id, version_hash, spec in rows:
+        for dag_id, version_hash, task_order in rows:
+            if task_order is None:
+                unordered.append(dag_id)
+            else:
+                found[dag_id] = state.shapes.add_stored(dag_id, version_hash, task_order)
+    if unordered:
+        definitions = session.execute(
+            select(Dag.dag_id, Dag.version_hash, Dag.serialized).where(Dag.dag_id.in_(unordered))
+        ).all()
+        for dag_id, version_hash, spec in definitions:
             found[dag_id] = state.shapes.add(dag_id, version_hash, spec)
     return found
 

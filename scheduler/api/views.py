@@ -92,8 +92,12 @@ class ShapeCache:
         stored = dag.task_order
         if stored is None:
             return self.add(dag.dag_id, dag.version_hash, dag.serialized)
-        order = tuple(json.loads(stored))
-        return self._keep((dag.dag_id, dag.version_hash), DagShape(order, len(order)))
+        return self.add_stored(dag.dag_id, dag.version_hash, stored)
+
+    def add_stored(self, dag_id: str, version_hash: str, task_order: str) -> DagShape:
+        """The shape of a DAG version from the order the sync stored (`dag.task_order`)."""
+        order = tuple(json.loads(task_order))
+        return self._keep((dag_id, version_hash), DagShape(order, len(order)))
 
     def tasks_json(self, dag: Dag) -> bytes:
         """The DAG detail's `tasks` as JSON: the first time, what the sync stored with the

@@ -130,8 +130,8 @@ def _record_dags(
         session.scalars(select(Dag.dag_id).where(Dag.dag_id.in_(ids), Dag.task_order.is_(None)))
     )
     for spec in dags:
-        row = existing.get(spec["dag_id"])
-        _record_dag(session, path, spec, row, now, row is None or row.dag_id in shapeless)
+        dag_id = spec["dag_id"]
+        _record_dag(session, path, spec, existing.get(dag_id), now, dag_id in shapeless)
     return None
 
 
@@ -144,7 +144,7 @@ def _record_dag(
     shapeless: bool,
 ) -> None:
     """Upsert one DAG; its shape (`scheduling.shapes`) is computed again only for a new
-    version, or a row recorded without one."""
+    DAG or version, or a row recorded without one (`shapeless`)."""
     schedule = spec.get("schedule")
     version = version_hash(spec)
     reshaped = shapeless or row is None or row.version_hash != version

@@ -236,6 +236,15 @@ def test_dag_pages_read_the_shape_the_sync_stored(client: TestClient, settings: 
     assert json.loads(first.content)["tasks"] == json.loads(detail)
     _demo_is_the_page(first, grid)
 
+    # and its DAG list counts the other DAGs' tasks from their stored orders too
+    with sent_statements(client) as statements:
+        listing = client.get(f"{V1}/dags")
+    assert listing.status_code == 200
+    assert not [s for s in statements if "serialized" in s], statements
+    assert any("dag.task_order" in s for s in statements), statements
+    counts = {d["dag_id"]: d["task_count"] for d in listing.json()["dags"]}
+    assert counts["demo"] == 4 and all(n > 0 for n in counts.values()), counts
+
 
 def test_a_dag_recorded_without_its_shape_reads_its_definition_once_per_version(
     client: TestClient, settings: Any
