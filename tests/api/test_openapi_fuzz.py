@@ -81,6 +81,7 @@ def _exercise(strategy: Any, examples: int) -> None:
     run()
 
 
+@pytest.mark.long
 def test_no_request_gets_a_server_error(api_schema: Any) -> None:
     # Given every operation of the spec, when schemathesis sends it valid and invalid
     # requests (and requests naming the rows that exist), then none gets a 5xx and

@@ -47,6 +47,7 @@ def _require_services() -> None:
         pytest.skip(reason)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_bench_quick_reports_every_workload(tmp_path: Path) -> None:
     _require_services()

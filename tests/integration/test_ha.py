@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 from sqlalchemy import create_engine, text
 
@@ -109,6 +110,7 @@ def assert_all_once(log: Path, run_ids: list[str], task_ids: list[str]) -> None:
 FAN_TASKS = ["start", "join", *[f"t{i}" for i in range(15)]]
 
 
+@pytest.mark.long
 def test_two_schedulers_two_workers_each_task_once(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     write_fanout(sluice, log)
@@ -130,6 +132,7 @@ def test_two_schedulers_two_workers_each_task_once(sluice: Sluice, tmp_path: Pat
     assert len(queued_by) == 2, f"only one scheduler queued work: {queued_by}"
 
 
+@pytest.mark.long
 def test_sigkill_one_scheduler_mid_workload(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, sleep=0.05)

@@ -16,6 +16,7 @@ import datetime as dt
 import signal
 import textwrap
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
@@ -67,6 +68,7 @@ with DAG("daily", schedule=None, max_active_runs=8) as dag:
 """
 
 
+@pytest.mark.long
 def test_history_makes_no_statement_read_a_table_whole(sluice: Sluice) -> None:
     # Given 100,000 finished TIs with their runs and logs, statistics up to date
     write_dag_file(

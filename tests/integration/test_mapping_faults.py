@@ -11,6 +11,8 @@ import signal
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.integration.test_cancel_run import rows
 from tests.procs import Sluice, wait_until
 
@@ -52,6 +54,7 @@ def executions(log: Path) -> collections.Counter[int]:
     return collections.Counter(int(x) for x, _, _ in lines)
 
 
+@pytest.mark.long
 def test_a_wide_map_expands_once_and_runs_each_index_once(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     (sluice.dags_folder / "wide_map.py").write_text(

@@ -16,6 +16,7 @@ from sluice.broker.publisher import publish
 from sluice.broker.queues import celery_queue
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.settings import Settings
+from tests.conftest import close_celery_app
 
 
 def _message(i: int) -> RunMessage:
@@ -57,7 +58,7 @@ def test_a_batch_goes_out_in_growing_chunks_while_it_is_built(
         # When they are published in one call
         publish(app, messages)
     finally:
-        app.pool.force_close_all()
+        close_celery_app(app)
 
     # Then the workers could start on the first message before the second was built, and
     # each later chunk (1, 2, 4, 8, 16 messages) was in the queue before the next began
@@ -78,5 +79,5 @@ def test_one_message_and_a_pair_are_published(redis_url: str, client: redis.Redi
         publish(app, [_message(1)])
         publish(app, [_message(2), _message(3)])
     finally:
-        app.pool.force_close_all()
+        close_celery_app(app)
     assert client.llen(queue) == 3

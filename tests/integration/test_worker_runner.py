@@ -34,6 +34,7 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.transitions import move_ti, move_tis
 from sluice.tasks.loader import DagCache
+from tests.conftest import close_celery_app
 from tests.redis_server import session_redis
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -569,7 +570,7 @@ def test_celery_worker_runs_published_messages(engine, factory, dag_file, redis_
     finally:
         output = stop_worker(proc)
         waker.close()
-        app.pool.force_close_all()
+        close_celery_app(app)
     assert proc.returncode == 0, output
     assert f".ok (ti {ids['ok']}, attempt {msg.attempt_id}) -> success" in output, output
     stale = f"stale message for worker_test.{run_id}.ok (ti {ids['ok']}, attempt {msg.attempt_id})"
