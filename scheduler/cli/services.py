@@ -144,7 +144,7 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise CliError("-c must be at least 1")
     cli.wait_for_database()  # and fail early with one line if the schema is missing
-    start_worker(
+    return start_worker(
         cli.settings,
         queues,
         args.concurrency,
@@ -153,7 +153,6 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
         callbacks=not args.without_callbacks,
         task_events=args.task_events,
     )
-    return 0
 
 
 def list_pools(cli: Cli, args: argparse.Namespace) -> int:
