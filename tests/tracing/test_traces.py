@@ -10,6 +10,7 @@ import signal
 import subprocess
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -19,14 +20,18 @@ from tests.procs import Sluice, wait_until
 from tests.tracing.trees import check_run_tree, export_to
 
 DAG_FILE = """
+import os
 import time
 from opentelemetry import trace
 from sluice import DAG, task
 
 
-def work(context, seconds):
+def work(context, seconds, gate=None):
     with trace.get_tracer("user.code").start_as_current_span(f"user {{context['task_id']}}"):
         time.sleep(seconds)
+        deadline = time.monotonic() + 60
+        while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 with DAG("traced", schedule=None) as dag:
@@ -37,7 +42,7 @@ with DAG("traced", schedule=None) as dag:
 
     @task
     def slow(context):
-        work(context, {sleep})
+        work(context, {sleep}, {gate!r})
 
     @task
     def last(context):
@@ -90,8 +95,19 @@ def check_one_tree(sluice: Sluice, receiver: SpanCollector, run_id: str) -> list
     return check_run_tree(receiver, trace_id_of(sluice, run_id), "traced", tis).spans
 
 
-def write_dag(sluice: Sluice, sleep: float) -> None:
-    (sluice.dags_folder / "traced.py").write_text(textwrap.dedent(DAG_FILE.format(sleep=sleep)))
+def write_dag(sluice: Sluice, sleep: float, gate: Path | None = None) -> None:
+    """The DAG "traced"; its task "slow" sleeps `sleep` s, then waits until `gate` exists."""
+    dag = DAG_FILE.format(sleep=sleep, gate=None if gate is None else str(gate))
+    (sluice.dags_folder / "traced.py").write_text(textwrap.dedent(dag))
+
+
+def gate_of(sluice: Sluice) -> Path:
+    """The file "slow" waits for in `start_owner`'s runs (`open_gate` lets it end)."""
+    return sluice.dags_folder.parent / "slow.gate"
+
+
+def open_gate(sluice: Sluice) -> None:
+    gate_of(sluice).touch()
 
 
 def run_once(sluice: Sluice) -> tuple[str, str]:
@@ -117,9 +133,12 @@ def test_one_scheduler_one_worker(traced: Sluice, receiver: OtlpReceiver) -> Non
     assert run_span.attributes["run_id"] == run_id and run_span.attributes["state"] == "success"
 
 
-def start_owner(traced: Sluice, sleep: float) -> tuple[subprocess.Popen[bytes], str]:
-    """Scheduler A starts a run; returns (A, run_id) once a task of it is running."""
-    write_dag(traced, sleep)
+def start_owner(traced: Sluice) -> tuple[subprocess.Popen[bytes], str]:
+    """Scheduler A starts a run; returns (A, run_id) once its task "slow" is running.
+
+    "slow" runs until the test calls `open_gate`: what the test does to A meanwhile
+    happens while the run is unfinished, however slow the machine."""
+    write_dag(traced, 0, gate_of(traced))
     a = traced.scheduler()
     traced.worker()
     run_id = traced.trigger("traced")
@@ -173,8 +192,9 @@ def test_paused_owner_ends_its_span_after_another_finishes(
     traced: Sluice, receiver: OtlpReceiver
 ) -> None:
     traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "60"  # A is paused, not dead
-    a, run_id = start_owner(traced, sleep=1.0)
+    a, run_id = start_owner(traced)
     pause_between_transactions(traced, a, "sluice-scheduler")  # before it can finish the run
+    open_gate(traced)
     traced.scheduler()  # B
     try:
         assert traced.wait_run("traced", run_id, timeout=60) == "success"
@@ -186,9 +206,10 @@ def test_paused_owner_ends_its_span_after_another_finishes(
 
 
 def test_sigterm_owner_leaves_continued_spans(traced: Sluice, receiver: OtlpReceiver) -> None:
-    a, run_id = start_owner(traced, sleep=2.0)
+    a, run_id = start_owner(traced)
     traced.stop(a)  # SIGTERM: ends its spans, marks them needs_continuance
     assert run_row(traced, run_id)["span_status"] == "needs_continuance"
+    open_gate(traced)
     traced.scheduler()  # B continues
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=20)
@@ -206,10 +227,11 @@ def test_a_run_waiting_for_continuance_is_not_carried_on_by_workers(
 ) -> None:
     """A's spans await continuance; "slow" ends before B starts: the worker leaves
     "last" to B, so that it nests under B's continued span, and B ends the run's span."""
-    # "slow" sleeps long enough for A to have stopped (and said so) before it ends
-    a, run_id = start_owner(traced, sleep=2.5)
+    # "slow" ends only after A has stopped (and said so)
+    a, run_id = start_owner(traced)
     traced.stop(a)
     assert run_row(traced, run_id)["span_status"] == "needs_continuance"
+    open_gate(traced)
     wait_until(lambda: traced.db_task_states("traced", run_id)["slow"]["state"] == "success")
     assert traced.db_task_states("traced", run_id)["last"]["state"] == "none"
     traced.scheduler()  # B
@@ -224,10 +246,11 @@ def test_a_run_waiting_for_continuance_is_not_carried_on_by_workers(
 def test_sigkill_owner_spans_are_recreated(traced: Sluice, receiver: OtlpReceiver) -> None:
     traced.extra_env["SLUICE_HEARTBEAT_TIMEOUT"] = "3"
     traced.extra_env["SLUICE_PARSE_TIMEOUT"] = "2"  # below the heartbeat timeout
-    a, run_id = start_owner(traced, sleep=2.0)
+    a, run_id = start_owner(traced)
     first_span_id = run_row(traced, run_id)["carrier"]["traceparent"].split("-")[2]
     a.send_signal(signal.SIGKILL)
     a.wait()
+    open_gate(traced)
     traced.scheduler()  # B
     assert traced.wait_run("traced", run_id, timeout=60) == "success"
     wait_until(lambda: run_row(traced, run_id)["span_status"] == "ended", timeout=30)
