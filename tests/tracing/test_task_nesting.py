@@ -91,6 +91,7 @@ with DAG("failing", schedule=None) as failing:
 """
 
 SHRINKING = """
+import os
 import time
 from opentelemetry import trace
 from sluice import DAG, task
@@ -103,7 +104,9 @@ def work(context):
 
 def hold(context):
     work(context)
-    time.sleep(2)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(GATE) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 with DAG("shrinking", schedule=None) as dag:
@@ -123,6 +126,17 @@ EXPECTED = {
 }
 
 
+def version_hash(sluice: Sluice, dag_id: str) -> str:
+    """The DAG's version as the DAGs folder's last sync stored it."""
+    engine = create_engine(sluice.database_url)
+    try:
+        with engine.connect() as conn:
+            query = text("SELECT version_hash FROM dag WHERE dag_id = :d")
+            return str(conn.execute(query, {"d": dag_id}).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def check_run(sluice: Sluice, receiver: OtlpReceiver, dag_id: str, run_id: str) -> None:
     wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=30)
     tis = sluice.db_task_states(dag_id, run_id)
@@ -136,8 +150,10 @@ def test_every_shape_nests_every_task_under_its_own_span(
     export_to(sluice, receiver)
     (sluice.dags_folder / "shapes.py").write_text(textwrap.dedent(SHAPES))
     shrinking = sluice.dags_folder / "shrinking.py"
+    gate = sluice.dags_folder.parent / "first.gate"  # "first" runs until it exists
+    shaped = SHRINKING.replace("GATE", repr(str(gate)))
     shrinking.write_text(
-        textwrap.dedent(SHRINKING.replace("GONE", 'first >> task(task_id="gone")(work)'))
+        textwrap.dedent(shaped.replace("GONE", 'first >> task(task_id="gone")(work)'))
     )
     sluice.ok("pools", "set", "single", "1")
     sluice.scheduler()
@@ -147,7 +163,10 @@ def test_every_shape_nests_every_task_under_its_own_span(
     wait_until(
         lambda: sluice.db_task_states("shrinking", runs["shrinking"])["first"]["state"] == "running"
     )
-    shrinking.write_text(textwrap.dedent(SHRINKING.replace("GONE", "")))
+    before = version_hash(sluice, "shrinking")
+    shrinking.write_text(textwrap.dedent(shaped.replace("GONE", "")))
+    wait_until(lambda: version_hash(sluice, "shrinking") != before, timeout=30)
+    gate.touch()  # "first" ends once the scheduler knows the DAG without "gone"
     # Then each run ends as its shape says, and its trace has every task where it belongs
     for dag_id in runs:
         sluice.wait_run(dag_id, runs[dag_id], timeout=90)
