@@ -9,8 +9,8 @@ The worker is built as Celery's own command builds it (`app.Worker(...)` with th
 options converted as `celery worker` converts them) rather than by running that
 command: `celery.bin` imports every Celery subcommand and the plugins installed
 beside it (Flower, click-repl and prompt_toolkit), 0.3-0.5 s of CPU at each start
-here. `worker_argv` gives the equivalent command line, and a test holds the two
-together.
+here. `WorkerOptions.argv` is the equivalent command line, and a test holds the
+two together.
 """
 
 from __future__ import annotations
@@ -27,97 +27,84 @@ from sluice.scheduler.core.settings import Settings
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    """What a Sluice worker consumes and is called: its Celery queue names and node name."""
+    """A Sluice worker's options: the Celery queues it consumes, its node name, pool,
+    concurrency, log level and whether it sends task events (`-E`: the events Flower and
+    `celery events` show; off by default, one broker message per event)."""
 
     queues: list[str]
     hostname: str
+    concurrency: int
+    pool: str = "prefork"
+    loglevel: str = "INFO"
+    task_events: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        settings: Settings,
+        queues: Sequence[str],
+        concurrency: int,
+        pool: str = "prefork",
+        loglevel: str = "INFO",
+        callbacks: bool = True,
+        task_events: bool = False,
+    ) -> WorkerOptions:
+        """The options for Sluice queues `queues` (default: "default"), with the callback
+        queue unless `callbacks` is False, named `sluice@<host>-<pid>`."""
+        wanted = list(queues or [DEFAULT_QUEUE])
+        if callbacks and settings.callback_queue not in wanted:
+            wanted.append(settings.callback_queue)
+        return cls(
+            queues=[celery_queue(settings.namespace, q) for q in wanted],
+            hostname=f"sluice@%h-{os.getpid()}",
+            concurrency=concurrency,
+            pool=pool,
+            loglevel=loglevel,
+            task_events=task_events,
+        )
+
+    def argv(self) -> list[str]:
+        """The equivalent `celery worker` arguments."""
+        return [
+            "worker",
+            "-Q",
+            ",".join(self.queues),
+            "-c",
+            str(self.concurrency),
+            "-P",
+            self.pool,
+            "-l",
+            self.loglevel,
+            "-n",
+            self.hostname,
+            "--without-mingle",
+            "--without-gossip",
+            *(["-E"] if self.task_events else []),
+        ]
+
+    def kwargs(self) -> dict[str, Any]:
+        """The arguments of `app.Worker`, converted as `celery worker` converts `argv()`:
+        the node name's `%h`, the pool's class, the level's number."""
+        from celery import concurrency as pools
+        from celery.utils.log import mlevel
+        from celery.utils.nodenames import default_nodename, host_format
+
+        return {
+            "hostname": host_format(default_nodename(self.hostname)),
+            "pool": pools.get_implementation(self.pool),
+            "loglevel": mlevel(self.loglevel.upper()),
+            "concurrency": self.concurrency,
+            "queues": self.queues,
+            "without_mingle": True,
+            "without_gossip": True,
+            "task_events": self.task_events,
+            "optimization": "default",
+        }
 
 
-def worker_options(settings: Settings, queues: Sequence[str], callbacks: bool) -> WorkerOptions:
-    """The Celery queues for Sluice queues `queues` (default: "default"), with the callback
-    queue unless `callbacks` is False, and the node name `sluice@<host>-<pid>`."""
-    wanted = list(queues or [DEFAULT_QUEUE])
-    if callbacks and settings.callback_queue not in wanted:
-        wanted.append(settings.callback_queue)
-    names = [celery_queue(settings.namespace, q) for q in wanted]
-    return WorkerOptions(queues=names, hostname=f"sluice@%h-{os.getpid()}")
-
-
-def worker_argv(
-    settings: Settings,
-    queues: Sequence[str],
-    concurrency: int,
-    pool: str = "prefork",
-    loglevel: str = "INFO",
-    callbacks: bool = True,
-    task_events: bool = False,
-) -> list[str]:
-    """The `celery worker` arguments equivalent to `start_worker`'s worker; `task_events`
-    adds `-E` (the task events Flower and `celery events` show; off by default, one
-    broker message per event)."""
-    options = worker_options(settings, queues, callbacks)
-    return [
-        "worker",
-        "-Q",
-        ",".join(options.queues),
-        "-c",
-        str(concurrency),
-        "-P",
-        pool,
-        "-l",
-        loglevel,
-        "-n",
-        options.hostname,
-        "--without-mingle",
-        "--without-gossip",
-        *(["-E"] if task_events else []),
-    ]
-
-
-def worker_kwargs(
-    settings: Settings,
-    queues: Sequence[str],
-    concurrency: int,
-    pool: str = "prefork",
-    loglevel: str = "INFO",
-    callbacks: bool = True,
-    task_events: bool = False,
-) -> dict[str, Any]:
-    """The arguments of `app.Worker` for these options, converted as `celery worker`
-    converts its command line (`worker_argv`): the node name's `%h`, the pool's class,
-    the level's number."""
-    from celery import concurrency as pools
-    from celery.utils.log import mlevel
-    from celery.utils.nodenames import default_nodename, host_format
-
-    options = worker_options(settings, queues, callbacks)
-    return {
-        "hostname": host_format(default_nodename(options.hostname)),
-        "pool": pools.get_implementation(pool),
-        "loglevel": mlevel(loglevel.upper()),
-        "concurrency": concurrency,
-        "queues": options.queues,
-        "without_mingle": True,
-        "without_gossip": True,
-        "task_events": task_events,
-        "optimization": "default",
-    }
-
-
-def start_worker(
-    settings: Settings,
-    queues: list[str],
-    concurrency: int,
-    pool: str = "prefork",
-    loglevel: str = "INFO",
-    callbacks: bool = True,
-    task_events: bool = False,
-) -> int:
+def start_worker(settings: Settings, options: WorkerOptions) -> int:
     """Run a worker in this process until it is stopped (SIGTERM: warm shutdown); the
     worker's exit code (0 after a warm shutdown)."""
-    app = create_worker_app(settings)
-    worker = app.Worker(
-        **worker_kwargs(settings, queues, concurrency, pool, loglevel, callbacks, task_events)
-    )
+    worker = create_worker_app(settings).Worker(**options.kwargs())
     worker.start()
     return int(worker.exitcode or 0)

@@ -136,7 +136,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def worker(cli: Cli, args: argparse.Namespace) -> int:
-    from sluice.broker.worker.process import start_worker
+    from sluice.broker.worker.process import WorkerOptions, start_worker
 
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     if not queues:
@@ -144,7 +144,7 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise CliError("-c must be at least 1")
     cli.wait_for_database()  # and fail early with one line if the schema is missing
-    return start_worker(
+    options = WorkerOptions.of(
         cli.settings,
         queues,
         args.concurrency,
@@ -153,6 +153,7 @@ def worker(cli: Cli, args: argparse.Namespace) -> int:
         callbacks=not args.without_callbacks,
         task_events=args.task_events,
     )
+    return start_worker(cli.settings, options)
 
 
 def list_pools(cli: Cli, args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
-"""`sluice worker` builds its Celery worker as `celery worker` would from `worker_argv`.
+"""`sluice worker` builds its Celery worker as `celery worker` would from the same options.
 
-The worker is made with `app.Worker(**worker_kwargs(...))`, not by running Celery's
+The worker is made with `app.Worker(**options.kwargs())`, not by running Celery's
 command (whose import of every subcommand and plugin costs a third of a second a start):
-these tests parse `worker_argv` with Celery's own `worker` command and compare, and
+these tests parse `options.argv()` with Celery's own `worker` command and compare, and
 ask a live `sluice worker` over Celery's remote control what it is.
 """
 
@@ -18,7 +18,7 @@ from celery.bin.worker import worker as celery_worker
 
 from sluice.broker.app import create_app
 from sluice.broker.worker.app import create_worker_app
-from sluice.broker.worker.process import worker_argv, worker_kwargs
+from sluice.broker.worker.process import WorkerOptions
 from sluice.scheduler.core.settings import Settings
 from tests.conftest import close_celery_app
 from tests.procs import Sluice, wait_until
@@ -37,11 +37,12 @@ def test_the_worker_is_the_one_celery_worker_makes_of_its_argv(
 ) -> None:
     settings = Settings(database_url="unused://", broker_url="redis://127.0.0.1:1/0")
     app = create_worker_app(settings)
-    argv = worker_argv(settings, queues, concurrency, pool, loglevel, callbacks, events)
+    options = WorkerOptions.of(settings, queues, concurrency, pool, loglevel, callbacks, events)
+    argv = options.argv()
     context = CLIContext(app=app, no_color=True, workdir=None, quiet=True)
     parsed = celery_worker.make_context("worker", argv[1:], obj=context).params
 
-    ours = worker_kwargs(settings, queues, concurrency, pool, loglevel, callbacks, events)
+    ours = options.kwargs()
     for name, value in ours.items():
         theirs = parsed[name]
         if name == "concurrency":
