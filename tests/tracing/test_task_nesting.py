@@ -126,17 +126,6 @@ EXPECTED = {
 }
 
 
-def version_hash(sluice: Sluice, dag_id: str) -> str:
-    """The DAG's version as the DAGs folder's last sync stored it."""
-    engine = create_engine(sluice.database_url)
-    try:
-        with engine.connect() as conn:
-            query = text("SELECT version_hash FROM dag WHERE dag_id = :d")
-            return str(conn.execute(query, {"d": dag_id}).scalar_one())
-    finally:
-        engine.dispose()
-
-
 def check_run(sluice: Sluice, receiver: OtlpReceiver, dag_id: str, run_id: str) -> None:
     wait_until(lambda: run_row(sluice, run_id)["span_status"] == "ended", timeout=30)
     tis = sluice.db_task_states(dag_id, run_id)
@@ -163,10 +152,12 @@ def test_every_shape_nests_every_task_under_its_own_span(
     wait_until(
         lambda: sluice.db_task_states("shrinking", runs["shrinking"])["first"]["state"] == "running"
     )
-    before = version_hash(sluice, "shrinking")
     shrinking.write_text(textwrap.dedent(shaped.replace("GONE", "")))
-    wait_until(lambda: version_hash(sluice, "shrinking") != before, timeout=30)
-    gate.touch()  # "first" ends once the scheduler knows the DAG without "gone"
+    wait_until(
+        lambda: sluice.db_task_states("shrinking", runs["shrinking"])["gone"]["state"] == "removed",
+        timeout=30,
+    )
+    gate.touch()  # "first" ends once the run has lost "gone"
     # Then each run ends as its shape says, and its trace has every task where it belongs
     for dag_id in runs:
         sluice.wait_run(dag_id, runs[dag_id], timeout=90)
