@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.pool import NullPool
 
 T = TypeVar("T")
@@ -164,13 +165,15 @@ class Sluice:
         rows = json.loads(self.ok("tasks", "states", dag_id, run_id, "--json"))
         return {ti_key(row): row for row in rows}
 
-    def db_run_state(self, dag_id: str, run_id: str) -> str | None:
-        """The run's state read straight from the database (cheap enough to poll)."""
-        from sqlalchemy import create_engine, text
-
+    def _connect(self) -> Connection:
+        """A connection of this test's database (one engine, no pool: closed each time)."""
         if not hasattr(self, "_engine"):
             self._engine = create_engine(self.database_url, poolclass=NullPool)
-        with self._engine.connect() as conn:
+        return self._engine.connect()
+
+    def db_run_state(self, dag_id: str, run_id: str) -> str | None:
+        """The run's state read straight from the database (cheap enough to poll)."""
+        with self._connect() as conn:
             return conn.execute(
                 text("SELECT state FROM dag_run WHERE dag_id = :d AND run_id = :r"),
                 {"d": dag_id, "r": run_id},
@@ -181,11 +184,7 @@ class Sluice:
         hostname, error), read straight from the database: for tests that poll or read
         many runs (`task_states` starts a `sluice` process each time); a mapped task's
         indexes keyed `task[i]`."""
-        from sqlalchemy import create_engine, text
-
-        if not hasattr(self, "_engine"):
-            self._engine = create_engine(self.database_url, poolclass=NullPool)
-        with self._engine.connect() as conn:
+        with self._connect() as conn:
             rows = conn.execute(
                 text(
                     "SELECT task_id, map_index, state, try_number, hostname, error "
@@ -197,6 +196,15 @@ class Sluice:
             for row in found:
                 row["map_index"] = None if row["map_index"] < 0 else row["map_index"]
             return {ti_key(row): row for row in found}
+
+    def db_stored_tasks(self, dag_id: str) -> set[str]:
+        """The task ids of the DAG's stored version (what the last sync of the folder
+        parsed), read straight from the database."""
+        with self._connect() as conn:
+            query = text("SELECT serialized FROM dag WHERE dag_id = :d")
+            serialized = conn.execute(query, {"d": dag_id}).scalar_one()
+        spec = serialized if isinstance(serialized, dict) else json.loads(serialized)
+        return set(spec["tasks"])
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 60) -> str:
         """The run's end state, once it has one, read from the database as `dags state`

@@ -92,6 +92,8 @@ class Outcome(StrEnum):
     FAILED = "failed"
     UP_FOR_RETRY = "up_for_retry"
     SKIPPED = "skipped"
+    REMOVED = "removed"
+    """The task is in neither the DAG file nor the DAG's stored version (`_removed_task`)."""
     DEFERRED = "deferred"
     """A CeleryTask's external task was sent; the TI stays running (see the module doc)."""
 
@@ -468,6 +470,9 @@ def _execute(
         dag = ctx.dags.get_dag(claimed.fileloc, msg.dag_id)
         task = dag.tasks.get(msg.task_id)
         if task is None:
+            if claimed.dag is not None and _removed_task(ctx, msg):
+                log.info("%s is no longer in its DAG: removed, not run", _what(msg))
+                return TI.REMOVED, {"next_retry_at": None}
             raise LookupError(
                 f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
             )
@@ -494,6 +499,22 @@ def _execute(
     except Exception as exc:
         return _failure(msg, claimed, exc)
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+def _removed_task(ctx: WorkerContext, msg: RunMessage) -> bool:
+    """Whether the DAG's stored version (read now, not cached) lacks `msg.task_id`.
+
+    A task dropped from its file can be queued from the run's rows after the folder's
+    sync stored the new version and before a scheduler checks the run against it
+    (`dagrun.verify_integrity`, which leaves `running` TIs alone): its try is then
+    `removed`, as that check would have it. A file that lacks a task its stored version
+    still has (a worker's folder ahead of the sync, or another folder) fails the try.
+    """
+    with transaction(single_statement_factory(ctx.session_factory)) as session:
+        stored = _DAGS.get_many(session, [msg.dag_id]).get(msg.dag_id)
+    if stored is None or not stored.serialized:
+        return False
+    return msg.task_id not in stored.serialized.get("tasks", {})
 
 
 def _send_external(

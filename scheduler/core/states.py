@@ -76,8 +76,10 @@ _TI_MOVES_BY_SLUICE: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
     TI.SCHEDULED: frozenset({TI.QUEUED, TI.REMOVED, TI.SKIPPED, TI.UPSTREAM_FAILED}) | _CLEARABLE,
     # Claimed by a worker with a compare-and-set on attempt_id.
     TI.QUEUED: frozenset({TI.RUNNING, TI.FAILED, TI.UP_FOR_RETRY, TI.REMOVED}) | _CLEARABLE,
-    # Finished by the worker that claimed it, or by a liveness sweep.
-    TI.RUNNING: frozenset({TI.SUCCESS, TI.FAILED, TI.UP_FOR_RETRY, TI.SKIPPED}) | _CLEARABLE,
+    # Finished by the worker that claimed it, or by a liveness sweep; removed by that
+    # worker when the DAG's stored version no longer has its task.
+    TI.RUNNING: frozenset({TI.SUCCESS, TI.FAILED, TI.UP_FOR_RETRY, TI.SKIPPED, TI.REMOVED})
+    | _CLEARABLE,
     TI.UP_FOR_RETRY: frozenset({TI.SCHEDULED, TI.REMOVED, TI.FAILED}) | _CLEARABLE,
     TI.SUCCESS: _CLEARABLE | {TI.REMOVED},
     TI.FAILED: _CLEARABLE | {TI.REMOVED},

@@ -6,11 +6,8 @@ PostgreSQL database and Redis db.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
-
-from sqlalchemy import create_engine, text
 
 from tests.procs import Sluice, wait_until
 
@@ -243,20 +240,6 @@ def test_execution_timeout_fails_the_task(sluice: Sluice, tmp_path: Path) -> Non
     assert "timed out" in ti["error"].lower() or "timeout" in ti["error"].lower()
 
 
-def stored_tasks(sluice: Sluice, dag_id: str) -> set[str]:
-    """The task ids of the DAG as the database has it (what the schedulers parsed)."""
-    engine = create_engine(sluice.database_url)
-    try:
-        with engine.connect() as conn:
-            serialized = conn.execute(
-                text("SELECT serialized FROM dag WHERE dag_id = :d"), {"d": dag_id}
-            ).scalar_one()
-    finally:
-        engine.dispose()
-    spec = serialized if isinstance(serialized, dict) else json.loads(serialized)
-    return set(spec["tasks"])
-
-
 def test_verify_integrity_adds_and_removes_tasks(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "executions.log"
     body = """
@@ -278,12 +261,63 @@ def test_verify_integrity_adds_and_removes_tasks(sluice: Sluice, tmp_path: Path)
     assert path.exists()
 
     sluice.scheduler()
-    wait_until(lambda: "new" in stored_tasks(sluice, "evolving"))  # parsed beside its loop
+    wait_until(lambda: "new" in sluice.db_stored_tasks("evolving"))  # parsed beside its loop
     sluice.worker()
     assert sluice.wait_run("evolving", run_id) == "success"
     got = {t: s["state"] for t, s in sluice.task_states("evolving", run_id).items()}
     assert got == {"first": "success", "old": "removed", "new": "success"}
     assert sorted(executions(log)) == ["first", "new"]
+
+
+def test_task_dropped_while_its_upstream_runs_is_removed_not_failed(
+    sluice: Sluice, tmp_path: Path
+) -> None:
+    # Given a run whose "first" runs, and no scheduler to look at the run meanwhile
+    log, gate = tmp_path / "executions.log", tmp_path / "first.gate"
+    body = """
+    import os, time
+
+    with DAG("dropping", schedule=None) as dag:
+        @task
+        def first():
+            record("first")
+            deadline = time.monotonic() + 60
+            while not os.path.exists({gate!r}) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+        @task
+        def kept():
+            record("kept")
+
+        first >> kept
+        {gone}
+    """
+    gone = '@task\n        def gone():\n            record("gone")\n\n        first >> gone'
+    write_dag(sluice.dags_folder, "dropping", body.format(gate=str(gate), gone=gone), log)
+    scheduler = sluice.scheduler()
+    sluice.worker()
+    run_id = sluice.trigger("dropping")
+    wait_until(lambda: sluice.db_task_states("dropping", run_id)["first"]["state"] == "running")
+    sluice.stop(scheduler)
+    # When the DAG file drops "gone", its new version is stored (`sluice dags list`
+    # syncs the folder), and only then does "first" end: the worker that ran it queues
+    # what follows from the run's rows, which still have "gone"
+    write_dag(sluice.dags_folder, "dropping", body.format(gate=str(gate), gone=""), log)
+    sluice.ok("dags", "list")
+    assert sluice.db_stored_tasks("dropping") == {"first", "kept"}
+    gate.touch()
+    wait_until(lambda: sluice.db_task_states("dropping", run_id)["kept"]["state"] == "success")
+    # Then "gone" is removed, as the scheduler's check of the run would have it, not failed;
+    # it never ran, and the run succeeds once a scheduler looks at it
+    ended = {"removed", "failed", "up_for_retry", "success"}
+    wait_until(lambda: sluice.db_task_states("dropping", run_id)["gone"]["state"] in ended)
+    gone_ti = sluice.db_task_states("dropping", run_id)["gone"]
+    assert (gone_ti["state"], gone_ti["error"]) == ("removed", None)
+    sluice.scheduler()
+    assert sluice.wait_run("dropping", run_id) == "success"
+    got = {t: s["state"] for t, s in sluice.task_states("dropping", run_id).items()}
+    assert got == {"first": "success", "kept": "success", "gone": "removed"}
+    assert sorted(executions(log)) == ["first", "kept"]
 
 
 def test_clear_runs_tasks_again(sluice: Sluice, tmp_path: Path) -> None:

@@ -445,15 +445,47 @@ def test_result_of_a_cleared_ti_is_dropped(ctx: WorkerContext, factory, dag_file
     assert ti.state == TI.NONE and ti.result is None
 
 
-def test_missing_task_is_a_task_failure(ctx: WorkerContext, factory, dag_file) -> None:
-    run_id, ids = make_run(factory)
+def _rename_ti(factory: sessionmaker[Session], ti_id: int, task_id: str) -> None:
     with transaction(factory) as session:
         session.execute(
-            text("UPDATE task_instance SET task_id='gone' WHERE id=:id"), {"id": ids["skipper"]}
+            text("UPDATE task_instance SET task_id=:t WHERE id=:id"), {"t": task_id, "id": ti_id}
         )
+
+
+def _store_version(factory: sessionmaker[Session], version: str, tasks: list[str]) -> None:
+    with transaction(factory) as session:
+        dag = session.get(Dag, DAG_ID)
+        assert dag is not None
+        specs = {t: task_spec(t, retries=RETRIES.get(t, 0)) for t in tasks}
+        dag.serialized = {**dag.serialized, "tasks": specs}
+        dag.version_hash = version
+
+
+def test_task_gone_from_the_stored_dag_is_removed(ctx: WorkerContext, factory, dag_file) -> None:
+    # a TI of a task that neither the file nor the DAG's stored version has (queued from
+    # the run's rows before a scheduler checked the run against the new version)
+    run_id, ids = make_run(factory)
+    _rename_ti(factory, ids["skipper"], "gone")
     msg = queue_ti(factory, ids["skipper"], run_id, "gone")
 
-    assert run_task_instance(ctx, msg) is Outcome.FAILED
+    assert run_task_instance(ctx, msg) is Outcome.REMOVED
+    ti = load_ti(factory, ids["skipper"])
+    assert (ti.state, ti.error, ti.end_date is not None) == (TI.REMOVED, None, True)
+
+
+def test_task_missing_from_the_file_only_is_a_task_failure(
+    ctx: WorkerContext, factory, dag_file
+) -> None:
+    # the stored version has "gone", the worker's file does not (a folder ahead of the
+    # sync, or another folder): the try fails, saying where the task was looked for
+    run_id, ids = make_run(factory)
+    _rename_ti(factory, ids["skipper"], "gone")
+    msg = queue_ti(factory, ids["skipper"], run_id, "gone")
+    _store_version(factory, "v1-with-gone", [*TASK_IDS, "gone"])
+    try:
+        assert run_task_instance(ctx, msg) is Outcome.FAILED
+    finally:
+        _store_version(factory, "v1", TASK_IDS)
     error = load_ti(factory, ids["skipper"]).error
     assert error == f"LookupError: task 'gone' is not in DAG 'worker_test' of {dag_file}"
 
