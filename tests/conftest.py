@@ -78,6 +78,17 @@ def pg_url(pg_admin) -> Iterator[str]:
     yield from migrated_database(pg_admin)
 
 
+def pg_database_url(name: str) -> str:
+    """The URL of database `name` on the tests' PostgreSQL server."""
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+
+def drop_database(pg_admin: Engine, name: str) -> None:
+    """Drop database `name`, closing whatever is still connected to it."""
+    with pg_admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
 _template: list[str] = []
 """This pytest process's migrated template database (made at its first PostgreSQL test)."""
 
@@ -94,13 +105,12 @@ def _migrated_template(pg_admin: Engine) -> str:
         name = f"sluice_t_tpl_{uuid.uuid4().hex[:10]}"
         with pg_admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
-        engine = make_engine(PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
+        engine = make_engine(pg_database_url(name))
         try:
             upgrade(engine)
         except BaseException:
             engine.dispose()
-            with pg_admin.connect() as conn:  # a failed migration is not kept as a template
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            drop_database(pg_admin, name)  # a failed migration is not kept as a template
             raise
         engine.dispose()
         _template.append(name)
@@ -119,7 +129,7 @@ def migrated_database(pg_admin: Engine) -> Iterator[str]:
     with pg_admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY'))
     try:
-        url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        url = pg_database_url(name)
         engine = create_engine(url, poolclass=NullPool)
         try:
             with engine.begin() as conn:
@@ -128,8 +138,7 @@ def migrated_database(pg_admin: Engine) -> Iterator[str]:
             engine.dispose()
         yield url
     finally:
-        with pg_admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database(pg_admin, name)
 
 
 def _drop_template() -> None:
@@ -137,8 +146,7 @@ def _drop_template() -> None:
         return
     engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     try:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{_template.pop()}" WITH (FORCE)'))
+        drop_database(engine, _template.pop())
     finally:
         engine.dispose()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from tests.conftest import PG_ADMIN_URL, migrated_database
+from tests.conftest import PG_ADMIN_URL, drop_database, migrated_database
 from tests.procs import Sluice, wait_until
 
 PASSWORD = "pw-never-shown-7"
@@ -132,8 +132,7 @@ def test_scheduler_and_api_wait_for_a_database_created_later(
         assert "Traceback" not in everything
     finally:
         sluice.stop_all()
-        with pg_admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database(pg_admin, name)
 
 
 class Forwarder:

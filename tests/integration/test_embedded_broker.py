@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.publisher import publish
@@ -25,8 +25,8 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.transitions import move_ti
+from tests.conftest import drop_database, pg_database_url
 
-PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DAG_ID = "embedded_test"
 
 DAG_FILE = """
@@ -69,23 +69,14 @@ def _spec(task_id: str, upstream: list[str], downstream: list[str]) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def pg_database() -> Iterator[str]:
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        admin.connect().close()
-    except Exception as exc:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"PostgreSQL not available: {exc}")
+def pg_database(pg_admin: Engine) -> Iterator[str]:
     name = f"sluice_b_embedded_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
+    with pg_admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        yield pg_database_url(name)
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        drop_database(pg_admin, name)
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, create_engine, select, text, update
+from sqlalchemy import Engine, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.app import create_app
@@ -28,16 +28,13 @@ from sluice.broker.wakeup import LocalWaker, RedisWaker, waker_for
 from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.messages import MessageError, RunMessage
-from sluice.scheduler.core.migrate import upgrade
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.transitions import move_ti, move_tis
 from sluice.tasks.loader import DagCache
-from tests.conftest import close_celery_app
+from tests.conftest import close_celery_app, migrated_database
 from tests.redis_server import session_redis
-
-PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 def _redis(db: int = 11) -> str:
@@ -143,22 +140,13 @@ RETRIES = {"boom": 1}
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    _require("PostgreSQL", lambda: create_engine(PG_ADMIN_URL).connect().close())
-    name = f"sluice_b_worker_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    eng = make_engine(url)
-    try:
-        upgrade(eng)
-        yield eng
-    finally:
-        eng.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+def engine(pg_admin: Engine) -> Iterator[Engine]:
+    for url in migrated_database(pg_admin):
+        eng = make_engine(url)
+        try:
+            yield eng
+        finally:
+            eng.dispose()
 
 
 @pytest.fixture(scope="module")
