@@ -59,6 +59,8 @@ with DAG("idle", schedule=None) as idle:
         return 0
 """
 BROKEN = f"from sluice import DAG\nraise ImportError({IMPORT_ERROR!r})\n"
+BACKFILL_TIMEOUT = 180
+"""A `backfill --local` runs its runs' tasks in its own process: minutes on a loaded VM."""
 POOL = "warehouse_loads_of_the_finance_team_at_night"
 
 
@@ -70,10 +72,10 @@ class World:
     backfill_40: str
     """What `sluice backfill` printed at COLUMNS=40."""
 
-    def at(self, columns: int, *args: str) -> str:
+    def at(self, columns: int, *args: str, timeout: float = 60) -> str:
         """stdout of `sluice ARGS` on a terminal `columns` wide (exit 0 asserted)."""
         self.sluice.extra_env["COLUMNS"] = str(columns)
-        done = self.sluice.cli(*args)
+        done = self.sluice.cli(*args, timeout=timeout)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -112,10 +114,26 @@ def world(pg_admin: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             assert ended(sluice, run_id) == end, sluice.logs()
         world = World(sluice, "", "")
         world.backfill_80 = world.at(
-            80, "backfill", "nightly", "--start", "2026-03-01", "--end", "2026-03-02", "--local"
+            80,
+            "backfill",
+            "nightly",
+            "--start",
+            "2026-03-01",
+            "--end",
+            "2026-03-02",
+            "--local",
+            timeout=BACKFILL_TIMEOUT,
         )
         world.backfill_40 = world.at(
-            40, "backfill", "nightly", "--start", "2026-03-03", "--end", "2026-03-03", "--local"
+            40,
+            "backfill",
+            "nightly",
+            "--start",
+            "2026-03-03",
+            "--end",
+            "2026-03-03",
+            "--local",
+            timeout=BACKFILL_TIMEOUT,
         )
         sluice.stop(scheduler, signal.SIGKILL)  # its job row stays: a stale live job
         sluice.stop_all()

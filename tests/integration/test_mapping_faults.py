@@ -55,6 +55,7 @@ def executions(log: Path) -> collections.Counter[int]:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(400)  # its own waits: 60 + 60 + 240 s
 def test_a_wide_map_expands_once_and_runs_each_index_once(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     (sluice.dags_folder / "wide_map.py").write_text(
