@@ -93,7 +93,7 @@ class Outcome(StrEnum):
     UP_FOR_RETRY = "up_for_retry"
     SKIPPED = "skipped"
     REMOVED = "removed"
-    """The task is in neither the DAG file nor the DAG's stored version (`_removed_task`)."""
+    """The task is in neither the DAG file nor the DAG's stored version (`_stored_has`)."""
     DEFERRED = "deferred"
     """A CeleryTask's external task was sent; the TI stays running (see the module doc)."""
 
@@ -470,12 +470,12 @@ def _execute(
         dag = ctx.dags.get_dag(claimed.fileloc, msg.dag_id)
         task = dag.tasks.get(msg.task_id)
         if task is None:
-            if claimed.dag is not None and _removed_task(ctx, msg):
+            stored = _stored_has(ctx, msg) if claimed.dag is not None else None
+            if stored is False:
                 log.info("%s is no longer in its DAG: removed, not run", _what(msg))
                 return TI.REMOVED, {"next_retry_at": None}
-            raise LookupError(
-                f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
-            )
+            why = f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
+            raise LookupError(f"{why}{_STORED_HAS_IT if stored else ''}")
         takes_context = wants_context(task)
         if isinstance(task, CeleryTask) or takes_context or task.reads_upstream:
             _read_for_context(ctx, claimed, conf=takes_context)
@@ -501,8 +501,15 @@ def _execute(
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
 
 
-def _removed_task(ctx: WorkerContext, msg: RunMessage) -> bool:
-    """Whether the DAG's stored version (read now, not cached) lacks `msg.task_id`.
+_STORED_HAS_IT = (
+    "; the DAG's stored version has it (the file changed after the last sync of the "
+    "DAGs folder, or this worker reads another folder)"
+)
+
+
+def _stored_has(ctx: WorkerContext, msg: RunMessage) -> bool | None:
+    """Whether the DAG's stored version (read now, not cached) has `msg.task_id`; None
+    if no version is stored.
 
     A task dropped from its file can be queued from the run's rows after the folder's
     sync stored the new version and before a scheduler checks the run against it
@@ -513,8 +520,8 @@ def _removed_task(ctx: WorkerContext, msg: RunMessage) -> bool:
     with transaction(single_statement_factory(ctx.session_factory)) as session:
         stored = _DAGS.get_many(session, [msg.dag_id]).get(msg.dag_id)
     if stored is None or not stored.serialized:
-        return False
-    return msg.task_id not in stored.serialized.get("tasks", {})
+        return None
+    return msg.task_id in stored.serialized.get("tasks", {})
 
 
 def _send_external(

@@ -475,7 +475,11 @@ def test_task_missing_from_the_file_only_is_a_task_failure(
     finally:
         _store_version(factory, "v1", TASK_IDS)
     error = load_ti(factory, ids["skipper"]).error
-    assert error == f"LookupError: task 'gone' is not in DAG 'worker_test' of {dag_file}"
+    assert error == (
+        f"LookupError: task 'gone' is not in DAG 'worker_test' of {dag_file}; the DAG's "
+        "stored version has it (the file changed after the last sync of the DAGs folder, "
+        "or this worker reads another folder)"
+    )
 
 
 def test_worker_shutdown_is_not_a_task_failure(ctx: WorkerContext, factory, dag_file) -> None:
