@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import DeclarativeBase, Session
+
+M = TypeVar("M", bound=DeclarativeBase)
+
+
+def _insert(session: Session, model: type[DeclarativeBase]) -> Any:
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    return module.insert(model)
 
 
 def upsert(
@@ -18,9 +26,7 @@ def upsert(
     update: Sequence[str],
 ) -> None:
     """Insert `values`, or update the columns `update` of the row with the same `keys`."""
-    dialect = session.get_bind().dialect.name
-    module: Any = postgresql if dialect == "postgresql" else sqlite
-    stmt = module.insert(model).values(**values)
+    stmt = _insert(session, model).values(**values)
     if update:
         stmt = stmt.on_conflict_do_update(
             index_elements=list(keys), set_={c: stmt.excluded[c] for c in update}
@@ -28,3 +34,12 @@ def upsert(
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=list(keys))
     session.execute(stmt)
+
+
+def insert_unless_clash(session: Session, model: type[M], values: Mapping[str, Any]) -> M | None:
+    """Insert one row of `model` in one statement and return it, loaded into `session`;
+    None if it clashes with a unique key (`ON CONFLICT DO NOTHING`: nothing is written,
+    and the transaction stays usable, where a failed INSERT would abort it)."""
+    stmt = _insert(session, model).on_conflict_do_nothing().returning(model)
+    found: M | None = session.scalars(stmt, [dict(values)]).first()
+    return found

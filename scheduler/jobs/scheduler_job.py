@@ -204,11 +204,10 @@ class SchedulerJob(DagRunJob):
             logical = dag.next_dagrun
             if logical is None:
                 break
-            try:
-                with session.begin_nested():
-                    create_dagrun(
-                        session, dag, run_type=RunType.SCHEDULED, logical_date=logical, now=now
-                    )
+            try:  # a clash writes nothing and leaves the transaction usable: no savepoint
+                create_dagrun(
+                    session, dag, run_type=RunType.SCHEDULED, logical_date=logical, now=now
+                )
                 created += 1
             except RunExists:
                 log.info("%s already has a run at %s", dag.dag_id, logical)

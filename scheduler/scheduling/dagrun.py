@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import bindparam, case, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from sluice.scheduler.core.callback_kinds import mask_of
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.core.states import TI, DagRunState, RunType
+from sluice.scheduler.core.states import TI, DagRunState, RunType, SpanStatus
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
+from sluice.scheduler.core.upsert import insert_unless_clash
 from sluice.scheduler.scheduling.deps import Decisions, TiView, results_that_decide, run_outcome
 from sluice.scheduler.scheduling.expanding import write_expansion
 from sluice.scheduler.scheduling.run_decision import decide_run
@@ -108,35 +108,39 @@ def create_dagrun(
     conf: dict[str, Any] | None = None,
     claimed_by_job_id: int | None = None,
 ) -> DagRun:
-    """Insert a queued run and one TI (state `none`) per task; raise RunExists on a clash."""
+    """Insert a queued run and one TI (state `none`) per task; raise RunExists on a clash
+    (a run of the DAG with that run id or logical date), having written nothing.
+
+    The run's INSERT skips a clash itself (`insert_unless_clash`): a run created costs no
+    read first, and only a clash reads which run it met."""
     run_id = run_id or run_id_for(run_type, logical_date)
-    clash = session.scalar(
-        select(DagRun.run_id).where(
-            DagRun.dag_id == dag.dag_id,
-            (DagRun.run_id == run_id) | (DagRun.logical_date == logical_date),
+    run = insert_unless_clash(
+        session,
+        DagRun,
+        {
+            "dag_id": dag.dag_id,
+            "run_id": run_id,
+            "logical_date": logical_date,
+            "run_type": run_type,
+            "state": DagRunState.QUEUED,
+            "conf": conf or {},
+            "dag_hash": dag.version_hash,
+            "queued_at": now,
+            "claimed_by_job_id": claimed_by_job_id,
+            "context_carrier": new_carrier(),
+            "span_status": SpanStatus.NOT_STARTED,
+            "callback_mask": mask_of(dag.serialized.get("callbacks") or ()),
+            "deadline_at": deadline_of(dag.serialized, now),
+        },
+    )
+    if run is None:
+        clash = session.scalar(
+            select(DagRun.run_id).where(
+                DagRun.dag_id == dag.dag_id,
+                (DagRun.run_id == run_id) | (DagRun.logical_date == logical_date),
+            )
         )
-    )
-    if clash is not None:
         raise RunExists(f"DAG {dag.dag_id!r} already has a run {clash!r} for that run id or date")
-    run = DagRun(
-        dag_id=dag.dag_id,
-        run_id=run_id,
-        logical_date=logical_date,
-        run_type=run_type,
-        state=DagRunState.QUEUED,
-        conf=conf or {},
-        dag_hash=dag.version_hash,
-        queued_at=now,
-        claimed_by_job_id=claimed_by_job_id,
-        context_carrier=new_carrier(),
-        callback_mask=mask_of(dag.serialized.get("callbacks") or ()),
-        deadline_at=deadline_of(dag.serialized, now),
-    )
-    session.add(run)
-    try:
-        session.flush()
-    except IntegrityError as exc:
-        raise RunExists(f"DAG {dag.dag_id!r} already has a run for {run_id!r}") from exc
     insert_tis(session, run, dag, list(dag.serialized["tasks"]))
     return run
 
