@@ -19,7 +19,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sluice.scheduler.core.callback_kinds import mask_of
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.core.states import TI, DagRunState, RunType, SpanStatus
+from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
 from sluice.scheduler.core.upsert import insert_unless_clash
@@ -128,7 +128,6 @@ def create_dagrun(
             "queued_at": now,
             "claimed_by_job_id": claimed_by_job_id,
             "context_carrier": new_carrier(),
-            "span_status": SpanStatus.NOT_STARTED,
             "callback_mask": mask_of(dag.serialized.get("callbacks") or ()),
             "deadline_at": deadline_of(dag.serialized, now),
         },
