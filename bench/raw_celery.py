@@ -133,15 +133,8 @@ def measure_floor(
         _forget(app, ids)
         return {**drain, "drains": drains}
 
-    rtts: list[float] = []
-    for _ in range(rtt_n):
-        t0 = time.perf_counter()
-        result = noop.apply_async(queue=queue)
-        result.get(timeout=30)
-        rtts.append((time.perf_counter() - t0) * 1000.0)
-        ids.append(result.id)
+    rtt = _round_trips(app, queue, rtt_n, ids)
     _forget(app, ids)
-    rtt = summary_ms(rtts)
     return {
         **drain,
         "drains": drains,
@@ -171,6 +164,19 @@ def _drain(app: Celery, queue: str, drain_n: int, ids: list[str]) -> dict[str, f
     }
 
 
+def _round_trips(app: Celery, queue: str, rtt_n: int, ids: list[str]) -> dict[str, float]:
+    """`rtt_n` no-ops sent one after another, each awaited: the round trip's summary (ms)."""
+    noop = app.tasks["bench.noop"]
+    rtts: list[float] = []
+    for _ in range(rtt_n):
+        t0 = time.perf_counter()
+        result = noop.apply_async(queue=queue)
+        result.get(timeout=30)
+        rtts.append((time.perf_counter() - t0) * 1000.0)
+        ids.append(result.id)
+    return summary_ms(rtts)
+
+
 def _forget(app: Celery, task_ids: list[str]) -> None:
     """Delete the results this run stored (they would expire anyway)."""
     client = redis.Redis.from_url(str(app.conf.result_backend))
@@ -183,9 +189,10 @@ def _forget(app: Celery, task_ids: list[str]) -> None:
 
 class PairedFloor:
     """The floor's worker kept running beside the Sluice workloads, so that each W1 or W3
-    run can be paired with a drain made just before it: on a VM whose speed drifts by
-    tens of percent within minutes, the ratio of two figures from the same minute says
-    more than the ratio of medians taken minutes apart."""
+    run can be paired with a drain made just before it, and each W2 chain with round trips
+    made just before it: on a VM whose speed drifts by tens of percent within minutes, the
+    ratio of two figures from the same minute says more than the ratio of medians taken
+    minutes apart."""
 
     def __init__(
         self,
@@ -208,6 +215,10 @@ class PairedFloor:
     def drain(self) -> float:
         """One drain of the floor now: tasks/s."""
         return _drain(self.app, self.queue, self.drain_n, self.ids)["drain_tasks_per_s"]
+
+    def round_trips(self, rtt_n: int) -> dict[str, float]:
+        """`rtt_n` round trips of the floor now, one after another: their summary (ms)."""
+        return _round_trips(self.app, self.queue, rtt_n, self.ids)
 
     def close(self) -> None:
         try:

@@ -65,7 +65,7 @@ FLUSHED = "a Redis db of the bench was flushed by another process during this wo
 
 LIVE = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W6", "W7", "W10", "W11"}
 NEEDS_FLOOR = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W11"}
-PAIRED = {"W1", "W3", "W3API", "W3B", "W3CLI", "W11"}
+PAIRED = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W11"}
 """The workloads each of whose runs follows a drain of the floor (`paired_floor`)."""
 ON_RABBITMQ = {"W1R": "W1", "W2R": "W2", "W3R": "W3"}
 """W1-W3 with RabbitMQ as the broker (a vhost of the bench's), beside raw Celery on it."""
@@ -258,8 +258,8 @@ class Bench:
 
     def paired_floor(self, broker_url: str | None = None) -> raw_celery.PairedFloor | None:
         """The floor's worker beside W1, W3 (W3API, W3B, W3CLI) and W11, for a drain before
-        each of their runs (`raw_celery.PairedFloor`); None (unpaired figures) if it does
-        not start."""
+        each of their runs, and beside W2, for round trips before each of its chains
+        (`raw_celery.PairedFloor`); None (unpaired figures) if it does not start."""
         try:
             return raw_celery.PairedFloor(
                 broker_url or self.floor_url,
@@ -334,11 +334,12 @@ class Bench:
             attempt(sorted(want), start, retry=False)
             if not ready:
                 return
-            if "W2" in want:
-                attempt(["W2"], lambda: {"W2": workloads.w2_chain(env, s, self.prof)})
             pairs = self.paired_floor(broker_url) if want & PAIRED and s.repeats > 1 else None
             drain = pairs.drain if pairs else None
             try:
+                if "W2" in want:
+                    rtt = pairs.round_trips if pairs else None
+                    attempt(["W2"], lambda: {"W2": workloads.w2_chain(env, s, self.prof, rtt)})
                 if want & {"W1", "W6"}:
                     names = sorted(want & {"W1", "W6"})
                     attempt(

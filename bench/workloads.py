@@ -165,28 +165,56 @@ def _w1_run(env: LiveEnv, sizes: Sizes, prefix: str) -> dict[str, float]:
     return {**throughput(read_tis(env.factory, pks)), "run_seconds": run_seconds(runs)}
 
 
-def w2_chain(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
-    """`repeats` runs of the chain, one after another; the hops of all of them pooled."""
+def w2_chain(
+    env: LiveEnv,
+    sizes: Sizes,
+    prof: Profiler,
+    floor_rtt: Callable[[int], dict[str, float]] | None = None,
+) -> Result:
+    """`repeats` runs of the chain, one after another; the hops of all of them pooled. With
+    `floor_rtt`, each run follows as many round trips of the floor as it has hops: each
+    run's hop median and p95 over theirs (`paired_ratio`, `paired_p95_ratio`), and the
+    medians of those ratios, as W1's runs are paired with drains."""
     pks: list[int] = []
+    pairs: list[dict[str, float]] = []
     with profiled(prof, env, "W2"):
         for i in range(sizes.repeats):
+            rtt = floor_rtt(sizes.w2_length - 1) if floor_rtt else None
             run = env.trigger(DAG_W2, 1, f"w2-{i}")
             env.wait_runs(run, sizes.run_timeout)
             pks += run
+            if rtt is not None:
+                own = summary_ms(chain_hops(read_tis(env.factory, run))["hop"])
+                pairs.append(_hop_pair(own, rtt))
     hops = chain_hops(read_tis(env.factory, pks))
     hop = summary_ms(hops["hop"])
     runs = f" ({sizes.repeats} runs)" if sizes.repeats > 1 else ""
-    return {
+    figures = {
+        "hop_median_ms": hop["median_ms"],
+        "hop_p95_ms": hop["p95_ms"],
+        "hop_min_ms": hop["min_ms"],
+        "hop_max_ms": hop["max_ms"],
+        "hops": hop["n"],
+        "end_to_scheduled_median_ms": summary_ms(hops["to_scheduled"])["median_ms"],
+        "scheduled_to_start_median_ms": summary_ms(hops["scheduled_to_start"])["median_ms"],
+    }
+    result: Result = {
         "title": f"chain of {sizes.w2_length} no-op tasks: start(i) − end(i−1){runs}",
-        "figures": {
-            "hop_median_ms": hop["median_ms"],
-            "hop_p95_ms": hop["p95_ms"],
-            "hop_min_ms": hop["min_ms"],
-            "hop_max_ms": hop["max_ms"],
-            "hops": hop["n"],
-            "end_to_scheduled_median_ms": summary_ms(hops["to_scheduled"])["median_ms"],
-            "scheduled_to_start_median_ms": summary_ms(hops["scheduled_to_start"])["median_ms"],
-        },
+        "figures": figures,
+    }
+    if pairs:
+        figures.update({f"{k}_median": median([p[k] for p in pairs]) for k in pairs[0]})
+        result["runs"] = {k: [p[k] for p in pairs] for k in pairs[0]}
+    return result
+
+
+def _hop_pair(own: dict[str, float], rtt: dict[str, float]) -> dict[str, float]:
+    """One chain run's hops against the floor's round trips made just before it."""
+    return {
+        "paired_rtt_ms": rtt["median_ms"],
+        "paired_rtt_p95_ms": rtt["p95_ms"],
+        "paired_ratio": own["median_ms"] / rtt["median_ms"],
+        "paired_p95_ratio": own["p95_ms"] / rtt["p95_ms"],
     }
 
 
