@@ -3,10 +3,12 @@ where its time goes. For comparing two versions of the code on this noisy VM: ru
 probe of each alternately (a checkout's probe runs that checkout's code).
 
 Prints tasks/s over all runs; CPU per task of the worker's main process, its pool
-processes, the scheduler and PostgreSQL (from /proc); the pool processes' median gap
-between two tasks and their claim → result time (from the TIs' own stamps); and how
-many PostgreSQL backends were waiting on a lock or idle inside a transaction, on
-average (sampled from pg_stat_activity). Uses Redis db 14 and its own database.
+processes, the scheduler, and of the PostgreSQL, Redis and RabbitMQ servers (from /proc:
+each server's whole CPU, so run it on a quiet machine; a server the probe does not use
+shows what it costs idle); the pool processes' median gap between two tasks and their
+claim → result time (from the TIs' own stamps); and how many PostgreSQL backends were
+waiting on a lock or idle inside a transaction, on average (sampled from
+pg_stat_activity). Uses Redis db 14 and its own database.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from bench.live import LiveEnv
 from bench.metrics import median
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, analyze, new_run_tag
 from bench.procs import compile_sources, cpu_seconds
+from bench.raw_celery import DEFAULT_BROKER, PairedFloor
 from bench.redisguard import cleanup_redis
 from sluice.scheduler.core.db import make_engine
 
@@ -40,6 +43,11 @@ DAGS["w5"] = (fanout_call("w5", 9998), 1, 10000)
 DAGS["w11"] = (mapped_call("w11", 1000), 1, mapped_tasks(1000))
 """name → (DAG file call, runs per trigger, tasks per trigger): the bench's W1, W2, W3, W5, W7
 and W11 (its live run: 1,000 indexes and their upstream)."""
+
+
+RAW = "raw"
+RAW_DRAIN = 400
+"""`--dag raw`: drains of this many no-ops by raw Celery (the bench's floor), no Sluice."""
 
 
 def machine_busy() -> tuple[float, float]:
@@ -62,11 +70,17 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def postgres_cpu() -> float:
+SERVERS = {"PostgreSQL": "postgres", "Redis": "redis-server", "RabbitMQ": "beam.smp"}
+"""The servers whose CPU the probe counts: name → what their processes' `comm` holds (the
+whole server's, so the machine must be quiet otherwise; a server absent counts 0)."""
+
+
+def server_cpu(comm: str) -> float:
+    """CPU seconds of every process whose name holds `comm` so far."""
     total = 0.0
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and "postgres" in (entry / "comm").read_text():
+            if entry.name.isdigit() and comm in (entry / "comm").read_text():
                 total += cpu_seconds(int(entry.name))
         except (FileNotFoundError, ProcessLookupError):
             continue
@@ -98,7 +112,12 @@ class Backends(threading.Thread):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.probe")
-    p.add_argument("--dag", choices=sorted(DAGS), default="w1")
+    p.add_argument(
+        "--dag",
+        choices=[*sorted(DAGS), RAW],
+        default="w1",
+        help=f"a workload of the bench; {RAW}: raw Celery's drains (the floor), no Sluice",
+    )
     p.add_argument("--runs", type=int, default=10, help="triggers, one after another")
     p.add_argument("--slots", type=int, help="the default pool's slots (128 by default)")
     p.add_argument("--schedulers", type=int, default=1, help="sluice scheduler processes")
@@ -126,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     compile_sources()
+    if args.dag == RAW:
+        return _raw(args.broker, args.runs)
     call, per_trigger, tasks = DAGS[args.dag]
     tag = new_run_tag()
     db = BenchDb.create(admin_engine(), tag)
@@ -175,15 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             backends.stop.set()
             backends.join()
         after = _cpu(procs)
-        total = tasks * args.runs
-        print(f"{args.dag}: {total} tasks in {seconds:.2f} s = {total / seconds:.0f} tasks/s")
-        for name in after:
-            print(f"  CPU {name}: {1000 * (after[name] - before[name]) / total:.2f} ms/task")
-        used, all_cpu = (b - a for a, b in zip(busy_before, busy_after, strict=True))
-        print(
-            f"  CPU whole machine: {1000 * used / total:.2f} ms/task, "
-            f"{used / seconds:.2f} of {all_cpu / seconds:.2f} cores busy"
-        )
+        _report(args.dag, tasks * args.runs, seconds, before, after, busy_before, busy_after)
         gaps, busy = _stamps(env)
         print(
             f"  pool process: gap between tasks median {median(gaps):.2f} ms, "
@@ -202,9 +215,52 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _raw(broker: str, runs: int) -> int:
+    """The floor's costs for comparison: `runs` drains of `RAW_DRAIN` no-ops by a raw
+    Celery worker (`-c 4`, Sluice's worker settings) on `broker`, results in Redis db 15;
+    CPU per task as for Sluice's workloads."""
+    tag = new_run_tag()
+    work = Path(tempfile.mkdtemp(prefix=f"sluice-probe-{tag}-"))
+    backend = DEFAULT_BROKER if not broker.startswith("redis") else None
+    floor = PairedFloor(broker, f"probe-raw-{tag}", work, RAW_DRAIN, backend_url=backend)
+    try:
+        procs = {"worker main": [floor.worker.pid], "pool processes": children(floor.worker.pid)}
+        before, busy_before = _cpu(procs), machine_busy()
+        started = time.monotonic()
+        for _ in range(runs):
+            floor.drain()
+        seconds = time.monotonic() - started
+        after, busy_after = _cpu(procs), machine_busy()
+        _report(RAW, RAW_DRAIN * runs, seconds, before, after, busy_before, busy_after)
+    finally:
+        floor.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _report(
+    what: str,
+    total: int,
+    seconds: float,
+    before: dict[str, float],
+    after: dict[str, float],
+    busy_before: tuple[float, float],
+    busy_after: tuple[float, float],
+) -> None:
+    """Tasks/s, and CPU per task of each process kind and of the whole machine."""
+    print(f"{what}: {total} tasks in {seconds:.2f} s = {total / seconds:.0f} tasks/s")
+    for name in after:
+        print(f"  CPU {name}: {1000 * (after[name] - before[name]) / total:.2f} ms/task")
+    used, all_cpu = (b - a for a, b in zip(busy_before, busy_after, strict=True))
+    print(
+        f"  CPU whole machine: {1000 * used / total:.2f} ms/task, "
+        f"{used / seconds:.2f} of {all_cpu / seconds:.2f} cores busy"
+    )
+
+
 def _cpu(procs: dict[str, list[int]]) -> dict[str, float]:
     found = {name: sum(map(cpu_seconds, pids)) for name, pids in procs.items()}
-    return found | {"PostgreSQL": postgres_cpu()}
+    return found | {name: server_cpu(comm) for name, comm in SERVERS.items()}
 
 
 def _stamps(env: LiveEnv) -> tuple[list[float], list[float]]:
