@@ -64,7 +64,7 @@ def _against_rtt(
     """(reference, its label, ratio) of a hop's median (or p95) against the floor's round
     trip: with paired round trips (just before each chain), the median of the per-chain
     ratios and of those round trips; else the pooled hops' against the floor's."""
-    key = "paired_p95_ratio_median" if p95 else "paired_ratio_median"
+    key = "paired_hop_p95_ratio_median" if p95 else "paired_hop_ratio_median"
     paired = _fig(results, name, key)
     if paired is not None:
         ref = _fig(results, name, "paired_rtt_p95_ms_median" if p95 else "paired_rtt_ms_median")
@@ -537,6 +537,10 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
 _RUN_UNITS = {
     "paired_ratio": "ratio to the floor's drain just before",
     "paired_floor_drain": "floor drain just before, tasks/s",
+    "paired_rtt_ms": "floor round trip just before, median ms",
+    "paired_rtt_p95_ms": "floor round trip just before, p95 ms",
+    "paired_hop_ratio": "hop median's ratio to the floor's round trip just before",
+    "paired_hop_p95_ratio": "hop p95's ratio to the floor's p95 just before",
     "alone_one_scheduler_runs_per_s": "1 scheduler alone, runs/s",
     "alone_two_schedulers_runs_per_s": "2 schedulers alone, runs/s",
     "expansion_seconds": "expansion, s",

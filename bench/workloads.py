@@ -173,8 +173,8 @@ def w2_chain(
 ) -> Result:
     """`repeats` runs of the chain, one after another; the hops of all of them pooled. With
     `floor_rtt`, each run follows as many round trips of the floor as it has hops: each
-    run's hop median and p95 over theirs (`paired_ratio`, `paired_p95_ratio`), and the
-    medians of those ratios, as W1's runs are paired with drains."""
+    run's hop median and p95 over theirs (`paired_hop_ratio`, `paired_hop_p95_ratio`), and
+    the medians of those ratios, as W1's runs are paired with drains."""
     pks: list[int] = []
     pairs: list[dict[str, float]] = []
     with profiled(prof, env, "W2"):
@@ -213,8 +213,8 @@ def _hop_pair(own: dict[str, float], rtt: dict[str, float]) -> dict[str, float]:
     return {
         "paired_rtt_ms": rtt["median_ms"],
         "paired_rtt_p95_ms": rtt["p95_ms"],
-        "paired_ratio": own["median_ms"] / rtt["median_ms"],
-        "paired_p95_ratio": own["p95_ms"] / rtt["p95_ms"],
+        "paired_hop_ratio": own["median_ms"] / rtt["median_ms"],
+        "paired_hop_p95_ratio": own["p95_ms"] / rtt["p95_ms"],
     }
 
 
