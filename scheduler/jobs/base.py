@@ -112,6 +112,7 @@ class DagRunJob:
         self._to_stop: list[str] = []
         self._to_revoke: list[str] = []
         self._started_now: set[int] = set()
+        self._started_at: dt.datetime | None = None
         self._over_limit: set[int] = set()
         self._look_at_everything = True
         self._runs_finished_last_pass = False
@@ -426,11 +427,12 @@ class DagRunJob:
         else:
             only = news | self._pending_news
             self._pending_news = set()
-        self._started_now = set()
+        self._started_now, self._started_at = set(), None
         self._over_limit = set()
         self._to_stop, self._to_revoke = [], []  # only what this pass's commit took
         with transaction(self.factory) as session:
             self.start_or_create(session, now, result)
+            now = self._started_at or now  # runs started: the rest of the pass is after them
             if only is not None:
                 only |= self._started_now
             self.examine_runs(session, now, result, only)
@@ -494,8 +496,15 @@ class DagRunJob:
 
     def start_runs(self, session: Session, runs: Sequence[DagRun], now: dt.datetime) -> int:
         """queued → running (compare-and-set); one statement for them all unless each
-        run's span values are its own (tracing)."""
+        run's span values are its own (tracing).
 
+        The runs start at the clock read now, after they were read, not at the pass's
+        `now`: a run committed after the pass read its clock (a trigger during the pass)
+        was queued after it. The rest of the pass goes on from that time
+        (`scheduling_pass`), so no TI of theirs is scheduled before its run started."""
+        if not runs:
+            return 0
+        now = self._started_at = max(now, self._started_at or now, self.clock())
         values: dict[str, object] = {"started_by_job_id": self.job_id}
         queued = [DagRunState.QUEUED]
         if not self.tracing.enabled:

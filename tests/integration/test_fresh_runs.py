@@ -1,7 +1,8 @@
 """A scheduler pass decides the runs it started from their DAG alone (`fresh_runs`): one
 UPDATE schedules the roots of all of them, on PostgreSQL and on SQLite. A run whose TIs
 are not all `none` (cleared, then queued again) and a DAG whose start is not just its
-roots (a mapped root) are decided by reading the run, as before."""
+roots (a mapped root) are decided by reading the run, as before. A run triggered during
+a pass starts, and its roots are scheduled, no earlier than it was queued."""
 
 from __future__ import annotations
 
@@ -189,3 +190,33 @@ def test_fresh_roots_are_the_tasks_a_run_of_all_none_tis_schedules(harness: Harn
         dag = session.get(Dag, "diamond")
         assert dag is not None
         assert fresh_roots(dag) == ("first", "second")
+
+
+def test_a_run_triggered_after_the_pass_read_its_clock_starts_after_it_was_queued(
+    harness: Harness,
+) -> None:
+    """A pass reads its clock, then the queued runs: a run committed in between (a trigger
+    during the pass) was queued after that clock. It must not start before it was queued,
+    nor its roots be scheduled or queued before the run started (a burst of REST triggers
+    showed runs started up to 46 ms before their queued time)."""
+    harness.write("diamond", DIAMOND)
+    pass_clock = utcnow()  # read by the pass before the trigger below commits
+    [pk] = harness.trigger("diamond")
+
+    harness.job.tick(pass_clock)
+
+    with harness.factory() as session:
+        run = session.get(DagRun, pk)
+        assert run is not None
+        roots = session.scalars(
+            select(TaskInstance).where(
+                TaskInstance.dag_run_id == pk, TaskInstance.task_id.in_(["first", "second"])
+            )
+        ).all()
+    assert run.state == DagRunState.RUNNING
+    assert run.queued_at is not None and run.start_date is not None
+    assert run.start_date >= run.queued_at > pass_clock
+    assert [ti.state for ti in roots] == [TI.QUEUED, TI.QUEUED]
+    for ti in roots:
+        assert ti.scheduled_at is not None and ti.queued_at is not None
+        assert ti.queued_at >= ti.scheduled_at >= run.start_date

@@ -70,7 +70,9 @@ def test_a_tick_with_real_work_shows_up_on_the_endpoint(world: World) -> None:
     stale = world.advance("wide", "r0", "t2", TI.QUEUED, at=old)
     world.trigger("wide", "r1", start=False)
     sent: list[RunMessage] = []
-    job = SchedulerJob(world.settings, world.factory, sent.extend, LocalWaker())
+    job = SchedulerJob(
+        world.settings, world.factory, sent.extend, LocalWaker(), clock=lambda: world.now
+    )
     job.register()
     metrics = SchedulerMetrics(world.settings, world.factory, 0, host="127.0.0.1", env={})
     metrics.sample_interval = 0
