@@ -66,7 +66,8 @@ FLUSHED = "a Redis db of the bench was flushed by another process during this wo
 LIVE = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W6", "W7", "W10", "W11"}
 NEEDS_FLOOR = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W11"}
 PAIRED = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W11"}
-"""The workloads each of whose runs follows a drain of the floor (`paired_floor`)."""
+"""The workloads each of whose runs follows a drain of the floor (`paired_floor`), or for
+W2 as many of its round trips as the chain has hops."""
 ON_RABBITMQ = {"W1R": "W1", "W2R": "W2", "W3R": "W3"}
 """W1-W3 with RabbitMQ as the broker (a vhost of the bench's), beside raw Celery on it."""
 AMQP_HOST = os.environ.get("SLUICE_BENCH_AMQP_HOST", "127.0.0.1")
