@@ -425,7 +425,7 @@ def _hop_rows(
     """W2's (or W2R's) hop median and p95 against the floor's round trip (`_against_rtt`):
     targets ≤ 1.2× its median and ≤ 2× its p95."""
     rows = []
-    for p95, floor, least in ((False, rtt, 1.2), (True, rtt95, 2.0)):
+    for p95, floor, most in ((False, rtt, 1.2), (True, rtt95, 2.0)):
         v = _fig(results, name, "hop_p95_ms" if p95 else "hop_median_ms")
         ref, label, r = _against_rtt(results, name, v, floor, p95)
         what = "p95" if p95 else "median"
@@ -437,8 +437,8 @@ def _hop_rows(
                 ref,
                 label.replace("raw Celery", raw),
                 r,
-                f"≤ {least:g}× raw {'p95' if p95 else 'RTT'}",
-                _check(r is not None and r <= least, r),
+                f"≤ {most:g}× raw {'p95' if p95 else 'RTT'}",
+                _check(r is not None and r <= most, r),
             )
         )
     return rows

@@ -175,18 +175,18 @@ def w2_chain(
     `floor_rtt`, each run follows as many round trips of the floor as it has hops: each
     run's hop median and p95 over theirs (`paired_hop_ratio`, `paired_hop_p95_ratio`), and
     the medians of those ratios, as W1's runs are paired with drains."""
-    pks: list[int] = []
+    tis: list[TiTimes] = []
     pairs: list[dict[str, float]] = []
     with profiled(prof, env, "W2"):
         for i in range(sizes.repeats):
             rtt = floor_rtt(sizes.w2_length - 1) if floor_rtt else None
             run = env.trigger(DAG_W2, 1, f"w2-{i}")
             env.wait_runs(run, sizes.run_timeout)
-            pks += run
+            run_tis = read_tis(env.factory, run)
+            tis += run_tis
             if rtt is not None:
-                own = summary_ms(chain_hops(read_tis(env.factory, run))["hop"])
-                pairs.append(_hop_pair(own, rtt))
-    hops = chain_hops(read_tis(env.factory, pks))
+                pairs.append(_hop_pair(summary_ms(chain_hops(run_tis)["hop"]), rtt))
+    hops = chain_hops(tis)
     hop = summary_ms(hops["hop"])
     runs = f" ({sizes.repeats} runs)" if sizes.repeats > 1 else ""
     figures = {
