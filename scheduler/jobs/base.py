@@ -504,7 +504,7 @@ class DagRunJob:
         (`scheduling_pass`), so no TI of theirs is scheduled before its run started."""
         if not runs:
             return 0
-        now = self._started_at = max(now, self._started_at or now, self.clock())
+        now = self._started_at = max(self._started_at or now, self.clock())
         values: dict[str, object] = {"started_by_job_id": self.job_id}
         queued = [DagRunState.QUEUED]
         if not self.tracing.enabled:
