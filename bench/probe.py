@@ -45,6 +45,15 @@ DAGS["w11"] = (mapped_call("w11", 1000), 1, mapped_tasks(1000))
 and W11 (its live run: 1,000 indexes and their upstream)."""
 
 
+def workload(dag: str, per_trigger: int | None = None) -> tuple[str, int, int]:
+    """`DAGS[dag]` with `per_trigger` runs a trigger instead of its own number, if given:
+    (DAG file call, runs per trigger, tasks per trigger)."""
+    call, runs, tasks = DAGS[dag]
+    if per_trigger is None:
+        return call, runs, tasks
+    return call, per_trigger, tasks // runs * per_trigger
+
+
 RAW = "raw"
 RAW_DRAIN = 400
 """`--dag raw`: drains of this many no-ops by raw Celery (the bench's floor), no Sluice."""
@@ -119,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"a workload of the bench; {RAW}: raw Celery's drains (the floor), no Sluice",
     )
     p.add_argument("--runs", type=int, default=10, help="triggers, one after another")
+    p.add_argument(
+        "--per-trigger",
+        type=int,
+        metavar="N",
+        help="runs each trigger creates at once (the workload's own number by default: "
+        "20 for w3, 40 for w7, 1 for the others)",
+    )
     p.add_argument("--slots", type=int, help="the default pool's slots (128 by default)")
     p.add_argument("--schedulers", type=int, default=1, help="sluice scheduler processes")
     p.add_argument(
@@ -144,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         help="first load RUNS finished runs of each of 100 20-task DAGs (W12's history)",
     )
     args = p.parse_args(argv)
+    if args.per_trigger is not None and args.per_trigger < 1:
+        p.error("--per-trigger must be at least 1")
     compile_sources()
     if args.dag == RAW:
         return _raw(args.broker, args.runs)
-    call, per_trigger, tasks = DAGS[args.dag]
+    call, per_trigger, tasks = workload(args.dag, args.per_trigger)
     tag = new_run_tag()
     db = BenchDb.create(admin_engine(), tag)
     work = Path(tempfile.mkdtemp(prefix=f"sluice-probe-{tag}-"))
