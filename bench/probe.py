@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -200,21 +201,18 @@ def main(argv: list[str] | None = None) -> int:
             "pool processes": children(worker.pid),
             "schedulers": [s.pid for s in schedulers],
         }
-        before = _cpu(procs)
         backends = Backends(db.name)
         if args.backends:
             backends.start()
-        busy_before = machine_busy()
-        started = time.monotonic()
-        for i in range(args.runs):
-            env.wait_runs(env.trigger(args.dag, per_trigger, f"probe-{i}"), 120, every=0.01)
-        seconds = time.monotonic() - started
-        busy_after = machine_busy()
+
+        def triggers() -> None:
+            for i in range(args.runs):
+                env.wait_runs(env.trigger(args.dag, per_trigger, f"probe-{i}"), 120, every=0.01)
+
+        _measured(args.dag, tasks * args.runs, procs, triggers)
         if args.backends:
             backends.stop.set()
             backends.join()
-        after = _cpu(procs)
-        _report(args.dag, tasks * args.runs, seconds, before, after, busy_before, busy_after)
         gaps, busy = _stamps(env)
         print(
             f"  pool process: gap between tasks median {median(gaps):.2f} ms, "
@@ -243,29 +241,26 @@ def _raw(broker: str, runs: int) -> int:
     floor = PairedFloor(broker, f"probe-raw-{tag}", work, RAW_DRAIN, backend_url=backend)
     try:
         procs = {"worker main": [floor.worker.pid], "pool processes": children(floor.worker.pid)}
-        before, busy_before = _cpu(procs), machine_busy()
-        started = time.monotonic()
-        for _ in range(runs):
-            floor.drain()
-        seconds = time.monotonic() - started
-        after, busy_after = _cpu(procs), machine_busy()
-        _report(RAW, RAW_DRAIN * runs, seconds, before, after, busy_before, busy_after)
+
+        def drains() -> None:
+            for _ in range(runs):
+                floor.drain()
+
+        _measured(RAW, RAW_DRAIN * runs, procs, drains)
     finally:
         floor.close()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def _report(
-    what: str,
-    total: int,
-    seconds: float,
-    before: dict[str, float],
-    after: dict[str, float],
-    busy_before: tuple[float, float],
-    busy_after: tuple[float, float],
-) -> None:
-    """Tasks/s, and CPU per task of each process kind and of the whole machine."""
+def _measured(what: str, total: int, procs: dict[str, list[int]], work: Callable[[], None]) -> None:
+    """Run `work` (`total` tasks) and print tasks/s, and the CPU per task of each kind of
+    `procs`, of the servers and of the whole machine over it."""
+    before = _cpu(procs)  # walks /proc: outside the machine's window, as is the one after
+    busy_before, started = machine_busy(), time.monotonic()
+    work()
+    seconds, busy_after = time.monotonic() - started, machine_busy()
+    after = _cpu(procs)
     print(f"{what}: {total} tasks in {seconds:.2f} s = {total / seconds:.0f} tasks/s")
     for name in after:
         print(f"  CPU {name}: {1000 * (after[name] - before[name]) / total:.2f} ms/task")
