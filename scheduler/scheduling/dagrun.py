@@ -210,28 +210,28 @@ def update_state(
     A mapped task expanded on the way is decided again at once (one more query), so
     what follows its indexes one by one gets its own indexes in the same transaction.
 
+    A run only moves forward to its DAG's current stored version, and ends only in step
+    with it. `dag` may be a copy cached a little before a new version was stored (a folder
+    sync in between): a run whose version is not `dag`'s is brought in step with the
+    stored version (`verify_integrity`: new tasks created, vanished ones removed), never
+    back to an older copy; and before the run ends the stored version is read again, and
+    if it changed, the run is brought in step and decided again from it, in this
+    transaction. That read is one query a run, at its end.
+
     Invariant: the run row is locked by the caller's transaction.
     """
     if run.dag_hash != dag.version_hash:
-        verify_integrity(session, run, dag, now)
+        dag = _stored_dag(session, run, dag)
+        if run.dag_hash != dag.version_hash:
+            verify_integrity(session, run, dag, now)
     outcome = RunDecision()
-    for round_ in range(_ROUNDS):
-        tis = _read_tis(session, run, dag)
-        if round_ == 0:
-            tis, outcome.stop = fail_queued_past_timeout(session, dag.serialized, tis, now)
-        decisions = decide_run(
-            dag.serialized, dag.version_hash, tis, now, max_map_length=max_map_length
-        )
-        for expansion in decisions.expansions:
-            outcome.scheduled += write_expansion(session, run, dag, expansion, now)
-            outcome.expansions += 1
-            outcome.indexes += len(expansion.indexes)
-        moved = _write_moves(session, decisions, outcome, now)
-        expanded = bool(decisions.expansions)
-        if not expanded:
-            break
-    # after an expansion in the last round the TIs read are stale, and the run not over
-    end = None if expanded else run_outcome(dag.serialized, tis, moved)
+    moved, end = _decide(session, run, dag, now, outcome, max_map_length)
+    if end is not None:
+        current = _newer_version(session, run)
+        if current is not None:
+            verify_integrity(session, run, current, now)
+            again, end = _decide(session, run, current, now, outcome, max_map_length)
+            moved.update(again)
     values = {"last_scheduling_decision": now}
     if end is not None:
         final = DagRunState.SUCCESS if end is TI.SUCCESS else DagRunState.FAILED
@@ -239,12 +239,67 @@ def update_state(
             outcome.finished = final
             return outcome
     last = run.last_scheduling_decision
-    if moved or expanded or last is None or (now - last).total_seconds() >= 1.0:
+    if moved or outcome.expansions or last is None or (now - last).total_seconds() >= 1.0:
         # the stamp orders the claim (oldest first, so no run starves); rewriting it
         # when nothing moved is needed at most once a second
         session.execute(_STAMP_DECISION, {"b_run": run.id, "b_now": now})
         set_committed_value(run, "last_scheduling_decision", now)  # written; not dirty
     return outcome
+
+
+def _decide(
+    session: Session,
+    run: DagRun,
+    dag: Dag,
+    now: dt.datetime,
+    outcome: RunDecision,
+    max_map_length: int,
+) -> tuple[dict[int, TI], TI | None]:
+    """Decide and write the run's TIs from `dag` (up to `_ROUNDS` reads, an expansion
+    asking for another); the TIs moved and the run's end (None: not over), added to
+    `outcome`."""
+    moved: dict[int, TI] = {}
+    for round_ in range(_ROUNDS):
+        tis = _read_tis(session, run, dag)
+        if round_ == 0:
+            tis, stop = fail_queued_past_timeout(session, dag.serialized, tis, now)
+            outcome.stop += stop
+        decisions = decide_run(
+            dag.serialized, dag.version_hash, tis, now, max_map_length=max_map_length
+        )
+        for expansion in decisions.expansions:
+            outcome.scheduled += write_expansion(session, run, dag, expansion, now)
+            outcome.expansions += 1
+            outcome.indexes += len(expansion.indexes)
+        moved.update(_write_moves(session, decisions, outcome, now))
+        if not decisions.expansions:
+            return moved, run_outcome(dag.serialized, tis, moved)
+    return moved, None  # after an expansion in the last round the TIs read are stale
+
+
+def _stored_dag(session: Session, run: DagRun, dag: Dag) -> Dag:
+    """The DAG's stored row for a run whose version is not the copy `dag`'s: `dag` when
+    it is the stored version (the run follows an older one), else the stored row (the
+    copy is older than the run, or than the stored version)."""
+    stored = session.execute(_STORED_VERSION, {"dag_id": run.dag_id}).scalar()
+    if stored is None or stored == dag.version_hash:
+        return dag
+    return session.scalars(select(Dag).where(Dag.dag_id == run.dag_id)).one_or_none() or dag
+
+
+def _newer_version(session: Session, run: DagRun) -> Dag | None:
+    """The DAG's stored row if its version is not the one the run's TIs follow (a sync
+    stored a newer one since the caller's copy was read); None when it is the same, or
+    the DAG's row is gone. Read after the run's TIs, so a TI that a worker moved from the
+    newer version (a task `removed`) is seen with that version."""
+    stored = session.execute(_STORED_VERSION, {"dag_id": run.dag_id}).scalar()
+    if stored is None or stored == run.dag_hash:
+        return None
+    return session.scalars(select(Dag).where(Dag.dag_id == run.dag_id)).one_or_none()
+
+
+_STORED_VERSION = select(Dag.version_hash).where(Dag.dag_id == bindparam("dag_id"))
+"""The DAG's stored version, read where a run would end (`_newer_version`)."""
 
 
 _ROUNDS = 4
