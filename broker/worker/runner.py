@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -515,13 +516,33 @@ def _stored_has(ctx: WorkerContext, msg: RunMessage) -> bool | None:
     sync stored the new version and before a scheduler checks the run against it
     (`dagrun.verify_integrity`, which leaves `running` TIs alone): its try is then
     `removed`, as that check would have it. A file that lacks a task its stored version
-    still has (a worker's folder ahead of the sync, or another folder) fails the try.
+    still has is a file changed since the last sync (a scheduler queued the task from the
+    version before), or a worker reading another folder: the stored version is read
+    again every `_SYNC_POLL` seconds until it changes, for at most one refresh interval
+    and one parse (`SLUICE_DAG_REFRESH_INTERVAL` + `SLUICE_PARSE_TIMEOUT`). A version
+    that still has the task then fails the try.
     """
-    with transaction(single_statement_factory(ctx.session_factory)) as session:
-        stored = _DAGS.get_many(session, [msg.dag_id]).get(msg.dag_id)
-    if stored is None or not stored.serialized:
-        return None
-    return msg.task_id in stored.serialized.get("tasks", {})
+    settings = ctx.settings
+    deadline = time.monotonic() + settings.dag_refresh_interval + settings.parse_timeout
+    waited_on: str | None = None
+    while True:
+        with transaction(single_statement_factory(ctx.session_factory)) as session:
+            stored = _DAGS.get_many(session, [msg.dag_id]).get(msg.dag_id)
+        if stored is None or not stored.serialized:
+            return None
+        has = msg.task_id in stored.serialized.get("tasks", {})
+        if not has or time.monotonic() >= deadline:
+            return has
+        if waited_on is None:
+            waited_on = stored.version_hash
+            log.info("%s is not in its DAG file: waiting for the next sync", _what(msg))
+        elif stored.version_hash != waited_on:
+            return has  # a newer version has the task too
+        time.sleep(_SYNC_POLL)
+
+
+_SYNC_POLL = 0.2
+"""Seconds between two reads of the stored version by `_stored_has`."""
 
 
 def _send_external(

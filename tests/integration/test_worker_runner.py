@@ -252,7 +252,10 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
 @pytest.fixture()
 def ctx(engine: Engine, factory: sessionmaker[Session], dag_file: Path) -> WorkerContext:
     settings = Settings(
-        database_url=engine.url.render_as_string(hide_password=False), heartbeat_interval=0.2
+        database_url=engine.url.render_as_string(hide_password=False),
+        heartbeat_interval=0.2,
+        dag_refresh_interval=0.5,
+        parse_timeout=1.0,
     )
     return WorkerContext(
         session_factory=factory,
@@ -461,11 +464,32 @@ def test_task_gone_from_the_stored_dag_is_removed(ctx: WorkerContext, factory, d
     assert (ti.state, ti.error, ti.end_date is not None) == (TI.REMOVED, None, True)
 
 
+def test_task_missing_from_the_file_waits_for_the_sync_that_drops_it(
+    ctx: WorkerContext, factory, dag_file
+) -> None:
+    # the stored version has "gone", the worker's file does not: the file changed after
+    # the last sync, and a scheduler queued "gone" from the version before. The sync that
+    # stores the file's version comes while the worker waits for it: "gone" is removed
+    run_id, ids = make_run(factory)
+    _rename_ti(factory, ids["skipper"], "gone")
+    msg = queue_ti(factory, ids["skipper"], run_id, "gone")
+    _store_version(factory, "v1-with-gone", [*TASK_IDS, "gone"])
+    sync = threading.Timer(0.5, _store_version, (factory, "v1", TASK_IDS))
+    sync.start()
+    try:
+        assert run_task_instance(ctx, msg) is Outcome.REMOVED
+    finally:
+        sync.join()
+    ti = load_ti(factory, ids["skipper"])
+    assert (ti.state, ti.error) == (TI.REMOVED, None)
+
+
 def test_task_missing_from_the_file_only_is_a_task_failure(
     ctx: WorkerContext, factory, dag_file
 ) -> None:
-    # the stored version has "gone", the worker's file does not (a folder ahead of the
-    # sync, or another folder): the try fails, saying where the task was looked for
+    # the stored version has "gone", the worker's file does not, and no sync changes
+    # that within a refresh interval and a parse (another folder): the try fails, saying
+    # where the task was looked for
     run_id, ids = make_run(factory)
     _rename_ti(factory, ids["skipper"], "gone")
     msg = queue_ti(factory, ids["skipper"], run_id, "gone")
