@@ -4,10 +4,15 @@ What attach changes on the user's app, and nothing else:
 - registers `sluice.run_task_instance` (declared `acks_late=True`, `ignore_result=True` on the
   task itself, so the app's global `task_acks_late`/`task_ignore_result` do not matter);
 - stores the Sluice settings as `app.conf.sluice_settings` (where `settings_of` finds them);
-- adds `"json"` to `accept_content` if it is missing (Sluice's messages are JSON).
-The app's own tasks, routes, queues, serializers and result settings stay as they were.
-Sluice's queues are `<namespace>.<queue>` (`broker.queues`); start the user's workers with
-`-Q their_queue,sluice.default,sluice.callbacks` to serve both (and callbacks).
+- adds `"json"` to `accept_content` if it is missing (Sluice's messages are JSON);
+- stores the Celery queues its workers consume for Sluice as `app.conf.sluice_worker_queues`
+  (`broker.worker.attached_queues`): `<namespace>.default`, the callback queue
+  (`<namespace>.callbacks`) and `<namespace>.<q>` for each `q` in `queues`; none with
+  `consume=False` (an app that only sends). A worker started without `-Q` (`celery -A
+  tasks worker`) consumes them beside the app's own queues; one whose `-Q` names none of
+  them logs a WARNING at start.
+The app's own tasks, routes, queues, serializers and result settings stay as they were:
+`task_queues` is not touched, so what the app's producers route and declare is unchanged.
 
 Refused with `AttachError` (one line), because Sluice cannot work with them:
 - `task_always_eager`: tasks would run inside the publisher, with no worker and no claim;
@@ -17,7 +22,9 @@ Refused with `AttachError` (one line), because Sluice cannot work with them:
 - a broker URL different from the Sluice settings' `broker_url` (explicit settings only):
   schedulers publish to `broker_url`, so these workers would never see Sluice's messages;
 - `task_create_missing_queues=False` with no `<namespace>.*` queue in `task_queues`:
-  `-Q sluice.default` would fail at worker start.
+  `-Q sluice.default` would fail at worker start;
+- `queues` that are not Sluice queue names (a string rather than a list, an empty name, a
+  comma or a space in one: `-Q` could not name it), or `queues` with `consume=False`.
 Accepted on purpose: `task_serializer="pickle"` (even with pickle-only `accept_content`):
 Sluice's schedulers publish through their own JSON-only app, so adding "json" to
 `accept_content` is all the worker needs, and the app's own tasks keep pickle;
@@ -39,6 +46,7 @@ from typing import Any
 from celery import Celery
 from kombu.utils.url import maybe_sanitize_url
 
+from sluice.broker.worker.attached_queues import WORKER_QUEUES, worker_queues
 from sluice.broker.worker.task import register
 from sluice.scheduler.core.settings import Settings
 
@@ -55,6 +63,9 @@ _OBJECT_SERIALIZERS = frozenset(
     }
 )
 """Content types whose loading builds objects of the sender's choice."""
+
+_MAX_QUEUE_NAME = 200
+"""Characters in a Sluice queue name given to `attach` (AMQP allows 255 in the whole name)."""
 
 log = logging.getLogger("sluice.attach")
 
@@ -106,12 +117,40 @@ def check(app: Celery, settings: Settings) -> None:
             )
 
 
-def attach(app: Celery, settings: Settings | None = None) -> Celery:
-    """Install Sluice on the existing Celery `app` and return it (idempotent).
+def _queue_names(queues: Iterable[str], consume: bool) -> list[str]:
+    """`queues` as a list of Sluice queue names; `AttachError` for what is not one."""
+    if isinstance(queues, str | bytes) or not isinstance(queues, Iterable):
+        raise AttachError(f"queues must be a list of Sluice queue names, not {queues!r}")
+    names = list(queues)
+    for name in names:
+        if not isinstance(name, str) or not name or len(name) > _MAX_QUEUE_NAME:
+            raise AttachError(
+                f"queues: {name!r} is not a Sluice queue name "
+                f"(a non-empty string of at most {_MAX_QUEUE_NAME} characters)"
+            )
+        if "," in name or any(c.isspace() for c in name):
+            raise AttachError(f"queues: {name!r} holds a comma or a space: -Q cannot name it")
+    if names and not consume:
+        raise AttachError("queues names queues to consume, and consume=False consumes none")
+    return names
+
+
+def attach(
+    app: Celery,
+    settings: Settings | None = None,
+    *,
+    queues: Iterable[str] = (),
+    consume: bool = True,
+) -> Celery:
+    """Install Sluice on the existing Celery `app` and return it (idempotent; the last
+    call's `queues` and `consume` hold).
 
     Without `settings`, they are `Settings.from_env()`, with the app's own broker URL
-    when `SLUICE_BROKER_URL` is not set.
+    when `SLUICE_BROKER_URL` is not set. A worker of the app started without `-Q` consumes
+    Sluice's default and callback queues and `queues` (Sluice queue names, "heavy" for
+    `<namespace>.heavy`) beside the app's own, unless `consume` is False.
     """
+    names = _queue_names(queues, consume)
     if settings is None:
         settings = Settings.from_env()
         if not os.environ.get("SLUICE_BROKER_URL") and app.conf.broker_url:
@@ -129,6 +168,7 @@ def attach(app: Celery, settings: Settings | None = None) -> Celery:
             ", ".join(unsafe),
         )
     app.conf.sluice_settings = settings
+    app.conf[WORKER_QUEUES] = worker_queues(settings, names) if consume else ()
     if not getattr(app, _ATTACHED, False):
         register(app)  # lazy on an unfinalized app: its other tasks are not touched
         setattr(app, _ATTACHED, True)

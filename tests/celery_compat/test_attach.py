@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -67,6 +68,45 @@ def test_attach_refuses_what_sluice_cannot_work_with(conf: dict[str, object], me
     assert "\n" not in str(caught.value)
     assert RUN_TASK_NAME not in app.tasks
     assert app.conf.get("sluice_settings") is None
+
+
+def test_attach_names_the_queues_its_plain_workers_consume() -> None:
+    """What a worker started without -Q adds (`tests/celery_compat/test_plain_worker.py`
+    starts one): Sluice's default and callback queues, then those given, each once; none
+    for an app that only sends. The app's own queues and routes are not touched."""
+    app = make_app(BROKER, attach_sluice=False)
+    attach(app, SETTINGS)
+    assert app.conf.sluice_worker_queues == ("sl.default", "sl.callbacks")
+    attach(app, SETTINGS, queues=["heavy", "default", "heavy"])
+    assert app.conf.sluice_worker_queues == ("sl.default", "sl.callbacks", "sl.heavy")
+    attach(app, SETTINGS, consume=False)
+    assert app.conf.sluice_worker_queues == ()
+    assert app.conf.task_queues is None and app.conf.task_default_queue == "their_queue"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"queues": "heavy"}, "must be a list of Sluice queue names"),
+        ({"queues": None}, "must be a list of Sluice queue names"),
+        ({"queues": [""]}, "is not a Sluice queue name"),
+        ({"queues": [7]}, "is not a Sluice queue name"),
+        ({"queues": ["x" * 201]}, "at most 200 characters"),
+        ({"queues": ["heavy,light"]}, "-Q cannot name it"),
+        ({"queues": ["heavy\n"]}, "-Q cannot name it"),
+        ({"queues": ["heavy"], "consume": False}, "consume=False consumes none"),
+    ],
+)
+def test_attach_refuses_queues_that_are_not_sluice_queue_names(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    app = make_app(BROKER, attach_sluice=False)
+    with pytest.raises(AttachError, match=message) as caught:
+        attach(app, SETTINGS, **kwargs)
+    assert "\n" not in str(caught.value)
+    assert RUN_TASK_NAME not in app.tasks
+    assert app.conf.get("sluice_settings") is None
+    assert app.conf.get("sluice_worker_queues") is None
 
 
 def test_attach_accepts_explicit_sluice_queues_without_missing_queue_creation() -> None:

@@ -1,9 +1,10 @@
 """Sluice inside a project laid out as Celery's tutorial: the app is `tasks.py`.
 
 The project's folder is the working directory and on PYTHONPATH, as `celery -A tasks
-worker` wants it. Its one worker serves the project's own `add` (called with `delay()`)
-and Sluice's queue at once; a DAG calls `tasks.add` by name; `sluice db migrate`,
-`sluice dags trigger` and `sluice scheduler` run from that folder (the console script).
+worker` wants it. Its one worker, started without `-Q`, serves the project's own `add`
+(called with `delay()`) and Sluice's queue at once; a DAG calls `tasks.add` by name;
+`sluice db migrate`, `sluice dags trigger` and `sluice scheduler` run from that folder (the
+console script).
 """
 
 from __future__ import annotations
@@ -70,8 +71,7 @@ def test_tutorial_project_runs_its_tasks_and_sluices(sluice: Sluice, tmp_path: P
     sluice.scheduler()
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-c", "2", "-l", "INFO"]
-        + ["-Q", f"celery,{sluice.namespace}.default"]
-        + ["--without-mingle", "--without-gossip", "--without-heartbeat"],
+        + ["--without-mingle", "--without-gossip", "--without-heartbeat"],  # and no -Q
         env=sluice.env,
         cwd=project,
         stdout=open(sluice.log_dir / "their-worker.log", "wb"),  # noqa: SIM115
