@@ -181,3 +181,52 @@ def test_a_consumer_without_event_loop_drops_junk_and_gets_the_next_message(
     finally:
         connection.release()
         client.close()
+
+
+def test_junk_on_a_rabbitmq_queue_stops_no_worker(
+    sluice_on_rabbitmq: Sluice, tmp_path: Path
+) -> None:
+    """The same over AMQP: a body that is not JSON (or not allowed: pickle), with or
+    without a task header, is Celery's to reject; the worker serves on."""
+    sluice = sluice_on_rabbitmq
+    log = tmp_path / "exec.log"
+    write_fanout(sluice, log, width=2)
+    sluice.ok("dags", "list")
+    sluice.scheduler()
+    worker = sluice.worker()
+    queue = f"{sluice.namespace}.default"
+    with Connection(sluice.broker_url) as connection:
+        wait_until(lambda: _declared(connection, queue), timeout=30)
+        producer = connection.Producer()
+        for body, content_type, headers in [
+            (HUGE[:1_000_000], None, {}),
+            (b"\xff\xfe binary", "application/json", {}),
+            (b"{not json", "application/json", {"task": "sluice.run_task_instance", "id": "x"}),
+            (
+                b"\x80\x04K\x01.",
+                "application/x-python-serialize",
+                {"task": "sluice.run_task_instance", "id": "y"},
+            ),
+            (b"[]", "application/json", {"task": "no.such.task", "id": "z"}),
+        ]:
+            producer.publish(
+                body,
+                routing_key=queue,
+                content_type=content_type or "application/data",
+                content_encoding="binary",
+                headers=headers,
+            )
+    runs = trigger_many(sluice, "fan", 2)
+    for run_id in runs:
+        assert sluice.wait_run("fan", run_id, timeout=60) == "success"
+    assert worker.poll() is None, sluice.logs()
+
+
+def _declared(connection: Connection, queue: str) -> bool:
+    """Whether the worker declared `queue` (a passive declare of a missing one fails)."""
+    try:
+        connection.default_channel.queue_declare(queue, passive=True)
+        return True
+    except Exception:
+        connection.close()  # a failed passive declare closes the channel
+        return False
