@@ -8,7 +8,7 @@ value that still reaches a log line or an error is masked `***`.
 
 Real PostgreSQL (trust auth accepts any password, so the URL can carry one), a Redis of
 the test's own with `requirepass`, a real `sluice scheduler` and `sluice worker`
-(prefork), and `sluice backfill --local` (tasks in the CLI's own threads).
+(prefork and threads pools), and `sluice backfill --local` (tasks in the CLI's threads).
 """
 
 from __future__ import annotations
@@ -99,9 +99,12 @@ def stored_errors(sluice: Sluice) -> dict[str, str | None]:
     return {f"{run_id}.{task_id}": error for run_id, task_id, error in rows}
 
 
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_tasks_see_no_secret_and_their_logs_show_none(
-    sluice: Sluice, secret_redis: OwnRedis, tmp_path: Path
+    pool: str, sluice: Sluice, secret_redis: OwnRedis, tmp_path: Path
 ) -> None:
+    """With the prefork pool (a child per task slot) and the threads pool (the tasks
+    share the worker's main process), and by a local backfill."""
     # Given a deployment whose URLs carry passwords, with an API token, and a DAG that
     # prints its environment and a token it reads from a file
     sluice.database_url = with_password(sluice.database_url, DB_PASSWORD)
@@ -121,9 +124,9 @@ def test_tasks_see_no_secret_and_their_logs_show_none(
     )
     sluice.ok("dags", "list")
 
-    # When it runs on a worker (prefork), and by a local backfill (threads of the CLI)
+    # When it runs on a worker, and by a local backfill (threads of the CLI)
     sluice.scheduler()
-    sluice.worker()
+    sluice.start("worker", "worker", "-Q", "default", "--pool", pool)
     run_id = sluice.trigger("secrets")
     assert sluice.wait_run("secrets", run_id) == "failed"  # `leak` fails, as written
     backfill = sluice.cli(
