@@ -3,9 +3,11 @@
 Invariants: JSON only on the wire; late acks with prefetch 1, so a message is
 removed from the broker only after its task returned (a duplicate is harmless:
 the worker's compare-and-set on `attempt_id` makes it a no-op); no result backend
-(results live in the database). This app has no task registered: publishing needs
-none, and the worker's runtime stays out of the processes that only publish. A
-worker's app is this one with the worker task registered (`sluice.broker.worker.app`).
+(results live in the database); on Redis, Sluice's transport (`broker.redis_transport`),
+which drops what a queue holds that is not a message. This app has no task registered:
+publishing needs none, and the worker's runtime stays out of the processes that only
+publish. A worker's app is this one with the worker task registered
+(`sluice.broker.worker.app`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from celery import Celery
 
 from sluice.broker.kombu_fixes import reuse_redis_clients
 from sluice.broker.queues import DEFAULT_QUEUE, celery_queue
+from sluice.broker.redis_transport import transport_for
 from sluice.scheduler.core.settings import Settings
 
 VISIBILITY_TIMEOUT = 3600
@@ -47,6 +50,9 @@ def create_app(settings: Settings, *, broker_url: str | None = None) -> Celery:
     reuse_redis_clients()  # Sluice's own processes only: an attached app keeps kombu's way
     url = broker_url or settings.broker_url
     app = Celery("sluice", broker=url, set_as_current=False)
+    transport, use_ssl = transport_for(url)  # Redis: junk on a queue is dropped, not fatal
+    if transport is not None:
+        app.conf.update(broker_transport=transport, broker_use_ssl=use_ssl)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",

@@ -17,7 +17,8 @@ is a hint, `wake()` never raises, and a lost one costs at most a loop interval.
   payloads under PostgreSQL's 8,000-byte limit.
 
 The channel is `sluice_wakeup:<namespace>`, so deployments sharing a database (each
-with its own namespace) do not wake each other.
+with its own namespace) do not wake each other. Anyone who can connect to the database can
+`NOTIFY` on it: a payload that is not a run id nor `*` is dropped (`wakeup.News.add`).
 """
 
 from __future__ import annotations
@@ -119,9 +120,9 @@ class PgWaker:
                 left = 0.0 if woken else max(deadline - time.monotonic(), 0.0)
                 got = False
                 for notify in listener.notifies(timeout=left, stop_after=1):
-                    got = woken = True
-                    for payload in notify.payload.split(","):
-                        self._news.add(payload)
+                    got = True
+                    for payload in notify.payload.split(","):  # junk wakes nothing
+                        woken = self._news.add(payload, self.channel) or woken
                 if not got and (woken or time.monotonic() >= deadline):
                     return woken
         except psycopg.Error as exc:

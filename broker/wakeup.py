@@ -18,6 +18,10 @@ time and hands back (`share`) the runs it started but could not examine in its
 pass, so a burst of runs is split between the schedulers too. The news of a run
 claimed by a job (a backfill) is broadcast with its id, as the claiming job may
 be any of the listeners.
+
+Anything that can write to Redis can publish on the channel or add to the set: a payload or
+member that is not a run id (nor `*`) is dropped with one WARNING per kind and process
+(`broker.untrusted`), and wakes nothing. Members are popped, so junk is read once.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from redis.backoff import NoBackoff
 from redis.client import PubSub
 from redis.retry import Retry
 
+from sluice.broker.untrusted import dropped, parse_run_id
 from sluice.scheduler.core.settings import Settings
 
 log = logging.getLogger("sluice.wakeup")
@@ -76,13 +81,21 @@ class News:
         self._runs: set[int] = set()
         self._everything = True  # until the first take, look at everything
 
-    def add(self, payload: bytes | str | None) -> None:
-        text = payload.decode() if isinstance(payload, bytes) else (payload or "")
-        with self._lock:
-            if text.isdigit():
-                self._runs.add(int(text))
-            else:
+    def add(self, payload: bytes | str | None, where: str = "a wake-up") -> bool:
+        """A wake-up's payload: a run id, `*` or None (look at everything); whether it was
+        one. Anything else is junk from whoever can write to the broker: dropped
+        (`untrusted.dropped`), and it wakes nothing."""
+        if payload is None or payload in (b"*", "*"):
+            with self._lock:
                 self._everything = True
+            return True
+        run_id = parse_run_id(payload)
+        if run_id is None:
+            dropped("a wake-up that names no run", where, payload, "not a run id nor '*'")
+            return False
+        with self._lock:
+            self._runs.add(run_id)
+        return True
 
     def add_runs(self, run_ids: Collection[int]) -> None:
         """News of these runs (a batch kept here rather than shared)."""
@@ -213,7 +226,14 @@ class RedisWaker:
             return None
         members = list(popped or [])  # SPOP with a count: a list of members
         self._shared_news = len(members) >= self.batch  # more left: pop again next time
-        return {int(m) for m in members}
+        runs = set()
+        for member in members:  # popped: junk is read once, and gone
+            run_id = parse_run_id(member)
+            if run_id is None:
+                dropped("a shared-news member", self.news_key, member, "not a run id")
+            else:
+                runs.add(run_id)
+        return runs
 
     def share(self, run_ids: Collection[int]) -> None:
         if not run_ids:
@@ -262,12 +282,11 @@ class RedisWaker:
                     ignore_subscribe_messages=True, timeout=0.0 if woken else max(left, 0.0)
                 )
                 if message is not None:
-                    woken = True
                     data = message.get("data")
                     if data == _SHARED:
-                        self._shared_news = True
-                    else:
-                        self._news.add(data)
+                        self._shared_news = woken = True
+                    elif self._news.add(data, self.channel):
+                        woken = True
                     continue
                 if woken or left <= 0:
                     return woken

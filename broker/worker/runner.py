@@ -44,6 +44,7 @@ from sluice.broker.wakeup import Waker
 from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.result import Case, Recorded, record_result
 from sluice.broker.worker.retrying import retrying
+from sluice.broker.worker.task_env import masked_error
 from sluice.broker.worker.task_logs import capture_task_log
 from sluice.broker.worker.upstream_results import (
     COPIES_OF_THIS_PROCESS,
@@ -204,6 +205,7 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
     )
     with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
         new, values = _execute(ctx, msg, claimed, stop)
+    values = masked_error(ctx.settings, values)  # the secrets of the deployment: ***
     if new is TI.RUNNING:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
     outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())

@@ -21,7 +21,7 @@ from typing import Any
 
 from celery import Celery, Task, current_app
 from celery.exceptions import Reject
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 from sluice.broker.app import settings_of
 from sluice.broker.kombu_fixes import guard_closed_redis_transport
@@ -31,6 +31,7 @@ from sluice.broker.trace_headers import incoming_carrier
 from sluice.broker.wakeup import waker_for
 from sluice.broker.worker.callbacks import run_callback_message
 from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.broker.worker.task_env import hide_secrets
 from sluice.broker.worker.tracing import annotate
 from sluice.scheduler.core.db import make_engine, make_session_factory
 from sluice.scheduler.core.deployment import HEADER as DEPLOYMENT_HEADER
@@ -159,12 +160,24 @@ def _build_context(app: Celery, pid: int) -> WorkerContext:
     )
 
 
+@worker_init.connect
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    """Worker start (its main process, whose threads run the tasks of a threads or solo
+    pool): the deployment's secrets leave the environment (`task_env.hide_secrets`)."""
+    settings = getattr(getattr(sender, "app", None), "conf", {}).get("sluice_settings")
+    if isinstance(settings, Settings):
+        hide_secrets(settings)
+
+
 @worker_process_init.connect
 def _on_worker_process_init(**_: Any) -> None:
-    """Prefork child start: build its context now (the app is the child's current app)."""
+    """Prefork child start: hide the secrets from its tasks (`task_env`), and build its
+    context now (the app is the child's current app)."""
     app = current_app._get_current_object()
-    if not isinstance(app.conf.get("sluice_settings"), Settings):
+    settings = app.conf.get("sluice_settings")
+    if not isinstance(settings, Settings):
         return
+    hide_secrets(settings)
     try:
         context_for(app)
     except Exception as exc:  # the first task builds it again, and reports the error

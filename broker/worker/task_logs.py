@@ -20,6 +20,8 @@ tasks at once in threads of one process) alike:
 Invariants:
 - A try keeps at most `max_bytes` of text; the oldest lines are dropped first
   and counted in `dropped_lines`. Text is stored as valid UTF-8 without NULs.
+- Each line kept, and what is mirrored to the worker's output, has the deployment's
+  secrets masked `***` (`task_env.masker_for`) before it is stored or written.
 - While the try runs, a thread of the capture (started at the first line, so a
   silent task costs no thread) stores the log every `flush_interval` seconds if it
   changed; when the block exits, `final_snapshot()` gives the last state, which the
@@ -42,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.broker.worker.task_env import masker_for
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, append_task_log, save_task_log
 from sluice.scheduler.core.text import storable
@@ -91,10 +94,14 @@ class LogBuffer:
     (progress dots) costs time in proportion to what it writes.
     """
 
-    def __init__(self, max_bytes: int = MAX_BYTES_PER_TRY) -> None:
+    def __init__(
+        self, max_bytes: int = MAX_BYTES_PER_TRY, mask: Callable[[str], str] | None = None
+    ) -> None:
         if max_bytes < 64:
             raise ValueError("max_bytes must be at least 64")
         self.max_bytes = max_bytes
+        self.mask = mask
+        """Applied to each line as it is added (the secrets masked)."""
         self._lines: deque[tuple[str, int]] = deque()
         self._size = 0
         self._dropped = 0
@@ -177,7 +184,7 @@ class LogBuffer:
             return text, whole, self._dropped, self.version
 
     def _add(self, line: str) -> None:
-        line = _clean(line)
+        line = _clean(line if self.mask is None else self.mask(line))
         size = len(line.encode("utf-8")) + 1
         if size > self.max_bytes:
             line = line.encode("utf-8")[: self.max_bytes - 1].decode("utf-8", "ignore")
@@ -210,13 +217,15 @@ class TaskLogCapture:
         max_bytes: int = MAX_BYTES_PER_TRY,
         mirror_bytes: int = MIRROR_BYTES_PER_TRY,
         flush_interval: float = 2.0,
+        mask: Callable[[str], str] | None = None,
     ) -> None:
         self.factory = factory
         self.ti_id = ti_id
         self.try_number = try_number
         self.attempt_id = attempt_id
         self.hostname = hostname
-        self.buffer = LogBuffer(max_bytes)
+        self.buffer = LogBuffer(max_bytes, mask)
+        self.mask = mask
         self.flush_interval = flush_interval
         self.closed = False
         self.started_at = utcnow()
@@ -244,6 +253,8 @@ class TaskLogCapture:
         `mirror_bytes` bytes, then one line saying where the rest is."""
         if self._mirror_left <= 0:
             return ""
+        if self.mask is not None:
+            text = self.mask(text)
         size = len(text.encode("utf-8", "replace"))
         self._mirror_left -= size
         if self._mirror_left >= 0:
@@ -397,6 +408,7 @@ def capture_task_log(ctx: WorkerContext, msg: RunMessage, try_number: int) -> Ta
         max_bytes=ctx.settings.task_log_max_bytes,
         mirror_bytes=ctx.settings.task_log_mirror_bytes,
         flush_interval=ctx.settings.heartbeat_interval,
+        mask=masker_for(ctx.settings),
     )
 
 

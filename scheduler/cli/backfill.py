@@ -107,6 +107,10 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         raise CliError(f"--end {args.end} is before --start {args.start}")
     if args.max_active_runs is not None and args.max_active_runs < 1:
         raise CliError("--max-active-runs must be at least 1")
+    if args.local:  # the tasks run in this process: the secrets leave its environment
+        from sluice.broker.worker.task_env import hide_secrets
+
+        hide_secrets(cli.settings)
     local_obj = find_local_dag(cli.dags_folder(), args.dag_id) if args.local else None
     if not args.local:
         cli.sync_dags()

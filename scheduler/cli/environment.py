@@ -36,6 +36,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ("SLUICE_CALLBACK_TIMEOUT", "seconds a callback may run (300)"),
     ("SLUICE_BASE_URL", "the web UI's address, for callbacks' links"),
     ("SLUICE_API_TOKEN", "the REST API's token for writes"),
+    ("SLUICE_TASK_ENV_ALLOW", "secret variables tasks may see (none)"),
     ("SLUICE_API_READ_AUTH", "1: reads need the token too"),
     ("SLUICE_API_MAX_BODY_BYTES", "largest request body read (1 MiB)"),
     ("SLUICE_API_DAG_CACHE_BYTES", "the API's cache of DAG versions (64 MiB)"),

@@ -208,6 +208,8 @@ class Job(Base):
     start_date: Mapped[dt.datetime]
     end_date: Mapped[dt.datetime | None]
     latest_heartbeat: Mapped[dt.datetime]
+    error: Mapped[str | None] = mapped_column(Text)
+    """Why a `failed` job stopped (the exception that ended its loop); None otherwise."""
 
     __table_args__ = (Index("ix_job_state_heartbeat", "state", "latest_heartbeat"),)
 

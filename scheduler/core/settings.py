@@ -56,6 +56,30 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name} must be true or false, got {env.get(name)!r}")
 
 
+SECRET_VARIABLES = (
+    "SLUICE_DATABASE_URL",
+    "SLUICE_BROKER_URL",
+    "SLUICE_WAKEUP_URL",
+    "SLUICE_RESULT_BACKEND",
+    "SLUICE_API_TOKEN",
+)
+"""The variables that may hold the deployment's credentials: a task's process does not
+see them (`broker.worker.task_env`) unless `SLUICE_TASK_ENV_ALLOW` names them."""
+
+
+def _names(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> frozenset[str]:
+    """Variable names listed in `env[name]` (separated by commas or spaces), each one of
+    `allowed`; else ConfigError."""
+    names = frozenset((env.get(name) or "").replace(",", " ").split())
+    unknown = sorted(names - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"{name} names {', '.join(unknown)}: only {', '.join(allowed)} are kept from "
+            "tasks, and only these can be given back to them"
+        )
+    return names
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every tunable of Sluice. Durations are in seconds."""
@@ -112,6 +136,8 @@ class Settings:
     start, or when it goes away), doubled at each attempt up to `db_retry_max_delay`."""
     db_retry_max_delay: float = 10.0
     """The longest wait between two attempts to reach the database."""
+    task_env_allow: frozenset[str] = frozenset()
+    """The `SECRET_VARIABLES` a task's process may see nevertheless (none by default)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -155,6 +181,7 @@ class Settings:
             max_map_length=env_int(env, "SLUICE_MAX_MAP_LENGTH", base.max_map_length),
             db_retry_delay=_float(env, "SLUICE_DB_RETRY_DELAY", base.db_retry_delay),
             db_retry_max_delay=_float(env, "SLUICE_DB_RETRY_MAX_DELAY", base.db_retry_max_delay),
+            task_env_allow=_names(env, "SLUICE_TASK_ENV_ALLOW", SECRET_VARIABLES),
         )
         if settings.db_retry_max_delay < settings.db_retry_delay:
             raise ConfigError(

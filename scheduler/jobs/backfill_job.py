@@ -31,7 +31,7 @@ from sluice.scheduler.core.states import (
     RunType,
 )
 from sluice.scheduler.core.tracing import Tracing
-from sluice.scheduler.jobs.base import DagRunJob, JobLost, Publish, TickResult
+from sluice.scheduler.jobs.base import DagRunJob, JobLost, Publish, TickResult, job_error
 from sluice.scheduler.scheduling.clearing import clear_task_instances
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 
@@ -248,8 +248,10 @@ class BackfillJob(DagRunJob):
             ).all()
         return {run_id: str(state) for run_id, state in rows}
 
-    def on_exit(self) -> None:
-        """Release unfinished runs to the schedulers, then close the job row."""
+    def on_exit(self, failure: BaseException | None = None) -> None:
+        """Release unfinished runs to the schedulers, then close the job row: `success`
+        when every run finished, else `failed` (with `failure`'s line if an exception
+        ended the loop)."""
         try:
             with transaction(self.factory) as session:
                 released = session.execute(
@@ -266,7 +268,10 @@ class BackfillJob(DagRunJob):
                 log.warning("released %d unfinished run(s) to the schedulers", count)
                 self.waker.wake()
             self.suspend_spans()
-            self.finish(JobState.SUCCESS if self._finished else JobState.FAILED)
+            if failure is not None:
+                self.finish(JobState.FAILED, error=job_error(failure))
+            else:
+                self.finish(JobState.SUCCESS if self._finished else JobState.FAILED)
         except Exception as exc:  # the heartbeat timeout releases them anyway
             log.warning("could not release runs of backfill job %s: %s", self.job_id, exc)
         finally:

@@ -32,7 +32,7 @@ from sluice.scheduler.core.queries.runs import claim_runs_to_examine
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import DagRunState, JobState, SpanStatus
 from sluice.scheduler.core.tracing import Tracing
-from sluice.scheduler.core.transitions import move_run, move_runs
+from sluice.scheduler.core.transitions import move_run, move_runs, short_error
 from sluice.scheduler.jobs.celery_poller import poll_once
 from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.periodic import Every
@@ -73,6 +73,12 @@ class TickResult:
 
 STOP_CHECK = 1.0
 """Seconds between two looks at `stopping` while a job waits for a wake-up."""
+
+
+def job_error(exc: BaseException) -> str:
+    """`Type: message` on one line, as stored in `job.error` (cut to ERROR_MAX_CHARS)."""
+    text = " ".join(str(exc).split())
+    return short_error(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 class JobLost(RuntimeError):
@@ -128,12 +134,16 @@ class DagRunJob:
         return False
 
     def run(self, num_loops: int | None = None) -> None:
-        """Loop until stopped, done or `num_loops` iterations; survives database outages."""
+        """Loop until stopped, done or `num_loops` iterations; survives database outages.
+
+        An exception that ends the loop propagates, and the job row is recorded `failed`
+        with it (`on_exit`): never `success`."""
         if self.job_id is None:
             self.retrying(self.register)
         self.waker.listen()  # before the first pass: a wake-up sent during it is heard
         loops = 0
         backoff = Backoff(self.settings)
+        failure: Exception | None = None
         try:
             while not self.stopping and (num_loops is None or loops < num_loops):
                 loops += 1
@@ -149,8 +159,12 @@ class DagRunJob:
                     continue
                 if not result.busy and not self.stopping:
                     self.wait(self.settings.loop_interval)
+        except Exception as exc:
+            failure = exc
+            log.error("%s job %s stopped: %s", self.job_type, self.job_id, job_error(exc))
+            raise
         finally:
-            self.on_exit()
+            self.on_exit(failure)
 
     def wait(self, seconds: float) -> None:
         """Wait for a wake-up at most `seconds`, looking at `stopping` (set by a signal
@@ -161,10 +175,15 @@ class DagRunJob:
             if left <= 0 or self.waker.wait(min(left, STOP_CHECK)):
                 return
 
-    def on_exit(self) -> None:
+    def on_exit(self, failure: BaseException | None = None) -> None:
+        """End the job row: `failed` with `failure`'s line if an exception ended the loop,
+        else `success`."""
         try:
             self.suspend_spans()
-            self.finish(JobState.SUCCESS)
+            if failure is None:
+                self.finish(JobState.SUCCESS)
+            else:
+                self.finish(JobState.FAILED, error=job_error(failure))
         except DBAPIError as exc:
             log.warning("could not mark job %s finished: %s", self.job_id, exc)
         finally:
@@ -254,14 +273,14 @@ class DagRunJob:
             "heartbeat was late): its runs went on under the schedulers"
         )
 
-    def finish(self, state: JobState = JobState.SUCCESS) -> None:
+    def finish(self, state: JobState = JobState.SUCCESS, *, error: str | None = None) -> None:
         if self.job_id is None:
             return
         with transaction(self.factory) as session:  # a row marked dead stays so
             session.execute(
                 update(Job)
                 .where(Job.id == self.job_id, Job.state == JobState.RUNNING)
-                .values(state=state, end_date=self.clock())
+                .values(state=state, end_date=self.clock(), error=error)
             )
 
     # -- driving runs ------------------------------------------------------------------------

@@ -62,8 +62,8 @@ class StandaloneJob(SchedulerJob):
             self.retrying(self.register)
         try:
             self.retrying(self.take_up_leftovers)
-        except BaseException:
-            self.on_exit()  # the job row ends, as after the loop
+        except BaseException as exc:
+            self.on_exit(exc if isinstance(exc, Exception) else None)  # as after the loop
             raise
         super().run(num_loops)
 
