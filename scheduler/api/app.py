@@ -5,6 +5,8 @@ Invariants:
   created; one engine serves every request, each with its own session.
 - A write is refused without its token, and a body over SLUICE_API_MAX_BODY_BYTES
   with 413, before the body is read (`guard.RequestGuard`, in front of the app).
+- A request's writes are one transaction, committed only once its answer is a success
+  ready to send (`deps.db_session`): a request answered with an error commits nothing.
 - The interactive docs pages are off: they load their scripts from a CDN,
   which closed networks cannot reach. The spec is at `/openapi.json`.
 """

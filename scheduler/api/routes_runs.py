@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
@@ -89,10 +89,16 @@ def list_runs(
     dependencies=[CanWrite],
     responses=errors(404, 409),
 )
-def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) -> RunOut:
+def trigger_run(
+    dag_id: str, body: RunCreate, session: DbSession, state: State, after: BackgroundTasks
+) -> RunOut:
     """Create a manual run (queued) and wake the schedulers."""
     try:
-        conf = check_conf(body.conf or {}, max_bytes=state.settings.max_conf_bytes)
+        conf = check_conf(
+            body.conf or {},
+            max_bytes=state.settings.max_conf_bytes,
+            max_depth=state.settings.max_conf_depth,
+        )
     except InputError as exc:
         raise unprocessable(str(exc)) from None
     dag = find_dag(session, dag_id, definition=True)  # the run's TIs are made from it
@@ -102,11 +108,9 @@ def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) 
         run = operations.trigger_run(
             session, dag, now=now, logical_date=logical, run_id=body.run_id, conf=conf
         )
-        session.commit()
     except RunExists as exc:
-        session.rollback()
         raise ApiError(409, str(exc)) from None
-    wake_schedulers(state.settings)
+    after.add_task(wake_schedulers, state.settings)
     return run_out(run, state.config)
 
 
@@ -146,17 +150,17 @@ def get_run_tries(
 @router.post(
     "/{run_id}/cancel", response_model=RunOut, dependencies=[CanWrite], responses=errors(404, 409)
 )
-def cancel_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
+def cancel_run(
+    dag_id: str, run_id: str, session: DbSession, state: State, after: BackgroundTasks
+) -> RunOut:
     """Stop a queued or running run, as `sluice dags cancel` does: its tasks not started are
     skipped, its queued and running tries fail and are stopped, and the run fails."""
     _, run = find_run(session, dag_id, run_id)
     try:
         done = operations.cancel_run(session, run, who=API_USER, now=utcnow())
-        session.commit()
     except operations.RunFinished as exc:
-        session.rollback()
         raise ApiError(409, str(exc)) from None
-    operations.stop_tries(state.settings, done)
+    after.add_task(operations.stop_tries, state.settings, done)
     session.refresh(run)
     return run_out(run, state.config)
 
@@ -165,7 +169,12 @@ def cancel_run(dag_id: str, run_id: str, session: DbSession, state: State) -> Ru
     "/{run_id}/mark", response_model=MarkOut, dependencies=[CanWrite], responses=errors(404, 409)
 )
 def mark_run(
-    dag_id: str, run_id: str, body: RunMarkIn, session: DbSession, state: State
+    dag_id: str,
+    run_id: str,
+    body: RunMarkIn,
+    session: DbSession,
+    state: State,
+    after: BackgroundTasks,
 ) -> MarkOut:
     """Mark the run `success` or `failed` with its task instances, as `sluice dags mark`
     does: the tries it takes are stopped. 409 if the run is in that state already."""
@@ -173,6 +182,7 @@ def mark_run(
     return apply_mark(
         session,
         state.settings,
+        after,
         run,
         lambda: operations.mark_a_run(
             session, run, DagRunState(body.state), who=API_USER, now=utcnow()
@@ -190,5 +200,4 @@ def set_run_note(dag_id: str, run_id: str, body: NoteIn, session: DbSession) -> 
         event = operations.note_on(session, run, None, body.note, who=API_USER, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
-    session.commit()
     return note_from(event)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -143,7 +143,6 @@ def set_task_note(
         event = operations.note_on(session, run, task_id, body.note, who=API_USER, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
-    session.commit()
     return note_from(event)
 
 
@@ -156,6 +155,7 @@ def clear_task(
     task_id: str,
     session: DbSession,
     state: State,
+    after: BackgroundTasks,
     body: ClearRequest | None = None,
 ) -> ClearOut:
     """Reset the task instance (and with `downstream`, its downstream) so it runs again:
@@ -170,9 +170,8 @@ def clear_task(
     cleared = clear_task_instances(
         session, run, dag, [task_id], downstream=downstream, now=utcnow(), map_index=map_index
     )
-    session.commit()
-    revoke_external_tasks(state.settings, cleared.external_ids)
-    wake_schedulers(state.settings)
+    after.add_task(revoke_external_tasks, state.settings, cleared.external_ids)
+    after.add_task(wake_schedulers, state.settings)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
     assert run_state is not None
     return ClearOut(cleared=cleared.count, run_state=run_state)
@@ -244,7 +243,13 @@ def _why(
     "/{task_id}/mark", response_model=MarkOut, dependencies=[CanWrite], responses=errors(404, 409)
 )
 def mark_task(
-    dag_id: str, run_id: str, task_id: str, body: TaskMarkIn, session: DbSession, state: State
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    body: TaskMarkIn,
+    session: DbSession,
+    state: State,
+    after: BackgroundTasks,
 ) -> MarkOut:
     """Mark the task instance (with `downstream` / `upstream`, those too) `success`,
     `failed` or `skipped`, as `sluice tasks mark` does: the tries it takes are stopped,
@@ -254,6 +259,7 @@ def mark_task(
     return apply_mark(
         session,
         state.settings,
+        after,
         run,
         lambda: operations.mark_tasks(
             session,
@@ -270,17 +276,20 @@ def mark_task(
 
 
 def apply_mark(
-    session: Session, settings: Settings, run: DagRun, mark: Callable[[], Marked]
+    session: Session,
+    settings: Settings,
+    after: BackgroundTasks,
+    run: DagRun,
+    mark: Callable[[], Marked],
 ) -> MarkOut:
-    """Run `mark` in the request's transaction and commit it (409 and nothing written if
-    there was nothing to mark), then stop the tries it took and wake the schedulers."""
+    """Run `mark` in the request's transaction (409 and nothing written if there was
+    nothing to mark); once it is committed, stop the tries it took and wake the
+    schedulers (`after`)."""
     try:
         done = mark()
-        session.commit()
     except operations.NothingToMark as exc:
-        session.rollback()
         raise ApiError(409, str(exc)) from None
-    operations.after_mark(settings, run, done)
+    after.add_task(operations.after_mark, settings, run, done)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
     assert run_state is not None
     return MarkOut(marked=done.task_ids, stopped=len(done.attempts), run_state=run_state)
