@@ -18,6 +18,7 @@ from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
+from sluice.scheduler.api.paging import MAX_OFFSET, Limit, Offset
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.routes_tasks import apply_mark
 from sluice.scheduler.api.schemas import (
@@ -42,8 +43,6 @@ from sluice.scheduler.scheduling.dagrun import RunExists
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs", tags=["runs"])
 
-MAX_OFFSET = 1_000_000_000
-
 
 def parse_logical_date(text: str) -> dt.datetime:
     """An ISO 8601 date or datetime (naive: UTC), or a 422 saying what is wrong."""
@@ -59,8 +58,8 @@ def list_runs(
     session: DbSession,
     state: State,
     run_state: Annotated[DagRunState | None, Query(alias="state")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 25,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    limit: Limit = 25,
+    offset: Offset = 0,
 ) -> RunList:
     """The DAG's runs, newest logical date first, optionally only those in `state`
     (without their conf: `GET …/runs/{run_id}` has it)."""

@@ -17,6 +17,7 @@ from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, not_found, unprocessable
 from sluice.scheduler.api.lookups import find_run, find_task, find_ti
+from sluice.scheduler.api.paging import Limit, Offset
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
     ClearOut,
@@ -25,11 +26,12 @@ from sluice.scheduler.api.schemas import (
     NoteIn,
     NoteOut,
     TaskInstanceDetail,
-    TaskInstanceOut,
+    TaskInstanceList,
     TaskLogOut,
     TaskMarkIn,
     TryOut,
 )
+from sluice.scheduler.api.ti_pages import page_of_tis
 from sluice.scheduler.api.views import note_from, note_out, ti_fields, ti_out, trace_id_of
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.explain import ExplainError, explain_ti
@@ -51,7 +53,7 @@ MapIndex = Annotated[
 ]
 
 
-@router.get("", response_model=list[TaskInstanceOut], dependencies=[CanRead], responses=errors(404))
+@router.get("", response_model=TaskInstanceList, dependencies=[CanRead], responses=errors(404))
 def list_task_instances(
     dag_id: str,
     run_id: str,
@@ -62,23 +64,27 @@ def list_task_instances(
     ti_state: Annotated[
         TaskInstanceState | None, Query(alias="state", description="only in this state")
     ] = None,
-) -> list[TaskInstanceOut]:
-    """The run's task instances, in the DAG's topological order (a mapped task's by map
-    index), filtered by task, map index and state."""
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> TaskInstanceList:
+    """A page of the run's task instances, in the DAG's topological order (a mapped
+    task's by map index), filtered by task, map index and state, with how many match."""
     dag, run = find_run(session, dag_id, run_id)
-    query = select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+    where = []
     if task_id is not None:
-        query = query.where(TaskInstance.task_id == task_id)
+        where.append(TaskInstance.task_id == task_id)
     if map_index is not None:
-        query = query.where(TaskInstance.map_index == map_index)
+        where.append(TaskInstance.map_index == map_index)
     if ti_state is not None:
-        query = query.where(TaskInstance.state == ti_state)
-    tis = session.scalars(query).all()
-    rank = {tid: i for i, tid in enumerate(state.shapes.shape(dag).order)}
-    ordered = sorted(
-        tis, key=lambda ti: (rank.get(ti.task_id, len(rank)), ti.task_id, ti.map_index)
+        where.append(TaskInstance.state == ti_state)
+    order = state.shapes.shape(dag).order
+    page = page_of_tis(session, run.id, order, where, limit=limit, offset=offset)
+    return TaskInstanceList(
+        task_instances=[ti_out(ti) for ti in page.tis],
+        total=page.total,
+        limit=limit,
+        offset=offset,
     )
-    return [ti_out(ti) for ti in ordered]
 
 
 @router.get(

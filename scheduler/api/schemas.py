@@ -182,6 +182,15 @@ class TaskInstanceOut(BaseModel):
     error: str | None
 
 
+class TaskInstanceList(BaseModel):
+    task_instances: list[TaskInstanceOut] = Field(
+        description="in the DAG's topological order, a mapped task's by map index"
+    )
+    total: int = Field(description="the task instances that match, over every page")
+    limit: int
+    offset: int
+
+
 class TryOut(BaseModel):
     try_number: int
     attempt_id: str | None
