@@ -15,7 +15,7 @@ from sluice.scheduler.control import operations
 from sluice.scheduler.control.inputs import InputError, check_conf, parse_conf
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.models import AuditEvent, Dag, DagRun
-from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.settings import ConfigError, Settings
 from tests.api.conftest import AUTH, TOKEN, client_for
 from tests.procs import Sluice
 
@@ -137,5 +137,46 @@ def test_a_request_that_answers_an_error_commits_nothing(
             state = session.scalar(select(DagRun.state).where(DagRun.run_id == "old"))
             events = session.scalar(select(func.count()).select_from(AuditEvent))
         assert (state, events) == ("queued", 0)
+    finally:
+        engine.dispose()
+
+
+def test_the_depth_limit_has_a_ceiling_pydantic_can_answer() -> None:
+    with pytest.raises(ConfigError, match="SLUICE_MAX_CONF_DEPTH must be at most 200"):
+        Settings.from_env({"SLUICE_MAX_CONF_DEPTH": "300"})
+
+
+DEEP = "[" * 900 + "]" * 900
+WRITES = [
+    ("put", "/dags/demo/runs/r1/note", '{"note": %s}'),
+    ("put", "/dags/demo/runs/r1/tasks/extract/note", '{"note": %s}'),
+    ("post", "/dags/demo/runs/r1/mark", '{"state": %s}'),
+    ("post", "/dags/demo/runs/r1/tasks/extract/mark", '{"state": "success", "x": %s}'),
+    ("post", "/dags/demo/runs/r1/tasks/extract/clear", '{"map_index": %s}'),
+    ("patch", "/dags/demo", '{"is_paused": %s}'),
+    ("post", "/dags/demo/runs", '{"run_id": %s}'),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES, ids=[f"{m} {p}" for m, p, _ in WRITES])
+def test_deep_json_in_any_other_body_is_422_and_stores_nothing(
+    client: TestClient, settings: Settings, method: str, path: str, body: str
+) -> None:
+    """The other bodies hold no free-form JSON (their fields are typed, extra fields are
+    refused): deep JSON anywhere in them is a 422, and nothing is written."""
+    made = client.post(f"{V1}/dags/demo/runs", json={"run_id": "r1"}, headers=AUTH)
+    assert made.status_code == 201
+
+    response = client.request(method, V1 + path, content=body % DEEP, headers=JSON)
+
+    assert response.status_code == 422, response.text[:300]
+    assert "\n" not in response.json()["detail"]
+    assert runs_in(settings.database_url) == ["r1"]
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            assert session.scalar(select(func.count()).select_from(AuditEvent)) == 0
+            assert session.scalar(select(DagRun.state)) == "queued"
+            assert session.scalar(select(Dag.is_paused).where(Dag.dag_id == "demo")) is False
     finally:
         engine.dispose()
