@@ -5,6 +5,10 @@ Invariants:
   created; one engine serves every request, each with its own session.
 - A write is refused without its token, and a body over SLUICE_API_MAX_BODY_BYTES
   with 413, before the body is read (`guard.RequestGuard`, in front of the app).
+- A request's writes are one transaction, committed only once its answer is a success
+  ready to send (`deps.db_session`): a request answered with an error commits nothing.
+- Every response, errors and static files included, carries nosniff, no referrer and a
+  Content-Security-Policy that forbids framing (`headers.SecurityHeaders`, around all).
 - The interactive docs pages are off: they load their scripts from a CDN,
   which closed networks cannot reach. The spec is at `/openapi.json`.
 """
@@ -16,11 +20,13 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from sluice.scheduler.api import health, routes_dags, routes_runs, routes_tasks
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import install_error_handlers
 from sluice.scheduler.api.guard import RequestGuard
+from sluice.scheduler.api.headers import SecurityHeaders
 from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.api.ui import install_ui
 from sluice.scheduler.api.views import ShapeCache
@@ -32,6 +38,15 @@ API_VERSION = "1"
 
 API_POOL_SIZE = 20
 """Database connections the API keeps (plus 5 more under a burst)."""
+
+
+class SluiceApi(FastAPI):
+    """FastAPI with `SecurityHeaders` around its whole middleware stack: Starlette puts
+    its ServerErrorMiddleware, which answers an unexpected error's 500, outside every
+    middleware added with `add_middleware`."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
 
 
 def create_app(
@@ -61,7 +76,7 @@ def create_app(
         yield
         state.close()
 
-    app = FastAPI(
+    app = SluiceApi(
         title="Sluice",
         version=API_VERSION,
         description="DAG runs, task instances and their logs. Writes need a bearer token.",

@@ -37,17 +37,26 @@ State = Annotated[ApiState, Depends(api_state)]
 
 
 async def db_session(state: State) -> AsyncIterator[Session]:
-    """A session for the request. Made on the event loop (a session connects only at its
-    first statement, in the route's thread); closed in the thread pool, as closing
-    returns its connection with a rollback, a round trip."""
+    """The request's session and its one transaction, which this dependency owns: routes
+    write and never commit. The transaction is committed once the route has returned and
+    its answer is serialized, before the answer is sent (the dependency's scope is the
+    route's function, which FastAPI ends after serializing the response); any error before
+    that (a 4xx the route raises, an exception, an answer that cannot be serialized, the
+    commit itself) rolls it back, so a request answered with an error has written nothing.
+    What must follow the commit (waking schedulers, stopping tries) goes in the route's
+    `BackgroundTasks`, which run after the answer is sent.
+
+    Made on the event loop (a session connects only at its first statement, in the
+    route's thread); committed and closed in the thread pool (round trips)."""
     session = state.factory()
     try:
         yield session
+        await run_in_threadpool(session.commit)
     finally:
         await run_in_threadpool(session.close)
 
 
-DbSession = Annotated[Session, Depends(db_session)]
+DbSession = Annotated[Session, Depends(db_session, scope="function")]
 
 
 def _token(credentials: HTTPAuthorizationCredentials | None) -> str | None:

@@ -78,6 +78,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not read the body (not UTF-8, not JSON)
+            if isinstance(exc.__cause__, RecursionError):  # deeper than json.loads goes
+                depth = request.app.state.sluice.settings.max_conf_depth
+                return _body(
+                    422,
+                    "the body is nested too deeply to read; a conf may be at most "
+                    f"{depth} levels deep (SLUICE_MAX_CONF_DEPTH)",
+                )
             return _body(422, "the body is not valid JSON")
         return _body(exc.status_code, one_line(str(exc.detail)), exc.headers)
 

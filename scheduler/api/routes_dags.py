@@ -163,7 +163,7 @@ def patch_dag(dag_id: str, body: DagPatch, session: DbSession, state: State) -> 
     """Pause or unpause a DAG's schedule (manual runs may still be triggered)."""
     dag = find_dag(session, dag_id)
     dag.is_paused = body.is_paused
-    session.commit()
+    session.flush()
     return _summary(session, state, dag)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
@@ -18,6 +18,7 @@ from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
+from sluice.scheduler.api.paging import MAX_OFFSET, Limit, Offset
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.routes_tasks import apply_mark
 from sluice.scheduler.api.schemas import (
@@ -42,8 +43,6 @@ from sluice.scheduler.scheduling.dagrun import RunExists
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs", tags=["runs"])
 
-MAX_OFFSET = 1_000_000_000
-
 
 def parse_logical_date(text: str) -> dt.datetime:
     """An ISO 8601 date or datetime (naive: UTC), or a 422 saying what is wrong."""
@@ -59,8 +58,8 @@ def list_runs(
     session: DbSession,
     state: State,
     run_state: Annotated[DagRunState | None, Query(alias="state")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 25,
-    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    limit: Limit = 25,
+    offset: Offset = 0,
 ) -> RunList:
     """The DAG's runs, newest logical date first, optionally only those in `state`
     (without their conf: `GET …/runs/{run_id}` has it)."""
@@ -89,10 +88,16 @@ def list_runs(
     dependencies=[CanWrite],
     responses=errors(404, 409),
 )
-def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) -> RunOut:
+def trigger_run(
+    dag_id: str, body: RunCreate, session: DbSession, state: State, after: BackgroundTasks
+) -> RunOut:
     """Create a manual run (queued) and wake the schedulers."""
     try:
-        conf = check_conf(body.conf or {}, max_bytes=state.settings.max_conf_bytes)
+        conf = check_conf(
+            body.conf or {},
+            max_bytes=state.settings.max_conf_bytes,
+            max_depth=state.settings.max_conf_depth,
+        )
     except InputError as exc:
         raise unprocessable(str(exc)) from None
     dag = find_dag(session, dag_id, definition=True)  # the run's TIs are made from it
@@ -102,11 +107,9 @@ def trigger_run(dag_id: str, body: RunCreate, session: DbSession, state: State) 
         run = operations.trigger_run(
             session, dag, now=now, logical_date=logical, run_id=body.run_id, conf=conf
         )
-        session.commit()
     except RunExists as exc:
-        session.rollback()
         raise ApiError(409, str(exc)) from None
-    wake_schedulers(state.settings)
+    after.add_task(wake_schedulers, state.settings)
     return run_out(run, state.config)
 
 
@@ -146,17 +149,17 @@ def get_run_tries(
 @router.post(
     "/{run_id}/cancel", response_model=RunOut, dependencies=[CanWrite], responses=errors(404, 409)
 )
-def cancel_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
+def cancel_run(
+    dag_id: str, run_id: str, session: DbSession, state: State, after: BackgroundTasks
+) -> RunOut:
     """Stop a queued or running run, as `sluice dags cancel` does: its tasks not started are
     skipped, its queued and running tries fail and are stopped, and the run fails."""
     _, run = find_run(session, dag_id, run_id)
     try:
         done = operations.cancel_run(session, run, who=API_USER, now=utcnow())
-        session.commit()
     except operations.RunFinished as exc:
-        session.rollback()
         raise ApiError(409, str(exc)) from None
-    operations.stop_tries(state.settings, done)
+    after.add_task(operations.stop_tries, state.settings, done)
     session.refresh(run)
     return run_out(run, state.config)
 
@@ -165,7 +168,12 @@ def cancel_run(dag_id: str, run_id: str, session: DbSession, state: State) -> Ru
     "/{run_id}/mark", response_model=MarkOut, dependencies=[CanWrite], responses=errors(404, 409)
 )
 def mark_run(
-    dag_id: str, run_id: str, body: RunMarkIn, session: DbSession, state: State
+    dag_id: str,
+    run_id: str,
+    body: RunMarkIn,
+    session: DbSession,
+    state: State,
+    after: BackgroundTasks,
 ) -> MarkOut:
     """Mark the run `success` or `failed` with its task instances, as `sluice dags mark`
     does: the tries it takes are stopped. 409 if the run is in that state already."""
@@ -173,6 +181,7 @@ def mark_run(
     return apply_mark(
         session,
         state.settings,
+        after,
         run,
         lambda: operations.mark_a_run(
             session, run, DagRunState(body.state), who=API_USER, now=utcnow()
@@ -190,5 +199,4 @@ def set_run_note(dag_id: str, run_id: str, body: NoteIn, session: DbSession) -> 
         event = operations.note_on(session, run, None, body.note, who=API_USER, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
-    session.commit()
     return note_from(event)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -17,6 +17,7 @@ from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, not_found, unprocessable
 from sluice.scheduler.api.lookups import find_run, find_task, find_ti
+from sluice.scheduler.api.paging import Limit, Offset
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
     ClearOut,
@@ -25,11 +26,12 @@ from sluice.scheduler.api.schemas import (
     NoteIn,
     NoteOut,
     TaskInstanceDetail,
-    TaskInstanceOut,
+    TaskInstanceList,
     TaskLogOut,
     TaskMarkIn,
     TryOut,
 )
+from sluice.scheduler.api.ti_pages import page_of_tis
 from sluice.scheduler.api.views import note_from, note_out, ti_fields, ti_out, trace_id_of
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.explain import ExplainError, explain_ti
@@ -51,7 +53,7 @@ MapIndex = Annotated[
 ]
 
 
-@router.get("", response_model=list[TaskInstanceOut], dependencies=[CanRead], responses=errors(404))
+@router.get("", response_model=TaskInstanceList, dependencies=[CanRead], responses=errors(404))
 def list_task_instances(
     dag_id: str,
     run_id: str,
@@ -62,23 +64,27 @@ def list_task_instances(
     ti_state: Annotated[
         TaskInstanceState | None, Query(alias="state", description="only in this state")
     ] = None,
-) -> list[TaskInstanceOut]:
-    """The run's task instances, in the DAG's topological order (a mapped task's by map
-    index), filtered by task, map index and state."""
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> TaskInstanceList:
+    """A page of the run's task instances, in the DAG's topological order (a mapped
+    task's by map index), filtered by task, map index and state, with how many match."""
     dag, run = find_run(session, dag_id, run_id)
-    query = select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+    where = []
     if task_id is not None:
-        query = query.where(TaskInstance.task_id == task_id)
+        where.append(TaskInstance.task_id == task_id)
     if map_index is not None:
-        query = query.where(TaskInstance.map_index == map_index)
+        where.append(TaskInstance.map_index == map_index)
     if ti_state is not None:
-        query = query.where(TaskInstance.state == ti_state)
-    tis = session.scalars(query).all()
-    rank = {tid: i for i, tid in enumerate(state.shapes.shape(dag).order)}
-    ordered = sorted(
-        tis, key=lambda ti: (rank.get(ti.task_id, len(rank)), ti.task_id, ti.map_index)
+        where.append(TaskInstance.state == ti_state)
+    order = state.shapes.shape(dag).order
+    page = page_of_tis(session, run.id, order, where, limit=limit, offset=offset)
+    return TaskInstanceList(
+        task_instances=[ti_out(ti) for ti in page.tis],
+        total=page.total,
+        limit=limit,
+        offset=offset,
     )
-    return [ti_out(ti) for ti in ordered]
 
 
 @router.get(
@@ -143,7 +149,6 @@ def set_task_note(
         event = operations.note_on(session, run, task_id, body.note, who=API_USER, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
-    session.commit()
     return note_from(event)
 
 
@@ -156,6 +161,7 @@ def clear_task(
     task_id: str,
     session: DbSession,
     state: State,
+    after: BackgroundTasks,
     body: ClearRequest | None = None,
 ) -> ClearOut:
     """Reset the task instance (and with `downstream`, its downstream) so it runs again:
@@ -170,9 +176,8 @@ def clear_task(
     cleared = clear_task_instances(
         session, run, dag, [task_id], downstream=downstream, now=utcnow(), map_index=map_index
     )
-    session.commit()
-    revoke_external_tasks(state.settings, cleared.external_ids)
-    wake_schedulers(state.settings)
+    after.add_task(revoke_external_tasks, state.settings, cleared.external_ids)
+    after.add_task(wake_schedulers, state.settings)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
     assert run_state is not None
     return ClearOut(cleared=cleared.count, run_state=run_state)
@@ -244,7 +249,13 @@ def _why(
     "/{task_id}/mark", response_model=MarkOut, dependencies=[CanWrite], responses=errors(404, 409)
 )
 def mark_task(
-    dag_id: str, run_id: str, task_id: str, body: TaskMarkIn, session: DbSession, state: State
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    body: TaskMarkIn,
+    session: DbSession,
+    state: State,
+    after: BackgroundTasks,
 ) -> MarkOut:
     """Mark the task instance (with `downstream` / `upstream`, those too) `success`,
     `failed` or `skipped`, as `sluice tasks mark` does: the tries it takes are stopped,
@@ -254,6 +265,7 @@ def mark_task(
     return apply_mark(
         session,
         state.settings,
+        after,
         run,
         lambda: operations.mark_tasks(
             session,
@@ -270,17 +282,20 @@ def mark_task(
 
 
 def apply_mark(
-    session: Session, settings: Settings, run: DagRun, mark: Callable[[], Marked]
+    session: Session,
+    settings: Settings,
+    after: BackgroundTasks,
+    run: DagRun,
+    mark: Callable[[], Marked],
 ) -> MarkOut:
-    """Run `mark` in the request's transaction and commit it (409 and nothing written if
-    there was nothing to mark), then stop the tries it took and wake the schedulers."""
+    """Run `mark` in the request's transaction (409 and nothing written if there was
+    nothing to mark); once it is committed, stop the tries it took and wake the
+    schedulers (`after`)."""
     try:
         done = mark()
-        session.commit()
     except operations.NothingToMark as exc:
-        session.rollback()
         raise ApiError(409, str(exc)) from None
-    operations.after_mark(settings, run, done)
+    after.add_task(operations.after_mark, settings, run, done)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
     assert run_state is not None
     return MarkOut(marked=done.task_ids, stopped=len(done.attempts), run_state=run_state)

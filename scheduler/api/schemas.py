@@ -4,7 +4,7 @@ Times are ISO 8601 in UTC. States are the enums of `scheduler.core.states`. Requ
 strings are checked to be storable (no NUL, valid UTF-8, at most 250 chars for
 ids) so that no input reaches the database it would refuse; the checks are
 `scheduler.control.inputs`', which the CLI makes too (a conf is checked by the route,
-against the deployment's SLUICE_MAX_CONF_BYTES).
+against the deployment's SLUICE_MAX_CONF_BYTES and SLUICE_MAX_CONF_DEPTH).
 """
 
 from __future__ import annotations
@@ -49,7 +49,11 @@ class RunCreate(Strict):
         examples=["2026-01-31T00:00:00Z"],
     )
     conf: dict[str, Any] | None = Field(
-        default=None, description="a JSON object handed to the tasks as context['conf']"
+        default=None,
+        description=(
+            "a JSON object handed to the tasks as context['conf']; at most "
+            "SLUICE_MAX_CONF_BYTES (64 KiB) and SLUICE_MAX_CONF_DEPTH (32) levels deep"
+        ),
     )
 
 
@@ -176,6 +180,15 @@ class TaskInstanceOut(BaseModel):
     end_date: dt.datetime | None
     next_retry_at: dt.datetime | None
     error: str | None
+
+
+class TaskInstanceList(BaseModel):
+    task_instances: list[TaskInstanceOut] = Field(
+        description="in the DAG's topological order, a mapped task's by map index"
+    )
+    total: int = Field(description="the task instances that match, over every page")
+    limit: int
+    offset: int
 
 
 class TryOut(BaseModel):

@@ -1,7 +1,7 @@
 """What the app holds for its lifetime: settings, one engine and its session factory.
 
-Invariant: built once per app by `create_app`; every request gets its own
-session from `factory` and closes it (rolling back anything uncommitted). What is
+Invariant: built once per app by `create_app`; every request gets its own session
+from `factory` (`deps.db_session`: committed on a success, else rolled back). What is
 cached (`shapes`) is keyed by DAG version, so it never goes stale.
 """
 

@@ -19,13 +19,14 @@ What the database keeps of a try, and so what this module gives:
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.schemas import RunTries, TaskInstanceTries, TryTimes
+from sluice.scheduler.api.ti_pages import order_key
 from sluice.scheduler.core.models import DagRun, TaskInstance, TaskTry
 from sluice.scheduler.core.queries.task_logs import TryInfo, tries_of_many
 from sluice.scheduler.core.states import TI, TaskInstanceState
@@ -158,9 +159,9 @@ def run_tries(
 ) -> RunTries:
     """A page of the run's task instances with their tries, in `order` (the DAG's task
     order; other task ids after it, sorted), a mapped task's by map index."""
-    rank: Mapping[str, int] = {task_id: i for i, task_id in enumerate(order)}
+    key = order_key(order)
     tis = run_tis(session, run.id)
-    tis.sort(key=lambda t: (rank.get(t.task_id, len(rank)), t.task_id, t.map_index))
+    tis.sort(key=lambda t: key(t.task_id, t.map_index))
     page = tis[offset : offset + limit]
     ran = [t.id for t in page if t.try_number >= 1]
     logged = tries_of_many(session, ran)

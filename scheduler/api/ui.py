@@ -20,10 +20,10 @@ PAGE_HEADERS = {
         "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
         "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
     ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
+"""The pages' own headers; those every response carries (nosniff, no referrer) are set by
+`headers.SecurityHeaders`."""
 
 
 def _page(name: str) -> FileResponse:

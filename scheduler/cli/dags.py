@@ -153,7 +153,9 @@ def print_dags(
 
 
 def trigger(cli: Cli, args: argparse.Namespace) -> int:
-    conf = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
+    conf = parse_conf(
+        args.conf, max_bytes=cli.settings.max_conf_bytes, max_depth=cli.settings.max_conf_depth
+    )
     now = utcnow()
     logical = parse_date(args.logical_date, "--logical-date") if args.logical_date else now
     if args.run_id is not None:

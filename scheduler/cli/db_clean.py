@@ -1,7 +1,7 @@
 """`sluice db clean --before DATE [--dry-run] [--yes]`: delete the finished runs that
 ended before DATE, with their task instances, logs, callbacks and audit events
 (`scheduler.control.retention`). It lists what it would delete and asks first; unfinished
-runs are never touched."""
+runs are never touched, nor finished runs whose callbacks are still to be delivered."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from sluice.scheduler.cli import timefmt
 from sluice.scheduler.cli.context import Cli, CliError
 from sluice.scheduler.cli.tables import Col, console, print_table
 from sluice.scheduler.control.inputs import parse_date
-from sluice.scheduler.control.retention import Deleted, delete_expired, expired_by_dag
+from sluice.scheduler.control.retention import (
+    Deleted,
+    awaiting_callbacks,
+    delete_expired,
+    expired_by_dag,
+)
 from sluice.scheduler.core.db import utcnow
 
 COLUMNS = (
@@ -43,7 +48,10 @@ def clean(cli: Cli, args: argparse.Namespace) -> int:
     before = parse_date(args.before, "--before")
     with cli.factory() as session:
         expired = expired_by_dag(session, before)
+        waiting = awaiting_callbacks(session, before)
     when = before.isoformat()
+    if waiting:
+        print(f"kept {waiting:,} finished runs whose callbacks are still to be delivered")
     if not expired:
         print(f"nothing to delete: no finished run ended before {when}")
         return 0

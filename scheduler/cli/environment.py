@@ -27,6 +27,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ("SLUICE_DB_RETRY_MAX_DELAY", "longest wait for the database (10)"),
     ("SLUICE_MAX_MAP_LENGTH", "most indexes of a mapped task (10000)"),
     ("SLUICE_MAX_CONF_BYTES", "largest conf of a run, bytes (65536)"),
+    ("SLUICE_MAX_CONF_DEPTH", "deepest nesting of a run's conf (32)"),
     ("SLUICE_TASK_LOG_MAX_BYTES", "most bytes of a try's log kept (1 MiB)"),
     ("SLUICE_TASK_LOG_MIRROR_BYTES", "bytes of a try's output on stdout (64 KiB)"),
     ("SLUICE_BACKFILL_CONFIRM_RUNS", "a backfill of more runs asks first (1000)"),

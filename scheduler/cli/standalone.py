@@ -106,7 +106,9 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.scheduler.jobs.standalone import OneRunJob, StandaloneJob
 
     check_arguments(args)
-    conf: dict[str, Any] = parse_conf(args.conf, max_bytes=cli.settings.max_conf_bytes)
+    conf: dict[str, Any] = parse_conf(
+        args.conf, max_bytes=cli.settings.max_conf_bytes, max_depth=cli.settings.max_conf_depth
+    )
     cli.dags_folder()  # every argument is checked before the database is created
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
     created = missing_sqlite_file(cli.engine)

@@ -140,13 +140,17 @@ def _where(path: tuple[str | int, ...]) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _walk(conf: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
+def _walk(conf: dict[str, Any], max_depth: int) -> Iterator[tuple[tuple[str | int, ...], str, Any]]:
     """Every key (as `("key", text)`) and every value under `conf`, with its path;
-    iterative, so that no nesting exhausts the stack."""
+    iterative, so that no nesting exhausts the stack. An object or list deeper than
+    `max_depth` levels (`conf` is level 1) is yielded as `("too deep", value)` and not
+    entered."""
     stack: list[tuple[tuple[str | int, ...], Any]] = [((), conf)]
     while stack:
         path, value = stack.pop()
-        if isinstance(value, dict):
+        if isinstance(value, dict | list | tuple) and len(path) >= max_depth:
+            yield path, "too deep", value
+        elif isinstance(value, dict):
             for key, item in value.items():
                 yield path, "key", key
                 stack.append(((*path, str(key)), item))
@@ -156,15 +160,34 @@ def _walk(conf: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str, An
             yield path, "value", value
 
 
-def check_conf(conf: Any, *, max_bytes: int | None = None, what: str = "conf") -> dict[str, Any]:
+def too_deep(what: str, limit: int, at: str | None = None) -> InputError:
+    """The refusal of a conf nested deeper than `limit` levels (found at `at`, if known)."""
+    where = f" (at {at})" if at is not None else ""
+    return InputError(
+        f"{what} is nested more than {limit} levels deep; at most {limit} are allowed "
+        f"(SLUICE_MAX_CONF_DEPTH){where}"
+    )
+
+
+def check_conf(
+    conf: Any,
+    *,
+    max_bytes: int | None = None,
+    max_depth: int | None = None,
+    what: str = "conf",
+) -> dict[str, Any]:
     """`conf` if it is a JSON object that both databases store and give back as it was:
-    text valid UTF-8 without NUL (keys and values), numbers finite, at most `max_bytes`
-    (default: `Settings.max_conf_bytes`) as compact UTF-8 JSON."""
+    at most `max_depth` levels deep (default: `Settings.max_conf_depth`), checked first
+    and without recursion; text valid UTF-8 without NUL (keys and values), numbers finite,
+    at most `max_bytes` (default: `Settings.max_conf_bytes`) as compact UTF-8 JSON."""
     limit = Settings.max_conf_bytes if max_bytes is None else max_bytes
+    depth = Settings.max_conf_depth if max_depth is None else max_depth
     if not isinstance(conf, dict):
         raise InputError(f"{what} must be a JSON object, e.g. '{{\"key\": 1}}'")
-    for path, kind, item in _walk(conf):
+    for path, kind, item in _walk(conf, depth):
         at = _where(path)
+        if kind == "too deep":
+            raise too_deep(what, depth, at)
         if kind == "key" and not isinstance(item, str):
             raise InputError(f"{what}: the keys of an object must be text (at {at})")
         if isinstance(item, str):
@@ -183,8 +206,8 @@ def check_conf(conf: Any, *, max_bytes: int | None = None, what: str = "conf") -
             raise InputError(f"{what}: {type(item).__name__} is not a JSON value (at {at})")
     try:
         size = len(json.dumps(conf, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-    except (RecursionError, ValueError):
-        raise InputError(f"{what} is nested too deeply") from None
+    except (RecursionError, ValueError):  # not reached: the walk refused deeper nesting
+        raise too_deep(what, depth) from None
     if size > limit:
         raise InputError(
             f"{what} is {size} bytes of JSON; at most {limit} are allowed (SLUICE_MAX_CONF_BYTES)"
@@ -193,17 +216,24 @@ def check_conf(conf: Any, *, max_bytes: int | None = None, what: str = "conf") -
 
 
 def parse_conf(
-    text: str | None, *, max_bytes: int | None = None, what: str = "--conf"
+    text: str | None,
+    *,
+    max_bytes: int | None = None,
+    max_depth: int | None = None,
+    what: str = "--conf",
 ) -> dict[str, Any]:
-    """The JSON object in `text` (`{}` for None), checked by `check_conf`."""
+    """The JSON object in `text` (`{}` for None), checked by `check_conf`. JSON nested too
+    deeply for `json.loads` (RecursionError) is refused as any conf over `max_depth` is."""
     if text is None:
         return {}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not valid JSON: {exc}") from None
-    except (RecursionError, ValueError) as exc:  # nesting, or an integer of over 4300 digits
+    except RecursionError:
+        raise too_deep(what, Settings.max_conf_depth if max_depth is None else max_depth) from None
+    except ValueError as exc:  # an integer of over 4300 digits
         raise InputError(f"{what} cannot be read: {str(exc).splitlines()[0]}") from None
     if not isinstance(value, dict):
         raise InputError(f"{what} must be a JSON object, e.g. '{{\"key\": 1}}'")
-    return check_conf(value, max_bytes=max_bytes, what=what)
+    return check_conf(value, max_bytes=max_bytes, max_depth=max_depth, what=what)

@@ -1,13 +1,17 @@
 """Deleting old history: finished runs that ended before a date, with everything that
 hangs off them (`sluice db clean`, as Airflow's `db clean`).
 
-Only runs in `success` or `failed` whose `end_date` is before the cut are touched; a
-queued or running run never is. Deletion goes in batches, each its own transaction: the
-batch's runs are locked first (`FOR UPDATE SKIP LOCKED`, so a run a scheduler, worker or
-user holds is left for the next batch, and a clear waiting on it finds it gone), checked
-again to be finished and old, then their task logs, task instances (by the run's foreign
-key), callbacks and audit events (named by dag and run id) and the runs themselves go.
-A crash between batches leaves whole runs, never half of one.
+Only runs in `success` or `failed` whose `end_date` is before the cut, and none of whose
+callbacks is still to be delivered (`pending`, `queued` or `running`), are touched: a
+queued or running run never is, and a run whose alert has not gone out yet is kept whole
+(the callback reads its run, its TIs' error and log) until a later clean finds its
+callbacks `delivered` or `failed`. Deletion goes in batches, each its own transaction:
+the batch's runs are locked first (`FOR UPDATE SKIP LOCKED`, so a run a scheduler, worker
+or user holds is left for the next batch, and a clear waiting on it finds it gone),
+checked again to be finished, old and without callbacks to deliver, then their task
+logs, task instances (by the run's foreign key), finished callbacks and audit events
+(named by dag and run id) and the runs themselves go. A crash between batches leaves
+whole runs, never half of one.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Row, delete, func, select
+from sqlalchemy import ColumnElement, Row, delete, exists, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.scheduler.core.callback_kinds import Status
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import (
     AuditEvent,
@@ -34,8 +39,34 @@ BATCH = 500
 """Runs deleted per transaction."""
 
 
-def _expired(before: dt.datetime) -> list[ColumnElement[bool]]:
+def _ended_before(before: dt.datetime) -> list[ColumnElement[bool]]:
     return [DagRun.state.in_(sorted(RUN_TERMINAL)), DagRun.end_date < before]
+
+
+def _undelivered() -> ColumnElement[bool]:
+    """The run has a callback still to deliver (found through the callbacks' status
+    index: the unfinished ones are few)."""
+    return exists().where(
+        DueCallback.status.in_(Status.UNFINISHED),
+        DueCallback.dag_id == DagRun.dag_id,
+        DueCallback.run_id == DagRun.run_id,
+    )
+
+
+def _expired(before: dt.datetime) -> list[ColumnElement[bool]]:
+    """A run `db clean` deletes: finished before `before`, no callback left to deliver."""
+    return [*_ended_before(before), ~_undelivered()]
+
+
+def awaiting_callbacks(session: Session, before: dt.datetime) -> int:
+    """The finished runs that ended before `before` but are kept: a callback of theirs is
+    still to be delivered (a plain read)."""
+    return int(
+        session.scalar(
+            select(func.count()).select_from(DagRun).where(*_ended_before(before), _undelivered())
+        )
+        or 0
+    )
 
 
 @dataclass(frozen=True)
@@ -114,8 +145,16 @@ def _delete_runs(session: Session, run_rows: Sequence[Row[int, str, str]]) -> in
         session.execute(delete(kept).where(kept.ti_id.in_(ti_ids)))
     tis = session.execute(delete(TaskInstance).where(TaskInstance.dag_run_id.in_(run_pks)))
     for dag_id, run_ids in _by_dag(run_rows).items():
-        for table in (DueCallback, AuditEvent):
-            session.execute(delete(table).where(table.dag_id == dag_id, table.run_id.in_(run_ids)))
+        session.execute(
+            delete(DueCallback).where(
+                DueCallback.dag_id == dag_id,
+                DueCallback.run_id.in_(run_ids),
+                DueCallback.status.in_(Status.FINISHED),
+            )
+        )
+        session.execute(
+            delete(AuditEvent).where(AuditEvent.dag_id == dag_id, AuditEvent.run_id.in_(run_ids))
+        )
     session.execute(delete(DagRun).where(DagRun.id.in_(run_pks)))
     return int(getattr(tis, "rowcount", 0) or 0)
 

@@ -41,6 +41,11 @@ def env_int(env: Mapping[str, str], name: str, default: int) -> int:
     return _positive(env, name, default, int, "a whole number")
 
 
+CONF_DEPTH_CEILING = 200
+"""The highest SLUICE_MAX_CONF_DEPTH allowed: pydantic answers no JSON nested 256 levels or
+more (a run's conf sits one level inside its answer)."""
+
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -109,6 +114,10 @@ class Settings:
     (`scheduler.scheduling.downstream`); off, every hop goes through a scheduler pass."""
     max_conf_bytes: int = 65536
     """Largest conf a run may be given, in bytes of compact UTF-8 JSON (CLI and API)."""
+    max_conf_depth: int = 32
+    """Deepest nesting of a run's conf (the object itself is level 1, each object or list
+    in it one more), CLI and API: what every reader of a conf (JSON, pydantic, the
+    databases' JSON) can walk without running out of stack."""
     task_log_max_bytes: int = 1024 * 1024
     """Most bytes of one try's log kept in the database (the newest lines are kept)."""
     task_log_mirror_bytes: int = 64 * 1024
@@ -161,6 +170,7 @@ class Settings:
             result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
             schedule_after_task=_bool(env, "SLUICE_SCHEDULE_AFTER_TASK", base.schedule_after_task),
             max_conf_bytes=env_int(env, "SLUICE_MAX_CONF_BYTES", base.max_conf_bytes),
+            max_conf_depth=env_int(env, "SLUICE_MAX_CONF_DEPTH", base.max_conf_depth),
             task_log_max_bytes=env_int(env, "SLUICE_TASK_LOG_MAX_BYTES", base.task_log_max_bytes),
             task_log_mirror_bytes=env_int(
                 env, "SLUICE_TASK_LOG_MIRROR_BYTES", base.task_log_mirror_bytes
@@ -191,6 +201,11 @@ class Settings:
         if settings.max_map_length < 1:
             raise ConfigError(
                 f"SLUICE_MAX_MAP_LENGTH must be at least 1, got {settings.max_map_length}"
+            )
+        if settings.max_conf_depth > CONF_DEPTH_CEILING:
+            raise ConfigError(
+                f"SLUICE_MAX_CONF_DEPTH must be at most {CONF_DEPTH_CEILING} (a deeper conf "
+                f"could not be answered as JSON), got {settings.max_conf_depth}"
             )
         if settings.task_log_max_bytes < 1024:
             raise ConfigError(

@@ -137,7 +137,7 @@ def test_trigger_creates_a_queued_run_with_tis(client: TestClient) -> None:
     assert run["logical_date"].startswith("2026-01-31T00:00:00")
     assert len(run["trace_id"]) == 32 and run["trace_url"] is None
     assert client.get(f"{V1}/dags/demo/runs/manual-1").json() == run
-    tis = client.get(f"{V1}/dags/demo/runs/manual-1/tasks").json()
+    tis = client.get(f"{V1}/dags/demo/runs/manual-1/tasks").json()["task_instances"]
     assert [t["task_id"] for t in tis] == ["extract", "audit", "transform", "load"]
     assert {t["state"] for t in tis} == {"none"}
     assert tis[2]["max_tries"] == 2
@@ -250,7 +250,8 @@ def test_clear_resets_the_task_and_requeues_the_run(client: TestClient, settings
 
     assert response.status_code == 200, response.text
     assert response.json() == {"cleared": 1, "run_state": "queued"}  # load was still none
-    states = {t["task_id"]: t for t in client.get(f"{V1}/dags/demo/runs/c1/tasks").json()}
+    tis = client.get(f"{V1}/dags/demo/runs/c1/tasks").json()["task_instances"]
+    states = {t["task_id"]: t for t in tis}
     assert {k: v["state"] for k, v in states.items()} == {
         "extract": "success",
         "audit": "success",

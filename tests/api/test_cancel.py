@@ -30,7 +30,10 @@ def test_cancel_a_running_run(client: TestClient, settings: Settings) -> None:
     response = client.post(f"{V1}/dags/demo/runs/c1/cancel", headers=AUTH)
     assert response.status_code == 200, response.text
     assert response.json()["state"] == "failed"
-    states = {t["task_id"]: t["state"] for t in client.get(f"{V1}/dags/demo/runs/c1/tasks").json()}
+    states = {
+        t["task_id"]: t["state"]
+        for t in client.get(f"{V1}/dags/demo/runs/c1/tasks").json()["task_instances"]
+    }
     assert states == {
         "extract": "success",
         "transform": "skipped",

@@ -14,7 +14,7 @@ from tests.api.test_cancel import audit_rows
 
 
 def states_of(client: TestClient, run_id: str) -> dict[str, str]:
-    tis = client.get(f"{V1}/dags/demo/runs/{run_id}/tasks").json()
+    tis = client.get(f"{V1}/dags/demo/runs/{run_id}/tasks").json()["task_instances"]
     return {t["task_id"]: t["state"] for t in tis}
 
 

@@ -127,10 +127,10 @@ def test_states_logs_explain_and_clearing_one_index(sluice: Sluice, api: TestCli
 
     # the REST API: map_index on TIs, filters, lookups, clearing one index
     base = f"/api/v1/dags/files/runs/{run_id}/tasks"
-    loads = api.get(base, params={"task_id": "load"}).json()
+    loads = api.get(base, params={"task_id": "load"}).json()["task_instances"]
     assert [t["map_index"] for t in loads] == [0, 1, 2, 3, 4]
-    assert len(api.get(base, params={"map_index": 3}).json()) == 2  # load[3], double[3]
-    assert api.get(base, params={"state": "failed"}).json() == []
+    assert api.get(base, params={"map_index": 3}).json()["total"] == 2  # load[3], double[3]
+    assert api.get(base, params={"state": "failed"}).json()["task_instances"] == []
     detail = api.get(f"{base}/load", params={"map_index": 3})
     assert detail.status_code == 200 and detail.json()["map_index"] == 3
     unnamed = api.get(f"{base}/load")

@@ -1,7 +1,8 @@
 """`sluice db clean --before DATE [--dry-run] [--yes]`, run as a user runs it, on
 PostgreSQL and on SQLite: it lists the finished runs that ended before DATE, asks, and
 deletes them with their task instances, logs, callbacks and audit events, in batches;
-unfinished and newer runs stay whole."""
+unfinished and newer runs stay whole, and so do runs whose callbacks are still to be
+delivered."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from sqlalchemy import func, select
 
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.retention import delete_expired
+from sluice.scheduler.core.callback_kinds import Status
 from sluice.scheduler.core.db import make_engine, transaction
+from sluice.scheduler.core.messages import CallbackMessage
 from sluice.scheduler.core.migrate import upgrade
 from sluice.scheduler.core.models import (
     AuditEvent,
@@ -27,6 +30,7 @@ from sluice.scheduler.core.models import (
     TaskInstance,
     TaskLog,
 )
+from sluice.scheduler.core.queries import callbacks as due
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.states import TI, DagRunState
 from sluice.scheduler.core.transitions import move_run
@@ -169,3 +173,95 @@ def test_batches_delete_everything_old(world: World) -> None:
     assert (deleted.runs, deleted.task_instances) == (7, 14)
     assert seen == [3, 6, 7]
     assert counts(world)["runs"] == []
+
+
+ALERTING = """
+def alert(context):
+    print("run failed:", context["run_id"])
+
+with DAG("alerting", schedule=None, on_failure_callback=alert) as dag:
+    task(task_id="a")(lambda: 1)
+"""
+
+
+def failed_run(world: World, run_id: str, ended: dt.datetime, delivery: str) -> None:
+    """A run of `alerting` that failed at `ended`: the database records its due alert
+    (pending), which is then taken as far as `delivery` by the callbacks' own functions."""
+    world.now = ended
+    world.trigger("alerting", run_id)
+    world.advance("alerting", run_id, "a", TI.FAILED)
+    with transaction(world.factory) as session:
+        run = session.scalar(select(DagRun).where(DagRun.run_id == run_id))
+        assert run is not None
+        assert move_run(
+            session, run.id, DagRunState.FAILED, expect=[DagRunState.RUNNING], now=ended
+        )
+    if delivery == Status.PENDING:
+        return
+    with transaction(world.factory) as session:
+        (message,) = due.publish_due(
+            session, ended, republish_after=1e6, running_timeout=1e6, max_attempts=1
+        )
+    if delivery == Status.QUEUED:
+        return
+    with transaction(world.factory) as session:
+        assert due.claim(session, message, ended) is not None
+    if delivery == Status.RUNNING:
+        return
+    error = None if delivery == Status.DELIVERED else "the alert raised"
+    with transaction(world.factory) as session:
+        done = due.finish(
+            session, message, ended, error=error, attempts=1, max_attempts=1, retry_delay=1
+        )
+    assert done == delivery
+
+
+def test_clean_keeps_the_runs_whose_alerts_have_not_been_sent(world: World) -> None:
+    """Finding 4.6: `db clean` deleted callback rows not run yet, so the alert of a run that
+    failed just before the cut was never sent. A finished run whose callbacks are pending,
+    queued or running is kept whole, as an unfinished run is, until they are done; only
+    delivered and failed callbacks go, with their runs."""
+    world.dags(ALERTING, name="alerting")
+    cut = NOW - dt.timedelta(days=10)
+    for hours, status in enumerate(Status.ALL, start=1):
+        failed_run(world, f"r-{status}", cut - dt.timedelta(hours=hours), status)
+    with world.factory() as session:
+        assert due.counts(session) == dict.fromkeys(Status.ALL, 1)
+
+    dry = sluice(world, "db", "clean", "--before", cut.isoformat(), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 2 finished runs with 2 task instances" in dry.stdout
+    assert "kept 3 finished runs whose callbacks are still to be delivered" in dry.stdout
+
+    done = sluice(world, "db", "clean", "--before", cut.isoformat(), "--yes")
+
+    assert done.returncode == 0, done.stderr
+    assert "deleted 2 runs with 2 task instances" in done.stdout
+    kept = ["r-pending", "r-queued", "r-running"]
+    assert counts(world) == {
+        "runs": kept,
+        "tis": 3,
+        "logs": 0,
+        "callbacks": kept,
+        "notes": [],
+    }
+    with world.factory() as session:
+        assert due.counts(session) == {
+            **dict.fromkeys(Status.ALL, 0),
+            **dict.fromkeys(Status.UNFINISHED, 1),
+        }
+
+    # once their alerts are sent, the next clean takes them
+    with transaction(world.factory) as session:
+        due.publish_due(session, cut, republish_after=1e6, running_timeout=1e6, max_attempts=1)
+        for row in session.scalars(select(DueCallback).where(DueCallback.status == "queued")):
+            assert due.claim(session, CallbackMessage(row.id, str(row.token)), cut) is not None
+        for row in session.scalars(select(DueCallback).where(DueCallback.status == "running")):
+            message = CallbackMessage(row.id, str(row.token))
+            delivery = due.finish(
+                session, message, cut, error=None, attempts=1, max_attempts=1, retry_delay=1
+            )
+            assert delivery == Status.DELIVERED
+    again = sluice(world, "db", "clean", "--before", cut.isoformat(), "--yes")
+    assert again.returncode == 0 and "deleted 3 runs" in again.stdout, again.stdout
+    assert counts(world)["runs"] == counts(world)["callbacks"] == []

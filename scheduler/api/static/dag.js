@@ -449,7 +449,7 @@
       S.fmtTime(note.at) + "): " }), note.note] : []));
   }
 
-  const SHOWN_INDEXES = 500;
+  const SHOWN_INDEXES = 500;  /* one page of GET …/tasks at its largest limit */
 
   /* `?map_index=i` (or `&…`) when a mapped task's index is selected, else nothing. */
   function indexQuery(sel, sep) {
@@ -459,11 +459,13 @@
   /* A mapped task's indexes, one button each (its state); the first is selected at first. */
   async function loadIndexes(want, call) {
     const list = $("panel-indexes");
-    const tis = await S.api("GET", runPathOf(want) + "/tasks?task_id=" + encodeURIComponent(want.taskId));
+    const page = await S.api("GET", runPathOf(want) + "/tasks?limit=" + SHOWN_INDEXES + "&task_id=" +
+      encodeURIComponent(want.taskId));
     if (selected !== want || call !== panelCall) return;
-    const all = tis.filter((t) => t.map_index !== null);
-    if (want.mapIndex === null && all.length) want.mapIndex = all[0].map_index;
-    const indexes = all.slice(0, SHOWN_INDEXES);
+    const tis = page.task_instances;
+    const indexes = tis.filter((t) => t.map_index !== null);
+    if (want.mapIndex === null && indexes.length) want.mapIndex = indexes[0].map_index;
+    const more = page.total - tis.length;
     $("panel-indexes-title").hidden = list.hidden = false;
     list.replaceChildren(...(indexes.length ? indexes.map((t) => S.el("li", {}, S.el("button", {
       type: "button",
@@ -473,8 +475,8 @@
       text: "[" + t.map_index + "] " + S.stateWords(t.state) + (t.try_number > 1 ? ", try " + t.try_number : ""),
       on: { click: () => { want.mapIndex = t.map_index; want.tryNumber = null; want.finished = false; loadPanel(false); } },
     }))) : [S.el("li", { class: "muted", text: "Not expanded yet (" + tis.map((t) => S.stateWords(t.state)).join(", ") + ")." })]),
-      ...(all.length > indexes.length ? [S.el("li", { class: "muted", text: "and " + (all.length - indexes.length) +
-        " more (the API lists them all: GET …/tasks?task_id=" + want.taskId + ")" })] : []));
+      ...(more > 0 ? [S.el("li", { class: "muted", text: "and " + more + " more (the API pages through them: " +
+        "GET …/tasks?task_id=" + want.taskId + "&offset=" + SHOWN_INDEXES + ")" })] : []));
   }
 
   /* Show one try's log; true if it will not change any more. */
