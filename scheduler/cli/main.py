@@ -60,8 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _default_level(command: str) -> str:
-    daemons = {"scheduler", "worker", "standalone", "backfill", "api"}
+    daemons = {"scheduler", "worker", "backfill", "api"}
     return "INFO" if command in daemons else "WARNING"
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """The root log level: `-v` INFO, `-vv` DEBUG (where a command has `-v`), else
+    `SLUICE_LOG_LEVEL`, else INFO for daemons and WARNING for the rest. `sluice
+    standalone` is not counted a daemon: by default it prints its own lines (one per
+    try that ends), the warnings and the errors, not the INFO lines of its scheduler,
+    its worker and Celery."""
+    verbose = getattr(args, "verbose", 0) or 0
+    if verbose:
+        return "DEBUG" if verbose > 1 else "INFO"
+    return os.environ.get("SLUICE_LOG_LEVEL") or _default_level(args.command)
 
 
 def not_utf8(argv: Sequence[str]) -> str | None:
@@ -87,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=os.environ.get("SLUICE_LOG_LEVEL") or _default_level(args.command),
+        level=log_level(args),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

@@ -31,6 +31,7 @@ from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.cli.standalone_hint import how_to_trigger
 from sluice.scheduler.cli.streams import stdout_to_stderr
+from sluice.scheduler.cli.task_lines import TaskLines
 from sluice.scheduler.cli.tasks_cmd import print_states, ti_rows
 from sluice.scheduler.control.inputs import check_int
 from sluice.scheduler.core.db import transaction, utcnow
@@ -73,6 +74,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="with --trigger: the run and its task states as one JSON document on stdout "
         "(everything else goes to stderr)",
     )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="also the INFO lines of its scheduler, its worker and Celery (received, "
+        "succeeded, attempt ids, result paths); -vv: DEBUG. By default: one line per "
+        "try that ends, the warnings and the errors",
+    )
     p.set_defaults(func=standalone)
 
 
@@ -113,7 +123,7 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     upgrade(cli.engine)
     cli.sync_dags()
     try:
-        run_pk = trigger(cli, args.trigger, conf) if args.trigger else None
+        run_pk, task_ids = trigger(cli, args.trigger, conf) if args.trigger else (None, [])
     except CliError:
         if created is not None:  # the DAG id is checked against a parse, after the
             forget_database(cli, created)  # database's creation: leave nothing written
@@ -137,19 +147,23 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         else OneRunJob(*job_args, run_pk=run_pk, **common)
     )
     install_stop_handlers(job)
+    lines = TaskLines(cli.factory, run_pk=run_pk, task_ids=task_ids)
     with stdout_to_stderr():  # what tasks print never mixes into the result
         embedded.start(all_queues(cli), args.concurrency)
         try:
             if run_pk is None:
                 say_how_to_trigger(cli)
+            lines.start()
             job.run()
         finally:
             embedded.stop()
+            lines.stop()  # the last tries' lines, before the result
     return 0 if run_pk is None else report(cli, run_pk, as_json=args.json)
 
 
-def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> int:
-    """Create the `--trigger` run (queued, not claimed); its primary key."""
+def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> tuple[int, list[str]]:
+    """Create the `--trigger` run (queued, not claimed); its primary key and its DAG's
+    task ids."""
     with transaction(cli.factory) as session:
         dag = cli.get_dag(session, dag_id)
         now = utcnow()
@@ -157,8 +171,9 @@ def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> int:
             session, dag, run_type=RunType.MANUAL, logical_date=now, now=now, conf=conf
         )
         run_pk, run_id = run.id, run.run_id
+        task_ids = list(dag.serialized.get("tasks", {}))
     log.info("triggered %s %s", dag_id, run_id)
-    return run_pk
+    return run_pk, task_ids
 
 
 def forget_database(cli: Cli, path: str) -> None:
