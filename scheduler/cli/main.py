@@ -91,6 +91,11 @@ def not_utf8(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _database_url(cli: Cli | None) -> str:
+    """The database the command used (a command may set it: `standalone --database-url`)."""
+    return "" if cli is None else cli.settings.database_url
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     problem = not_utf8(argv)
@@ -104,16 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    url = ""
+    cli: Cli | None = None
     try:
-        settings = Settings.from_env()
-        url = settings.database_url
-        cli = Cli(settings, role=args.command)
+        cli = Cli(Settings.from_env(), role=args.command)
         return int(args.func(cli, args))
     except (InputError, SchemaNotReady, ConfigError) as exc:
         print(f"sluice: error: {visible(str(exc))}", file=sys.stderr)
         return USAGE_ERROR
     except (OperationalError, InterfaceError) as exc:
+        url = _database_url(cli)
         reason = database_reason(exc, url)
         print(
             f"sluice: error: cannot use the database at {database_place(url)}: {reason}",
@@ -121,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return USAGE_ERROR
     except DataError as exc:
-        reason = database_reason(exc, url)
+        reason = database_reason(exc, _database_url(cli))
         print(f"sluice: error: the database refused a value: {reason}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from sluice.scheduler.cli.main import build_parser
@@ -92,7 +93,11 @@ with DAG("held", schedule=None) as dag:
 
 
 def rows_once_there(url: str, sql: str) -> list[tuple[object, ...]] | None:
-    """`rows`, or None while the schema is not created yet."""
+    """`rows`, or None while the schema is not created yet (a SQLite file not there yet is
+    not created: standalone creates only a database that is not there)."""
+    database = make_url(url).database
+    if database and not Path(database).exists():
+        return None
     try:
         return rows(url, sql)
     except OperationalError:
