@@ -41,8 +41,10 @@ from sluice.scheduler.cli.render import visible
 from sluice.scheduler.cli.timefmt import seconds_text
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.queries.task_changes import (
+    ENDED,
     last_run_id,
     runs_to_watch,
+    tis_by_id,
     tis_ended_since,
     tries_reopened_since,
 )
@@ -164,11 +166,16 @@ class TaskLines:
         else:
             run_ends = self._look_at_runs(session)
             runs = set(self._watched)
-        lines = []
-        ended = [
-            *tis_ended_since(session, runs, self._since),
+        keys = [
+            (r.id, r.try_number, str(r.state)) for r in tis_ended_since(session, runs, self._since)
+        ]
+        read = [
+            *tis_by_id(session, {key[0] for key in keys if key not in self._seen}),
             *tries_reopened_since(session, runs, self._since),
         ]
+        # a TI may have moved on since its key was read: its try is read from task_try next
+        ended = [r for r in read if r.state in ENDED and r.end_date is not None]
+        lines = []
         for row in sorted(ended, key=lambda r: (r.end_date, r.try_number, r.id)):
             key = (row.id, row.try_number, str(row.state))
             if key in self._seen:
