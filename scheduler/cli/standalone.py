@@ -41,7 +41,7 @@ from sluice.scheduler.cli.streams import stdout_to_stderr
 from sluice.scheduler.cli.task_lines import TaskLines
 from sluice.scheduler.cli.tasks_cmd import print_states, ti_rows
 from sluice.scheduler.control.inputs import check_int
-from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.db import reader_factory, transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
@@ -172,7 +172,7 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         else OneRunJob(*job_args, run_pk=run_pk, **common)
     )
     install_stop_handlers(job)
-    lines = TaskLines(cli.factory, run_pk=run_pk, task_ids=task_ids)
+    lines = TaskLines(reader_factory(cli.factory), run_pk=run_pk, task_ids=task_ids)
     with stdout_to_stderr():  # what tasks print never mixes into the result
         embedded.start(all_queues(cli), args.concurrency)
         try:
