@@ -60,8 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _default_level(command: str) -> str:
-    daemons = {"scheduler", "worker", "standalone", "backfill", "api"}
+    daemons = {"scheduler", "worker", "backfill", "api"}
     return "INFO" if command in daemons else "WARNING"
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """The root log level: `-v` INFO, `-vv` DEBUG (where a command has `-v`), else
+    `SLUICE_LOG_LEVEL`, else INFO for daemons and WARNING for the rest. `sluice
+    standalone` is not counted a daemon: by default it prints its own lines (one per
+    try that ends), the warnings and the errors, not the INFO lines of its scheduler,
+    its worker and Celery."""
+    verbose = getattr(args, "verbose", 0) or 0
+    if verbose:
+        return "DEBUG" if verbose > 1 else "INFO"
+    return os.environ.get("SLUICE_LOG_LEVEL") or _default_level(args.command)
 
 
 def not_utf8(argv: Sequence[str]) -> str | None:
@@ -79,6 +91,11 @@ def not_utf8(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _database_url(cli: Cli | None) -> str:
+    """The database the command used (a command may set it: `standalone --database-url`)."""
+    return "" if cli is None else cli.settings.database_url
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     problem = not_utf8(argv)
@@ -87,21 +104,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_ERROR
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=os.environ.get("SLUICE_LOG_LEVEL") or _default_level(args.command),
+        level=log_level(args),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    url = ""
+    cli: Cli | None = None
     try:
-        settings = Settings.from_env()
-        url = settings.database_url
-        cli = Cli(settings, role=args.command)
+        cli = Cli(Settings.from_env(), role=args.command)
         return int(args.func(cli, args))
     except (InputError, SchemaNotReady, ConfigError) as exc:
         print(f"sluice: error: {visible(str(exc))}", file=sys.stderr)
         return USAGE_ERROR
     except (OperationalError, InterfaceError) as exc:
+        url = _database_url(cli)
         reason = database_reason(exc, url)
         print(
             f"sluice: error: cannot use the database at {database_place(url)}: {reason}",
@@ -109,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return USAGE_ERROR
     except DataError as exc:
-        reason = database_reason(exc, url)
+        reason = database_reason(exc, _database_url(cli))
         print(f"sluice: error: the database refused a value: {reason}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

@@ -9,6 +9,10 @@ runs on a thread pool inside this process. `SLUICE_BROKER_URL` is ignored.
 - Without, it schedules every DAG until Ctrl-C, after saying (on stderr) how to trigger
   a run from another terminal.
 - Either way it first takes up what a standalone that died left (`StandaloneJob`).
+- Before that, it refuses a database another process has a live heartbeat in, or one it
+  did not create whose schema is not current (`standalone_database`).
+- It prints a line for each try that ends (`task_lines`); the INFO lines of its
+  scheduler, its worker and Celery only with `-v`.
 
 Stdout carries only the result (the table or, with `--json`, one JSON document):
 the tasks' output, the logs and the status lines go to stderr.
@@ -25,16 +29,19 @@ import sys
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.cli.context import Cli, CliError, iso
 from sluice.scheduler.cli.render import visible
+from sluice.scheduler.cli.standalone_database import take_database
 from sluice.scheduler.cli.standalone_hint import how_to_trigger
 from sluice.scheduler.cli.streams import stdout_to_stderr
+from sluice.scheduler.cli.task_lines import TaskLines
 from sluice.scheduler.cli.tasks_cmd import print_states, ti_rows
 from sluice.scheduler.control.inputs import check_int
-from sluice.scheduler.core.db import transaction, utcnow
-from sluice.scheduler.core.migrate import missing_sqlite_file, upgrade
+from sluice.scheduler.core.db import reader_factory, transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
@@ -73,6 +80,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="with --trigger: the run and its task states as one JSON document on stdout "
         "(everything else goes to stderr)",
     )
+    p.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="the database to use instead of SLUICE_DATABASE_URL (default "
+        "sqlite:///sluice.db); refused if another process (a scheduler, a worker) has a "
+        "live heartbeat there, or if its schema is not current and standalone did not "
+        "create it",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="also the INFO lines of its scheduler, its worker and Celery (received, "
+        "succeeded, attempt ids, result paths); -vv: DEBUG. By default: one line per "
+        "try that ends, the warnings and the errors",
+    )
     p.set_defaults(func=standalone)
 
 
@@ -93,6 +117,17 @@ def check_arguments(args: argparse.Namespace) -> None:
             if given:
                 raise CliError(f"{name} needs --trigger DAG_ID (it is about the triggered run)")
     check_int(args.concurrency, "-c/--concurrency", 1, MAX_CONCURRENCY)
+    if args.database_url is not None:
+        check_database_url(args.database_url)
+
+
+def check_database_url(url: str) -> None:
+    """A CliError unless `url` is a database URL SQLAlchemy can parse."""
+    try:
+        make_url(url)
+    except ArgumentError:
+        shown = visible(url if len(url) <= 100 else f"{url[:100]}...")
+        raise CliError(f"--database-url is not a database URL: {shown!r}") from None
 
 
 def standalone(cli: Cli, args: argparse.Namespace) -> int:
@@ -110,12 +145,12 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         args.conf, max_bytes=cli.settings.max_conf_bytes, max_depth=cli.settings.max_conf_depth
     )
     cli.dags_folder()  # every argument is checked before the database is created
-    cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://")
-    created = missing_sqlite_file(cli.engine)
-    upgrade(cli.engine)
+    database = {"database_url": args.database_url} if args.database_url else {}
+    cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://", **database)
+    created = take_database(cli)  # a live deployment's, or one to migrate, is refused
     cli.sync_dags()
     try:
-        run_pk = trigger(cli, args.trigger, conf) if args.trigger else None
+        run_pk, task_ids = trigger(cli, args.trigger, conf) if args.trigger else (None, [])
     except CliError:
         if created is not None:  # the DAG id is checked against a parse, after the
             forget_database(cli, created)  # database's creation: leave nothing written
@@ -139,19 +174,23 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         else OneRunJob(*job_args, run_pk=run_pk, **common)
     )
     install_stop_handlers(job)
+    lines = TaskLines(reader_factory(cli.factory), run_pk=run_pk, task_ids=task_ids)
     with stdout_to_stderr():  # what tasks print never mixes into the result
         embedded.start(all_queues(cli), args.concurrency)
         try:
             if run_pk is None:
                 say_how_to_trigger(cli)
+            lines.start()
             job.run()
         finally:
             embedded.stop()
+            lines.stop()  # the last tries' lines, before the result
     return 0 if run_pk is None else report(cli, run_pk, as_json=args.json)
 
 
-def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> int:
-    """Create the `--trigger` run (queued, not claimed); its primary key."""
+def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> tuple[int, list[str]]:
+    """Create the `--trigger` run (queued, not claimed); its primary key and its DAG's
+    task ids."""
     with transaction(cli.factory) as session:
         dag = cli.get_dag(session, dag_id)
         now = utcnow()
@@ -159,8 +198,9 @@ def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> int:
             session, dag, run_type=RunType.MANUAL, logical_date=now, now=now, conf=conf
         )
         run_pk, run_id = run.id, run.run_id
+        task_ids = list(dag.serialized.get("tasks", {}))
     log.info("triggered %s %s", dag_id, run_id)
-    return run_pk
+    return run_pk, task_ids
 
 
 def forget_database(cli: Cli, path: str) -> None:

@@ -3,7 +3,8 @@
 Invariants:
 - Datetimes are stored and returned as timezone-aware UTC on every backend.
 - On SQLite every transaction starts with BEGIN IMMEDIATE: SQLite ignores
-  FOR UPDATE, so a single writer at a time stands in for row locks.
+  FOR UPDATE, so a single writer at a time stands in for row locks. A reader that
+  writes nothing may use `reader_factory` instead, whose reads take no write lock.
 """
 
 from __future__ import annotations
@@ -168,6 +169,19 @@ def _configure_sqlite(engine: Engine) -> None:
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+def reader_factory(factory: sessionmaker[Session]) -> sessionmaker[Session]:
+    """Sessions for a reader that never writes and must not hold up the writers (a
+    watcher reading every fraction of a second): on SQLite, on an engine of its own
+    without BEGIN IMMEDIATE, so each read runs on a WAL snapshot and takes no write
+    lock; on PostgreSQL, `factory` itself (its reads lock nothing)."""
+    engine = factory.kw["bind"]
+    if engine.dialect.name != "sqlite":
+        return factory
+    url = engine.url.render_as_string(hide_password=False)
+    reader = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+    return make_session_factory(reader)
 
 
 _single_statement_factories: weakref.WeakKeyDictionary[

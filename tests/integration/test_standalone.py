@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from sluice.scheduler.cli.main import build_parser
@@ -35,6 +37,7 @@ with DAG("daily", schedule="@daily", start_date=datetime(2026, 1, 1, tzinfo=time
 PAIR = """
 import logging
 import os
+import re
 import sys
 from sluice import DAG, ShellTask, task
 
@@ -90,7 +93,11 @@ with DAG("held", schedule=None) as dag:
 
 
 def rows_once_there(url: str, sql: str) -> list[tuple[object, ...]] | None:
-    """`rows`, or None while the schema is not created yet."""
+    """`rows`, or None while the schema is not created yet (a SQLite file not there yet is
+    not created: standalone creates only a database that is not there)."""
+    database = make_url(url).database
+    if database and not Path(database).exists():
+        return None
     try:
         return rows(url, sql)
     except OperationalError:
@@ -207,6 +214,11 @@ def test_standalone_without_trigger_says_how_to_trigger_and_runs_until_ctrl_c(
         # Then the standalone runs it, and goes on until Ctrl-C
         url = f"sqlite:///{tmp_path / 'sluice.db'}"
         wait_until(lambda: rows(url, "SELECT state FROM dag_run") == [("success",)], timeout=30)
+        # and says, a line each, how each of its tasks and the run ended
+        wait_until(lambda: f"run pair {run_id}: success\n" in started.stderr(), timeout=10)
+        for task_id in ("a", "b", "sh"):
+            line = rf"(?m)^pair {re.escape(run_id)}  {task_id}\s+success\s"
+            assert re.search(line, started.stderr()), started.stderr()
         assert started.proc.poll() is None
         started.proc.send_signal(signal.SIGINT)
         assert started.proc.wait(30) == 0
