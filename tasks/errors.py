@@ -1,9 +1,12 @@
 """Exceptions raised by DAG authoring, loading and task execution.
 
-All but ``TaskStopped`` derive from ``Exception``: a task runner that catches
-``Exception`` sees every one of them, and a worker shutdown (``SystemExit``) is
-never mistaken for one. ``TaskStopped`` derives from ``BaseException`` on purpose: a
-task's own ``except Exception`` must not swallow the stop of its try.
+All but ``TaskTimeout`` and ``TaskStopped`` derive from ``Exception``: a task runner
+that catches ``Exception`` sees every one of them, and a worker shutdown
+(``SystemExit``) is never mistaken for one. ``TaskTimeout`` and ``TaskStopped`` derive
+from ``BaseException`` on purpose, as Airflow's ``AirflowTaskTimeout`` does: a task's own
+``except Exception`` must not swallow the timeout or the stop of its try (a runner
+catches them by name). A body that swallows even those is killed after a grace
+(``SLUICE_TIMEOUT_GRACE``, ``broker.worker.time_limits``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ class Skip(Exception):
     """Raised by a task to mark itself (and, by trigger rules, its dependents) skipped."""
 
 
-class TaskTimeout(Exception):
-    """A task ran past its ``execution_timeout``."""
+class TaskTimeout(BaseException):
+    """A task ran past its ``execution_timeout`` (or a callback past its timeout, a DAG
+    file's import past ``SLUICE_PARSE_TIMEOUT``)."""
 
 
 class TaskStopped(BaseException):

@@ -4,6 +4,10 @@
 raises: ``Skip`` to mark it skipped, ``TaskTimeout`` past ``execution_timeout``, anything
 else is a failure. The caller decides the state; nothing here touches the database.
 
+``TaskTimeout`` derives from ``BaseException`` (as Airflow's ``AirflowTaskTimeout``): a
+task's ``except Exception`` cannot swallow it. A body that swallows it all the same (a
+bare ``except:``) is ended by the worker after a grace (``broker.worker.time_limits``).
+
 Timeouts work in every pool:
 
 * main thread (Celery prefork child, solo pool, a local run): ``setitimer(ITIMER_REAL)`` and

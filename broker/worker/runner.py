@@ -13,8 +13,14 @@ Invariants:
   quiet success of a fan-in's upstream or of a chain's link, in one query, what else
   follows after it. What a result queued is published after its commit.
 - No transaction is open while the task's code runs.
-- Only `Exception` is a task failure: `SystemExit`/`KeyboardInterrupt` (a worker
-  shutdown) propagate and leave the TI `running` for the heartbeat sweep.
+- Only `Exception` and `TaskTimeout` (a `BaseException`, so that a task's own
+  `except Exception` cannot swallow it) are task failures: `SystemExit`/`KeyboardInterrupt`
+  (a worker shutdown) propagate and leave the TI `running` for the heartbeat sweep.
+- A try still running `timeout_grace` seconds after its `execution_timeout` (its code
+  swallowed the timeout) is recorded `up_for_retry` or `failed`, `(killed)`, by the
+  process's deadlines thread, with the same compare-and-set as any result, and ended:
+  its prefork pool process is killed and replaced; elsewhere its thread is abandoned
+  (`broker.worker.time_limits`). Exactly one of that record and the try's own is made.
 - A CeleryTask try is DEFERRED: its external Celery task is sent (through the Celery app
   of the running Sluice task), its id is written on the TI with the same guard, and the TI
   stays `running` for `scheduler.jobs.celery_poller` to finish. Sent before it is recorded: a
@@ -45,7 +51,8 @@ from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.result import Case, Recorded, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_env import masked_error
-from sluice.broker.worker.task_logs import capture_task_log
+from sluice.broker.worker.task_logs import TaskLogCapture, capture_task_log
+from sluice.broker.worker.time_limits import Ending, hard_limit
 from sluice.broker.worker.upstream_results import (
     COPIES_OF_THIS_PROCESS,
     UPSTREAM_OF_TI,
@@ -80,10 +87,11 @@ from sluice.scheduler.scheduling.plans import (
     wide_fan_in,
 )
 from sluice.tasks.celery_task import CeleryTask
-from sluice.tasks.errors import Skip, TaskStopped
+from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
 from sluice.tasks.mapping import check_map_output, per_index_of
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
 from sluice.tasks.serialize import retry_delay_for
+from sluice.tasks.task import ShellTask, Task
 
 log = logging.getLogger("sluice.worker")
 
@@ -204,7 +212,7 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         on_lost=stop.stop,
     )
     with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
-        new, values = _execute(ctx, msg, claimed, stop)
+        new, values = _execute(ctx, msg, claimed, stop, captured)
     values = masked_error(ctx.settings, values)  # the secrets of the deployment: ***
     if new is TI.RUNNING:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
@@ -462,10 +470,11 @@ def _fill_upstream(
 
 
 def _execute(
-    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, stop: Stop
+    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, stop: Stop, captured: TaskLogCapture
 ) -> tuple[TI, dict[str, Any]]:
-    """Run the task's code; the state to write and its values. `Exception` is caught, and
-    `TaskStopped` (the heartbeat found the try no longer running and used `stop`): that
+    """Run the task's code; the state to write and its values. `Exception` and
+    `TaskTimeout` are caught, and `TaskStopped` (the heartbeat found the try no longer
+    running and used `stop`, or the try's hard limit recorded it: `Expired`): that
     try's state is already written by whoever took it, so its write will lose."""
     try:
         if claimed.fileloc is None:
@@ -486,7 +495,7 @@ def _execute(
             external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
             return TI.RUNNING, {"external_id": external_id}
-        value = run_task(task, claimed.context, stop)
+        value = _run_limited(ctx, msg, claimed, task, stop, captured)
         result = check_result(value, msg.task_id)
         output = claimed.spec.get("map_output") if claimed.spec else None
         if output is not None:
@@ -499,9 +508,48 @@ def _execute(
     except Skip as exc:
         log.info("%s skipped itself: %s", _what(msg), exc)
         return TI.SKIPPED, {"next_retry_at": None}
-    except Exception as exc:
+    except (Exception, TaskTimeout) as exc:
         return _failure(msg, claimed, exc)
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+def _run_limited(
+    ctx: WorkerContext,
+    msg: RunMessage,
+    claimed: Claimed,
+    task: Task,
+    stop: Stop,
+    captured: TaskLogCapture,
+) -> Any:
+    """`run_task` under the try's hard limit: a Python task with an `execution_timeout`
+    still running `timeout_grace` seconds after it is recorded by `_expire` and ended
+    (`time_limits.hard_limit`; its late end raises `Expired`). A shell task's command is
+    killed at its timeout by `run_shell` itself."""
+    if task.execution_timeout is None or isinstance(task, ShellTask):
+        return run_task(task, claimed.context, stop)
+    timeout = task.execution_timeout.total_seconds()
+    expire = functools.partial(_expire, ctx, msg, claimed, captured, timeout)
+    what = f"{_what(msg)}, try {claimed.try_number}"
+    with hard_limit(timeout + ctx.settings.timeout_grace, expire, what):
+        return run_task(task, claimed.context, stop)
+
+
+def _expire(
+    ctx: WorkerContext,
+    msg: RunMessage,
+    claimed: Claimed,
+    captured: TaskLogCapture,
+    timeout: float,
+    how: Ending,
+) -> None:
+    """Record a try still running past its timeout and the grace (from the deadlines'
+    thread, its code still running): `up_for_retry` or `failed` by its retries, with its
+    log so far, as its own failure would be; then wake the schedulers."""
+    error = TaskTimeout(f"task '{msg.task_id}' timed out after {timeout:g} s ({how.note})")
+    new, values = _failure(msg, claimed, error)
+    outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
+    if outcome is not Outcome.STALE:
+        _follow_up(ctx, claimed, follow)
 
 
 _STORED_HAS_IT = (
@@ -604,7 +652,7 @@ def _defer(
     return Outcome.DEFERRED
 
 
-def _failure(msg: RunMessage, claimed: Claimed, exc: Exception) -> tuple[TI, dict[str, Any]]:
+def _failure(msg: RunMessage, claimed: Claimed, exc: BaseException) -> tuple[TI, dict[str, Any]]:
     error = error_line(exc)
     retry = claimed.try_number < claimed.max_tries
     log.warning(

@@ -32,6 +32,7 @@ from sluice.broker.wakeup import waker_for
 from sluice.broker.worker.callbacks import run_callback_message
 from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.broker.worker.task_env import hide_secrets
+from sluice.broker.worker.time_limits import mark_pool_child
 from sluice.broker.worker.tracing import annotate
 from sluice.scheduler.core.db import make_engine, make_session_factory
 from sluice.scheduler.core.deployment import HEADER as DEPLOYMENT_HEADER
@@ -171,8 +172,10 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
 
 @worker_process_init.connect
 def _on_worker_process_init(**_: Any) -> None:
-    """Prefork child start: hide the secrets from its tasks (`task_env`), and build its
+    """Prefork child start: an overdue try or callback ends this process (the pool starts
+    another, `time_limits`); hide the secrets from its tasks (`task_env`), and build its
     context now (the app is the child's current app)."""
+    mark_pool_child()
     app = current_app._get_current_object()
     settings = app.conf.get("sluice_settings")
     if not isinstance(settings, Settings):

@@ -35,6 +35,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ("SLUICE_CALLBACK_MAX_ATTEMPTS", "runs of a raising callback (5)"),
     ("SLUICE_CALLBACK_RETRY_DELAY", "seconds before a callback's rerun (10)"),
     ("SLUICE_CALLBACK_TIMEOUT", "seconds a callback may run (300)"),
+    ("SLUICE_TIMEOUT_GRACE", "seconds past a timeout before a kill (5)"),
     ("SLUICE_BASE_URL", "the web UI's address, for callbacks' links"),
     ("SLUICE_API_TOKEN", "the REST API's token for writes"),
     ("SLUICE_TASK_ENV_ALLOW", "secret variables tasks may see (none)"),

@@ -131,8 +131,13 @@ class Settings:
     callback_retry_delay: float = 10.0
     """Seconds before a callback that raised runs again, doubled at each attempt."""
     callback_timeout: float = 300.0
-    """Seconds a callback may run; a running one not finished by then (its worker lost)
-    is run again."""
+    """Seconds a callback may run: past it, it is stopped (killed after `timeout_grace`)
+    and recorded `failed`, timed out, never run again. A running callback whose worker
+    stops heartbeating for `heartbeat_timeout` (the worker lost) is run again."""
+    timeout_grace: float = 5.0
+    """Seconds a task or a callback that does not end at its timeout (its code swallows
+    the TaskTimeout) may run on before it is killed: its prefork pool process is
+    replaced; in the threads pool it is abandoned. Its try fails `(killed)`."""
     max_map_length: int = 10_000
     """The deployment's cap on a mapped task's indexes (a task's own max_map_length may
     be lower); an upstream whose output has more fails its try."""
@@ -186,6 +191,7 @@ class Settings:
                 env, "SLUICE_CALLBACK_RETRY_DELAY", base.callback_retry_delay
             ),
             callback_timeout=_float(env, "SLUICE_CALLBACK_TIMEOUT", base.callback_timeout),
+            timeout_grace=_float(env, "SLUICE_TIMEOUT_GRACE", base.timeout_grace),
             base_url=(env.get("SLUICE_BASE_URL") or base.base_url).rstrip("/"),
             wakeup_url=env.get("SLUICE_WAKEUP_URL") or base.wakeup_url,
             max_map_length=env_int(env, "SLUICE_MAX_MAP_LENGTH", base.max_map_length),

@@ -120,6 +120,40 @@ def test_timeout_in_a_worker_thread() -> None:
     assert _in_thread(run_then_keep_going) == "finished"
 
 
+def swallows_exceptions(seconds: float) -> str:
+    """What a careless task does: every `Exception` caught, in a loop."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.01)
+        except Exception:  # noqa: BLE001, S112 - the finding's body
+            continue
+    return "kept going"
+
+
+def test_a_timeout_is_not_swallowed_by_the_tasks_except_exception() -> None:
+    """Issue 39, 4.3: `TaskTimeout` derives from `BaseException`, as Airflow's
+    `AirflowTaskTimeout`: a body that catches `Exception` in a loop ends at its timeout
+    all the same, in the main thread (SIGALRM) and in a pool thread (the watchdog)."""
+    assert issubclass(TaskTimeout, BaseException) and not issubclass(TaskTimeout, Exception)
+    task = make(lambda: swallows_exceptions(5), execution_timeout=timedelta(seconds=0.2))
+    started = time.monotonic()
+    with pytest.raises(TaskTimeout, match=r"task 't' timed out after 0.2s"):
+        run_task(task, CONTEXT)
+    assert time.monotonic() - started < 2
+
+    def in_a_thread() -> str:
+        try:
+            run_task(task, CONTEXT)
+        except TaskTimeout:
+            return "timed out"
+        return "not timed out"
+
+    started = time.monotonic()
+    assert _in_thread(in_a_thread) == "timed out"
+    assert time.monotonic() - started < 2
+
+
 def test_fast_task_in_a_worker_thread_is_not_interrupted_later() -> None:
     task = make(lambda: "quick", execution_timeout=timedelta(seconds=0.1))
     assert _in_thread(lambda: (run_task(task, CONTEXT), busy(0.3))) == ("quick", "finished")

@@ -71,3 +71,12 @@ def test_the_database_retry_back_off_is_a_setting() -> None:
         Settings.from_env({**env, "SLUICE_DB_RETRY_MAX_DELAY": "0.05"})
     with pytest.raises(ConfigError, match="SLUICE_DB_RETRY_DELAY must be positive"):
         Settings.from_env({"SLUICE_DB_RETRY_DELAY": "0"})
+
+
+def test_the_grace_after_a_timeout_is_a_setting() -> None:
+    """Issue 39, 4.3: a body still running 5 s (SLUICE_TIMEOUT_GRACE) after its timeout
+    is killed."""
+    assert Settings.from_env({}).timeout_grace == 5.0
+    assert Settings.from_env({"SLUICE_TIMEOUT_GRACE": "0.5"}).timeout_grace == 0.5
+    with pytest.raises(ConfigError, match="SLUICE_TIMEOUT_GRACE must be positive"):
+        Settings.from_env({"SLUICE_TIMEOUT_GRACE": "0"})
