@@ -7,6 +7,14 @@ then record its end on the same token (`core.queries.callbacks`). A stale messag
 callback published again, or already run) claims nothing and runs nothing. A callback
 that raises is retried with backoff by the schedulers' next publish.
 
+Fenced like a try: while it runs, the process's heartbeat thread beats for it, so the
+schedulers publish it again only when this worker is lost; a beat that finds it taken
+back stops it (`runtime.Stop`). At `SLUICE_CALLBACK_TIMEOUT` a `TaskTimeout` (which its
+`except Exception` cannot catch) ends it, and it is recorded `failed`, never run again;
+one still running `SLUICE_TIMEOUT_GRACE` seconds later is recorded `failed` `(killed)` by
+the deadlines thread and its pool process killed (`time_limits`). So a callback runs to
+its end at most once, save when its worker dies while it runs.
+
 The context: `dag_id`, `run_id`, `task_id` (None for a run's), `try_number`, `state`,
 `kind`, `error`, `log_tail` (the try's last lines), `url` (the DAG's page in the UI),
 `logical_date`.
@@ -14,13 +22,16 @@ The context: `dag_id`, `run_id`, `task_id` (None for a run's), `try_number`, `st
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import select
 
+from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.runner import WorkerContext, error_line, sending_app
+from sluice.broker.worker.time_limits import Ending, hard_limit
 from sluice.scheduler.core.callback_kinds import ON_DEADLINE_MISSED
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.messages import CallbackMessage
@@ -28,7 +39,8 @@ from sluice.scheduler.core.models import Dag, DagRun, DueCallback, TaskInstance
 from sluice.scheduler.core.queries import callbacks as due
 from sluice.scheduler.core.queries.task_logs import task_log_of
 from sluice.tasks.callbacks import Callback, run_callback
-from sluice.tasks.runtime import call_with_timeout
+from sluice.tasks.errors import TaskStopped, TaskTimeout
+from sluice.tasks.runtime import Stop, call_with_timeout
 
 log = logging.getLogger("sluice.worker")
 
@@ -52,21 +64,16 @@ def run_callback_message(ctx: WorkerContext, msg: CallbackMessage) -> str:
         fileloc, context = _context(session, row, ctx.settings.base_url)
         session.expunge(row)
     what = f"{row.kind} of {row.dag_id}.{row.run_id}" + (f".{row.task_id}" if row.task_id else "")
-    error: str | None = None
+    stop = Stop()
+    beat = Heartbeat.for_callback(
+        ctx.session_factory, ctx.settings.heartbeat_interval, msg.callback_id, msg.token, stop.stop
+    )
     try:
-        target = _target(ctx, fileloc, row)
-        if target is None:
-            log.info("%s: the DAG sets no such callback any more: nothing to run", what)
-        else:
-            timeout = ctx.settings.callback_timeout
-            call_with_timeout(
-                lambda: run_callback(target, context, sending_app(ctx).send_task),
-                timeout,
-                f"callback {what} timed out after {timeout:g}s",
-            )
-    except Exception as exc:
-        error = error_line(exc)
-        log.warning("callback %s raised (attempt %d): %s", what, row.attempts + 1, error)
+        with beat:
+            error, retry = _run(ctx, msg, row, fileloc, context, what, stop)
+    except TaskStopped as exc:  # taken back, or recorded by its hard limit (`Expired`)
+        log.warning("callback %s stopped: %s", what, exc)
+        return "stale"
     with transaction(ctx.session_factory) as session:
         status = due.finish(
             session,
@@ -76,9 +83,76 @@ def run_callback_message(ctx: WorkerContext, msg: CallbackMessage) -> str:
             attempts=row.attempts + 1,
             max_attempts=ctx.settings.callback_max_attempts,
             retry_delay=ctx.settings.callback_retry_delay,
+            retry=retry,
         )
     log.info("callback %s: %s", what, status or "taken back meanwhile (its worker thought lost)")
     return status or "stale"
+
+
+def _run(
+    ctx: WorkerContext,
+    msg: CallbackMessage,
+    row: DueCallback,
+    fileloc: str | None,
+    context: dict[str, Any],
+    what: str,
+    stop: Stop,
+) -> tuple[str | None, bool]:
+    """Run the callback under its timeout and hard limit; its error (None: it ended
+    well) and whether it may run again (not after its timeout). `TaskStopped` propagates."""
+    try:
+        target = _target(ctx, fileloc, row)
+    except (Exception, TaskTimeout) as exc:  # the DAG file's import: may work next time
+        return _raised(what, row, exc), True
+    if target is None:
+        log.info("%s: the DAG sets no such callback any more: nothing to run", what)
+        return None, True
+    timeout = ctx.settings.callback_timeout
+    expire = functools.partial(_expire, ctx, msg, row, what, timeout)
+    try:
+        with hard_limit(timeout + ctx.settings.timeout_grace, expire, f"callback {what}"):
+            call_with_timeout(
+                lambda: run_callback(target, context, sending_app(ctx).send_task),
+                timeout,
+                f"callback {what} timed out after {timeout:g}s",
+                stop,
+            )
+    except TaskTimeout as exc:
+        return _raised(what, row, exc), False
+    except Exception as exc:
+        return _raised(what, row, exc), True
+    return None, True
+
+
+def _raised(what: str, row: DueCallback, exc: BaseException) -> str:
+    error = error_line(exc)
+    log.warning("callback %s raised (attempt %d): %s", what, row.attempts + 1, error)
+    return error
+
+
+def _expire(
+    ctx: WorkerContext,
+    msg: CallbackMessage,
+    row: DueCallback,
+    what: str,
+    timeout: float,
+    how: Ending,
+) -> None:
+    """Record a callback still running past its timeout and the grace (from the
+    deadlines' thread, its code still running): `failed`, timed out, on its token."""
+    error = error_line(TaskTimeout(f"callback {what} timed out after {timeout:g} s ({how.note})"))
+    with transaction(ctx.session_factory) as session:
+        status = due.finish(
+            session,
+            msg,
+            utcnow(),
+            error=error,
+            attempts=row.attempts + 1,
+            max_attempts=ctx.settings.callback_max_attempts,
+            retry_delay=ctx.settings.callback_retry_delay,
+            retry=False,
+        )
+    log.warning("callback %s: %s, %s", what, error, status or "taken back meanwhile")
 
 
 def _context(session: Any, row: DueCallback, base_url: str) -> tuple[str | None, dict[str, Any]]:

@@ -30,12 +30,14 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import logging
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
@@ -495,7 +497,8 @@ def _execute(
             external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
             return TI.RUNNING, {"external_id": external_id}
-        value = _run_limited(ctx, msg, claimed, task, stop, captured)
+        with _hard_limit(ctx, msg, claimed, task, captured):
+            value = run_task(task, claimed.context, stop)
         result = check_result(value, msg.task_id)
         output = claimed.spec.get("map_output") if claimed.spec else None
         if output is not None:
@@ -513,25 +516,19 @@ def _execute(
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
 
 
-def _run_limited(
-    ctx: WorkerContext,
-    msg: RunMessage,
-    claimed: Claimed,
-    task: Task,
-    stop: Stop,
-    captured: TaskLogCapture,
-) -> Any:
-    """`run_task` under the try's hard limit: a Python task with an `execution_timeout`
-    still running `timeout_grace` seconds after it is recorded by `_expire` and ended
-    (`time_limits.hard_limit`; its late end raises `Expired`). A shell task's command is
-    killed at its timeout by `run_shell` itself."""
+def _hard_limit(
+    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, task: Task, captured: TaskLogCapture
+) -> AbstractContextManager[object]:
+    """The try's hard limit, around its task's code: a Python task with an
+    `execution_timeout` still running `timeout_grace` seconds after it is recorded by
+    `_expire` and ended (`time_limits.hard_limit`; its late end raises `Expired`). A
+    shell task's command is killed at its timeout by `run_shell` itself."""
     if task.execution_timeout is None or isinstance(task, ShellTask):
-        return run_task(task, claimed.context, stop)
+        return contextlib.nullcontext()
     timeout = task.execution_timeout.total_seconds()
     expire = functools.partial(_expire, ctx, msg, claimed, captured, timeout)
     what = f"{_what(msg)}, try {claimed.try_number}"
-    with hard_limit(timeout + ctx.settings.timeout_grace, expire, what):
-        return run_task(task, claimed.context, stop)
+    return hard_limit(timeout + ctx.settings.timeout_grace, expire, what)
 
 
 def _expire(

@@ -239,7 +239,7 @@ class DueCallback(Base):
     or, for a deadline, in the scheduler's transaction; `dedup_key` is unique per TI, try
     and kind (per run, kind and queueing for a run), so it exists once whatever writes
     the state. Its delivery (`status`) moves by compare-and-set on `token`
-    (`core.queries.callbacks`).
+    (`core.queries.callbacks`); while it runs, its worker beats `last_heartbeat_at`.
     """
 
     __tablename__ = "callback"
@@ -263,6 +263,8 @@ class DueCallback(Base):
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
+    last_heartbeat_at: Mapped[dt.datetime | None]
+    """The last beat of the worker running it (`running` only; migration 0016)."""
 
     __table_args__ = (Index("ix_callback_status_next", "status", "next_attempt_at"),)
 

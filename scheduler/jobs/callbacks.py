@@ -7,7 +7,9 @@ one message per callback on the callback queue; a worker runs it
 (`sluice.broker.worker.callbacks`). A message lost before a worker claimed it (a broker
 restarted or flushed, a scheduler killed between its commit and its publish) is published
 again after `queued_timeout` with a new token, which makes the lost one stale if it ever
-arrives. Missed deadlines are looked for once a second.
+arrives; a running callback, only once its worker has stopped beating for it for
+`heartbeat_timeout` (the worker lost), however long it runs. Missed deadlines are looked
+for once a second.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class CallbackDelivery:
                 session,
                 now,
                 republish_after=self.settings.queued_timeout,
-                running_timeout=self.settings.callback_timeout,
+                heartbeat_timeout=self.settings.heartbeat_timeout,
                 max_attempts=self.settings.callback_max_attempts,
             )
         if messages:

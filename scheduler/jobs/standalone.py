@@ -108,7 +108,7 @@ class StandaloneJob(SchedulerJob):
 
     def _lost_callbacks(self, session: Session, now: dt.datetime) -> list[CallbackMessage]:
         """The due callbacks, the queued ones included at once (their messages are lost);
-        a running one waits for its timeout (its worker may be elsewhere)."""
+        a running one waits for its heartbeat to be gone (its worker may be elsewhere)."""
         if self.callbacks is None:
             return []
         messages: list[CallbackMessage] = []
@@ -117,7 +117,7 @@ class StandaloneJob(SchedulerJob):
                 session,
                 now,
                 republish_after=0.0,
-                running_timeout=self.settings.callback_timeout,
+                heartbeat_timeout=self.settings.heartbeat_timeout,
                 max_attempts=self.settings.callback_max_attempts,
                 limit=CALLBACK_BATCH,
             )

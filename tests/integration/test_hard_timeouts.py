@@ -203,7 +203,7 @@ def test_a_callback_past_its_limit_runs_once_and_is_recorded_timed_out(
     marks = setup(sluice, tmp_path, CALLBACKS)
     sluice.extra_env.update(SLUICE_CALLBACK_TIMEOUT="2", SLUICE_CALLBACK_MAX_ATTEMPTS="3")
     sluice.scheduler()
-    sluice.worker(concurrency=2)
+    sluice.worker(concurrency=1)  # one pool process: the next callback runs in its heir
     slow, stubborn = sluice.trigger("slow"), sluice.trigger("stubborn")
     assert sluice.wait_run("slow", slow) == sluice.wait_run("stubborn", stubborn) == "failed"
 
@@ -230,7 +230,7 @@ def test_a_callback_past_its_limit_runs_once_and_is_recorded_timed_out(
     # each started once (the callbacks are over: a failed one is never published again)
     assert len(pids(marks, "slow_alert")) == 1
     [killed] = pids(marks, "stubborn_alert")
-    # the worker goes on: a new callback runs, in a pool process started after the kill
+    # the worker goes on: a new callback runs, in the pool process started after the kill
     quick = sluice.trigger("quick")
     assert sluice.wait_run("quick", quick) == "failed"
     wait_until(lambda: callback_rows(sluice).get("quick", ("",))[0] == "delivered", timeout=20)

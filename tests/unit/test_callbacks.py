@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice import DAG, DagDefinitionError, Task, Webhook
+from sluice.broker.worker.heartbeat import LOST_CALLBACK, Heartbeat
 from sluice.scheduler.core.callback_kinds import Status
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
 from sluice.scheduler.core.messages import CallbackMessage, MessageError
@@ -23,6 +24,7 @@ from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.transitions import move_run, move_tis
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 from sluice.tasks.serialize import serialize_dag, version_hash
+from tests.procs import wait_until
 
 NOW = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
 
@@ -148,7 +150,11 @@ def test_publish_claim_and_end_move_by_token(factory: sessionmaker[Session]) -> 
     _, tis = new_run(factory)
     with transaction(factory) as session:
         move_tis(session, [tis["t"]], TI.FAILED, expect=[TI.NONE], now=NOW)
-    options: dict[str, Any] = {"republish_after": 10.0, "running_timeout": 60.0, "max_attempts": 2}
+    options: dict[str, Any] = {
+        "republish_after": 10.0,
+        "heartbeat_timeout": 60.0,
+        "max_attempts": 2,
+    }
     with transaction(factory) as session:
         [first] = due.publish_due(session, NOW, **options)
     with transaction(factory) as session:  # nothing else is due; not lost yet
@@ -178,7 +184,11 @@ def test_a_callback_whose_worker_was_lost_runs_again(factory: sessionmaker[Sessi
     _, tis = new_run(factory)
     with transaction(factory) as session:
         move_tis(session, [tis["t"]], TI.FAILED, expect=[TI.NONE], now=NOW)
-    options: dict[str, Any] = {"republish_after": 10.0, "running_timeout": 60.0, "max_attempts": 5}
+    options: dict[str, Any] = {
+        "republish_after": 10.0,
+        "heartbeat_timeout": 60.0,
+        "max_attempts": 5,
+    }
     with transaction(factory) as session:
         [message] = due.publish_due(session, NOW, **options)
         assert due.claim(session, message, NOW) is not None
@@ -187,6 +197,101 @@ def test_a_callback_whose_worker_was_lost_runs_again(factory: sessionmaker[Sessi
         [again] = due.publish_due(session, NOW + dt.timedelta(seconds=61), **options)
         row = session.get(DueCallback, again.callback_id)
         assert row is not None and row.attempts == 1 and "lost" in (row.error or "")
+
+
+def test_a_running_callback_is_published_again_only_when_its_heartbeat_is_gone(
+    factory: sessionmaker[Session],
+) -> None:
+    """Issue 39, 4.4: a callback whose worker beats for it is never published again,
+    however long it runs (its worker ends it at its timeout), so it never runs twice at
+    once; one whose beats stopped for the heartbeat timeout (its worker lost) is, with an
+    attempt spent, and a beat on its old token finds it lost."""
+    _, tis = new_run(factory)
+    with transaction(factory) as session:
+        move_tis(session, [tis["t"]], TI.FAILED, expect=[TI.NONE], now=NOW)
+    options: dict[str, Any] = {
+        "republish_after": 10.0,
+        "heartbeat_timeout": 30.0,
+        "max_attempts": 5,
+    }
+    with transaction(factory) as session:
+        [message] = due.publish_due(session, NOW, **options)
+        assert due.claim(session, message, NOW) is not None
+    running = [(message.callback_id, message.token)]
+    for beat in range(20, 400, 20):
+        at = NOW + dt.timedelta(seconds=beat)
+        with transaction(factory) as session:
+            assert due.beat_callbacks(session, running, at) == {message.callback_id}
+        with transaction(factory) as session:
+            assert due.publish_due(session, at + dt.timedelta(seconds=19), **options) == []
+    last = NOW + dt.timedelta(seconds=380)
+    with transaction(factory) as session:
+        assert due.publish_due(session, last + dt.timedelta(seconds=29), **options) == []
+        [again] = due.publish_due(session, last + dt.timedelta(seconds=31), **options)
+        row = session.get(DueCallback, again.callback_id)
+        assert row is not None and row.attempts == 1
+        assert row.error == "the worker running it was lost (no heartbeat for 30s)"
+    with transaction(factory) as session:
+        assert due.beat_callbacks(session, running, last + dt.timedelta(seconds=40)) == set()
+
+
+def test_the_workers_heartbeat_beats_for_a_running_callback_and_stops_a_lost_one(
+    factory: sessionmaker[Session],
+) -> None:
+    """Issue 39, 4.4: the worker's heartbeat thread beats for the callback it runs (on its
+    token), and stops it when the schedulers took it back (published again)."""
+    _, tis = new_run(factory)
+    with transaction(factory) as session:
+        move_tis(session, [tis["t"]], TI.FAILED, expect=[TI.NONE], now=NOW)
+    options: dict[str, Any] = {
+        "republish_after": 10.0,
+        "heartbeat_timeout": 30.0,
+        "max_attempts": 5,
+    }
+    with transaction(factory) as session:
+        [message] = due.publish_due(session, NOW, **options)
+        assert due.claim(session, message, NOW) is not None
+
+    def last_beat() -> dt.datetime | None:
+        with factory() as session:
+            row = session.get(DueCallback, message.callback_id)
+            assert row is not None
+            return row.last_heartbeat_at
+
+    lost: list[str] = []
+    beats = Heartbeat.for_callback(factory, 0.05, message.callback_id, message.token, lost.append)
+    with beats:
+        wait_until(lambda: (last_beat() or NOW) > NOW, timeout=5)
+        with transaction(factory) as session:  # its beats stop: lost, published again
+            later = NOW + dt.timedelta(seconds=31)
+            session.execute(update(DueCallback).values(last_heartbeat_at=NOW))
+            [again] = due.publish_due(session, later, **options)
+        wait_until(lambda: lost, timeout=5)
+    assert lost == [LOST_CALLBACK] and again.token != message.token
+
+
+def test_a_timed_out_callback_fails_at_once(factory: sessionmaker[Session]) -> None:
+    """Issue 39, 4.4: a callback that ran past its timeout is `failed`, not run again (a
+    second run would time out again, and the first may have half delivered)."""
+    _, tis = new_run(factory)
+    with transaction(factory) as session:
+        move_tis(session, [tis["t"]], TI.FAILED, expect=[TI.NONE], now=NOW)
+    options: dict[str, Any] = {
+        "republish_after": 10.0,
+        "heartbeat_timeout": 30.0,
+        "max_attempts": 5,
+    }
+    with transaction(factory) as session:
+        [message] = due.publish_due(session, NOW, **options)
+        assert due.claim(session, message, NOW) is not None
+    error = "TaskTimeout: callback on_failure of d timed out after 2s"
+    ended: dict[str, Any] = {"attempts": 1, "max_attempts": 5, "retry_delay": 5.0}
+    with transaction(factory) as session:
+        assert due.finish(session, message, NOW, error=error, retry=False, **ended) == "failed"
+    with transaction(factory) as session:
+        assert due.publish_due(session, NOW + dt.timedelta(days=1), **options) == []
+        row = session.get(DueCallback, message.callback_id)
+        assert row is not None and (row.status, row.error) == (Status.FAILED, error)
 
 
 def test_a_missed_deadline_fires_once(factory: sessionmaker[Session]) -> None:

@@ -4,13 +4,18 @@ Every move of a callback's `status` is one compare-and-set:
 - publish (a scheduler): `pending` (due) → `queued` with a new `token`, rows locked
   SKIP LOCKED so two schedulers never publish the same one; a `queued` one whose message
   was lost (not claimed within the re-publish delay) and a `running` one whose worker was
-  lost (past the callback timeout) are published again with a new token;
+  lost (no heartbeat within the heartbeat timeout) are published again with a new token;
 - claim (a worker): `queued` → `running` WHERE token = the message's: a message published
   before a re-publish, or delivered twice, loses and runs nothing;
+- beat (the worker running it, `beat_callbacks`): `last_heartbeat_at` WHERE token = its
+  own and still `running`; a beat that finds it no longer so tells the worker to stop it;
 - end (the worker that claimed it): `running` → `delivered`, or back to `pending` with a
-  backoff if it raised (until its attempts run out: `failed`), WHERE token = its own.
+  backoff if it raised (until its attempts run out: `failed`), or `failed` at once if it
+  timed out, WHERE token = its own.
 So a callback runs once per publish that a worker claims, and is published again only
-when its message or its worker was lost. The functions never commit.
+when its message or its worker was lost: a live worker's callback is fenced by its
+heartbeat, however long it runs (the worker ends it at its timeout). The functions never
+commit.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.callback_kinds import ON_DEADLINE_MISSED, Status
@@ -34,14 +39,17 @@ def publish_due(
     now: dt.datetime,
     *,
     republish_after: float,
-    running_timeout: float,
+    heartbeat_timeout: float,
     max_attempts: int,
     limit: int = 256,
 ) -> list[CallbackMessage]:
     """Lock (SKIP LOCKED) the callbacks to publish now, give each a new token and mark it
-    `queued`; the messages to send after the commit."""
+    `queued`; the messages to send after the commit. A `running` one is published again
+    only when its worker's last beat (its start, before the first) is older than
+    `heartbeat_timeout`."""
     lost_message = now - dt.timedelta(seconds=republish_after)
-    lost_worker = now - dt.timedelta(seconds=running_timeout)
+    lost_worker = now - dt.timedelta(seconds=heartbeat_timeout)
+    last_beat = func.coalesce(DueCallback.last_heartbeat_at, DueCallback.started_at)
     rows = session.scalars(
         select(DueCallback)
         .where(
@@ -51,7 +59,7 @@ def publish_due(
                     or_(DueCallback.next_attempt_at.is_(None), DueCallback.next_attempt_at <= now),
                 ),
                 and_(DueCallback.status == Status.QUEUED, DueCallback.published_at < lost_message),
-                and_(DueCallback.status == Status.RUNNING, DueCallback.started_at < lost_worker),
+                and_(DueCallback.status == Status.RUNNING, last_beat < lost_worker),
             )
         )
         .order_by(DueCallback.id)
@@ -62,7 +70,7 @@ def publish_due(
     for row in rows:
         if row.status == Status.RUNNING:  # its worker was lost mid-run: one attempt spent
             row.attempts += 1
-            row.error = "the worker running it was lost (no end within the callback timeout)"
+            row.error = f"the worker running it was lost (no heartbeat for {heartbeat_timeout:g}s)"
             if row.attempts >= max_attempts:
                 row.status, row.finished_at, row.token = Status.FAILED, now, None
                 continue
@@ -83,13 +91,30 @@ def claim(session: Session, message: CallbackMessage, now: dt.datetime) -> DueCa
             DueCallback.token == message.token,
             DueCallback.status == Status.QUEUED,
         )
-        .values(status=Status.RUNNING, started_at=now)
+        .values(status=Status.RUNNING, started_at=now, last_heartbeat_at=now)
         .returning(DueCallback.id)
         .execution_options(synchronize_session=False)
     ).first()
     if won is None:
         return None
     return session.get(DueCallback, message.callback_id, populate_existing=True)
+
+
+def beat_callbacks(session: Session, running: list[tuple[int, str]], now: dt.datetime) -> set[int]:
+    """One beat for the (callback id, token) pairs a worker runs: `last_heartbeat_at` of
+    those still `running` on that token. The ids beaten; the others were taken back
+    (published again as lost) and are to be stopped."""
+    beaten = session.execute(
+        update(DueCallback)
+        .where(
+            tuple_(DueCallback.id, DueCallback.token).in_(running),
+            DueCallback.status == Status.RUNNING,
+        )
+        .values(last_heartbeat_at=now)
+        .returning(DueCallback.id)
+        .execution_options(synchronize_session=False)
+    )
+    return set(beaten.scalars())
 
 
 def finish(
@@ -101,15 +126,17 @@ def finish(
     attempts: int,
     max_attempts: int,
     retry_delay: float,
+    retry: bool = True,
 ) -> str | None:
     """Record the end of the run this worker claimed: `delivered`, or (it raised) `pending`
     again after `retry_delay * 2**(attempts-1)` seconds, or `failed` when `attempts` (this
-    one counted) reach `max_attempts`. The status written; None if the claim was lost
-    meanwhile (taken for lost and published again)."""
+    one counted) reach `max_attempts` or, without `retry` (it timed out), at once. The
+    status written; None if the claim was lost meanwhile (taken for lost and published
+    again)."""
     values: dict[str, object] = {"attempts": attempts, "finished_at": now, "error": None}
     if error is None:
         values["status"] = Status.DELIVERED
-    elif attempts >= max_attempts:
+    elif attempts >= max_attempts or not retry:
         values.update(status=Status.FAILED, error=short_error(error))
     else:
         delay = min(retry_delay * 2.0 ** (attempts - 1), 3600.0)
