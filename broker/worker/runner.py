@@ -54,7 +54,7 @@ from sluice.broker.worker.result import Case, Recorded, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_env import masked_error
 from sluice.broker.worker.task_logs import TaskLogCapture, capture_task_log
-from sluice.broker.worker.time_limits import Ending, hard_limit
+from sluice.broker.worker.time_limits import Ending, deadlines, hard_limit
 from sluice.broker.worker.upstream_results import (
     COPIES_OF_THIS_PROCESS,
     UPSTREAM_OF_TI,
@@ -205,6 +205,7 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         log.info("stale message for %s: ignored", _what(msg))
         return Outcome.STALE
     log.debug("running %s, try %s", _what(msg), claimed.try_number)  # Celery logs the receipt
+    deadlines()  # the process's deadlines thread starts out of the try's log capture
     stop = Stop()
     heartbeat = Heartbeat(
         ctx.session_factory,

@@ -112,12 +112,14 @@ class Watch:
 
 
 class Deadlines:
-    """The watches of one process, ended at their deadlines by one daemon thread."""
+    """The watches of one process, ended at their deadlines by one daemon thread (started
+    with the object: see `deadlines`)."""
 
     def __init__(self) -> None:
         self._watches: dict[int, Watch] = {}
         self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._run, name="sluice-time-limits", daemon=True)
+        self._thread.start()
 
     def watch(self, seconds: float, expire: Expire, what: str) -> Watch:
         """Watch a body that must end within `seconds`; call `done()` on the returned
@@ -125,11 +127,6 @@ class Deadlines:
         watch = Watch(time.monotonic() + seconds, expire, what)
         with self._wake:
             self._watches[id(watch)] = watch
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="sluice-time-limits", daemon=True
-                )
-                self._thread.start()
             self._wake.notify()
         return watch
 
@@ -165,7 +162,9 @@ _deadlines_lock = threading.Lock()
 
 
 def deadlines() -> Deadlines:
-    """This process's deadlines (a forked child gets its own, and its own thread)."""
+    """This process's deadlines (a forked child gets its own, and its own thread). The
+    first call starts the thread: make it outside a try's log capture, whose threads
+    started there write into that try's log (`task_logs`)."""
     pid = os.getpid()
     with _deadlines_lock:
         found = _deadlines.get(pid)
