@@ -545,6 +545,7 @@ def _expire(
     log so far, as its own failure would be; then wake the schedulers."""
     error = TaskTimeout(f"task '{msg.task_id}' timed out after {timeout:g} s ({how.note})")
     new, values = _failure(msg, claimed, error)
+    values = masked_error(ctx.settings, values)  # as every stored error (a task id only)
     outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
         _follow_up(ctx, claimed, follow)

@@ -200,7 +200,7 @@ def failed_run(world: World, run_id: str, ended: dt.datetime, delivery: str) -> 
         return
     with transaction(world.factory) as session:
         (message,) = due.publish_due(
-            session, ended, republish_after=1e6, running_timeout=1e6, max_attempts=1
+            session, ended, republish_after=1e6, heartbeat_timeout=1e6, max_attempts=1
         )
     if delivery == Status.QUEUED:
         return
@@ -253,7 +253,7 @@ def test_clean_keeps_the_runs_whose_alerts_have_not_been_sent(world: World) -> N
 
     # once their alerts are sent, the next clean takes them
     with transaction(world.factory) as session:
-        due.publish_due(session, cut, republish_after=1e6, running_timeout=1e6, max_attempts=1)
+        due.publish_due(session, cut, republish_after=1e6, heartbeat_timeout=1e6, max_attempts=1)
         for row in session.scalars(select(DueCallback).where(DueCallback.status == "queued")):
             assert due.claim(session, CallbackMessage(row.id, str(row.token)), cut) is not None
         for row in session.scalars(select(DueCallback).where(DueCallback.status == "running")):
