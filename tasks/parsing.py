@@ -26,6 +26,7 @@ import sys
 import threading
 import traceback
 from collections import deque
+from collections.abc import Collection
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any, TypedDict
@@ -49,8 +50,12 @@ class FileResult(TypedDict):
     error: str | None
 
 
-def parse_files(paths: list[str], timeout: float) -> dict[str, FileResult]:
+def parse_files(
+    paths: list[str], timeout: float, *, drop_env: Collection[str] = ()
+) -> dict[str, FileResult]:
     """Parse ``paths`` in a fresh subprocess, ``timeout`` seconds per file; keyed by path.
+    The subprocess's environment is this process's without the variables ``drop_env``
+    names (the deployment's secrets: a DAG file's top-level code is user code).
 
     If the subprocess dies, or runs past ``len(batch) * timeout + 5`` seconds, the file it was
     on gets that as its error and the files after it are parsed again in a new subprocess.
@@ -59,7 +64,7 @@ def parse_files(paths: list[str], timeout: float) -> dict[str, FileResult]:
     seen: dict[str, str] = {}
     remaining = list(dict.fromkeys(paths))
     while remaining:
-        reported, failure = _run_batch(remaining, timeout, seen)
+        reported, failure = _run_batch(remaining, timeout, seen, drop_env)
         results.update(reported)
         for path, result in reported.items():
             for dag in result["dags"]:
@@ -78,10 +83,10 @@ there, and a file printing hundreds of megabytes must not fill the scheduler's m
 
 
 def _run_batch(
-    paths: list[str], timeout: float, seen: dict[str, str]
+    paths: list[str], timeout: float, seen: dict[str, str], drop_env: Collection[str]
 ) -> tuple[dict[str, FileResult], str | None]:
     """One parser subprocess: what it reported, and why it stopped early (None if it did not)."""
-    env = dict(os.environ)
+    env = {name: value for name, value in os.environ.items() if name not in drop_env}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     request = json.dumps({"paths": paths, "timeout": timeout, "seen": seen}).encode("utf-8")
     deadline = len(paths) * timeout + 5

@@ -47,8 +47,8 @@ def hide_secrets(settings: Settings, environ: MutableMapping[str, str] | None = 
     (this process's environment by default); idempotent."""
     environ = os.environ if environ is None else environ
     with _lock:
-        for name in SECRET_VARIABLES:
-            if name not in settings.task_env_allow and name in environ:
+        for name in settings.hidden_from_tasks:
+            if name in environ:
                 _hidden[name] = environ.pop(name)
 
 

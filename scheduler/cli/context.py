@@ -61,6 +61,7 @@ class Cli:
             folder,
             parse_timeout=self.settings.parse_timeout,
             now=utcnow(),
+            drop_env=self.settings.hidden_from_tasks,
         )
 
     def wait_for_database(self) -> None:

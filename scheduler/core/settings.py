@@ -153,6 +153,11 @@ class Settings:
     task_env_allow: frozenset[str] = frozenset()
     """The `SECRET_VARIABLES` a task's process may see nevertheless (none by default)."""
 
+    @property
+    def hidden_from_tasks(self) -> tuple[str, ...]:
+        """The `SECRET_VARIABLES` a task's process, and a DAG file's import, do not see."""
+        return tuple(name for name in SECRET_VARIABLES if name not in self.task_env_allow)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env

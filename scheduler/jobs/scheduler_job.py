@@ -74,6 +74,7 @@ class DagFolderParser:
                     self.settings.dags_folder,
                     parse_timeout=self.settings.parse_timeout,
                     now=utcnow(),
+                    drop_env=self.settings.hidden_from_tasks,
                 )
                 if synced.folder_missing != missing:
                     missing = synced.folder_missing
@@ -154,6 +155,7 @@ class SchedulerJob(DagRunJob):
             self.settings.dags_folder,
             parse_timeout=self.settings.parse_timeout,
             now=now,
+            drop_env=self.settings.hidden_from_tasks,
         )
 
     def lost_job_row(self) -> None:

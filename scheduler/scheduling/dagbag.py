@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Dag, DagFile
+from sluice.scheduler.core.settings import SECRET_VARIABLES
 from sluice.scheduler.core.text import one_line
 from sluice.scheduler.core.upsert import upsert
 from sluice.scheduler.scheduling.shapes import shape_columns
@@ -57,9 +59,16 @@ def _fingerprints(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 def sync_dag_folder(
-    factory: sessionmaker[Session], folder: Path, *, parse_timeout: float, now: dt.datetime
+    factory: sessionmaker[Session],
+    folder: Path,
+    *,
+    parse_timeout: float,
+    now: dt.datetime,
+    drop_env: Collection[str] = SECRET_VARIABLES,
 ) -> SyncResult:
-    """Parse what changed in `folder` and record it; return what was done.
+    """Parse what changed in `folder` and record it; return what was done. The parser's
+    environment lacks the variables `drop_env` names (by default every secret one:
+    `Settings.hidden_from_tasks` keeps those `SLUICE_TASK_ENV_ALLOW` lets through).
 
     A folder that is not there changes nothing (`folder_missing`): a folder unmounted
     or mistyped must not retire every DAG it held.
@@ -76,7 +85,7 @@ def sync_dag_folder(
     gone = sorted(p for p in known if p not in on_disk and p.startswith(under_folder))
     if not changed and not gone:
         return result
-    parsed = parse_files(changed, parse_timeout) if changed else {}
+    parsed = parse_files(changed, parse_timeout, drop_env=drop_env) if changed else {}
     with transaction(factory) as session:
         for path in gone:
             session.execute(delete(DagFile).where(DagFile.fileloc == path))

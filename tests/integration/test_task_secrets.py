@@ -157,3 +157,31 @@ def test_tasks_see_no_secret_and_their_logs_show_none(
         assert "file says ***" in logs[f"{run}.shell"]
         assert "SLUICE_TASK_ID=shell" in logs[f"{run}.shell"]  # plain variables stay
         assert errors[f"{run}.leak"] == "RuntimeError: the token is ***"
+
+
+PEEKING_DAG = """
+import os
+from pathlib import Path
+from sluice import DAG, task
+
+Path({seen!r}).write_text("\\n".join(sorted(k for k in os.environ if k.startswith("SLUICE_"))))
+
+with DAG("peeking", schedule=None) as dag:
+    @task
+    def nothing():
+        pass
+"""
+
+
+def test_a_dag_files_top_level_code_sees_no_secret_either(sluice: Sluice, tmp_path: Path) -> None:
+    # Given a DAG file whose top-level code (run by the folder's parser) notes the
+    # SLUICE_ variables it sees, in a deployment with an API token
+    seen = tmp_path / "seen"
+    sluice.extra_env.update(SLUICE_API_TOKEN=API_TOKEN, SLUICE_TASK_ENV_ALLOW="SLUICE_API_TOKEN")
+    (sluice.dags_folder / "peeking.py").write_text(PEEKING_DAG.format(seen=str(seen)))
+    # When the folder is parsed (`sluice dags list` syncs it, as a scheduler's parser does)
+    sluice.ok("dags", "list")
+    # Then the parser saw the plain variables and the one allowed, no other secret
+    names = set(seen.read_text().split())
+    assert {"SLUICE_DAGS_FOLDER", "SLUICE_NAMESPACE", "SLUICE_API_TOKEN"} <= names
+    assert not names & {"SLUICE_DATABASE_URL", "SLUICE_BROKER_URL"}
