@@ -27,11 +27,12 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     """Upgrade schema."""
-    with op.batch_alter_table("callback") as batch:
-        batch.add_column(sa.Column("last_heartbeat_at", UtcDateTime(timezone=True), nullable=True))
+    op.add_column("callback", sa.Column("last_heartbeat_at", UtcDateTime(timezone=True)))
 
 
 def downgrade() -> None:
-    """Downgrade schema."""
-    with op.batch_alter_table("callback") as batch:
-        batch.drop_column("last_heartbeat_at")
+    """Downgrade schema: `ALTER TABLE … DROP COLUMN` on both databases. Not a batch
+    operation: on SQLite that copies `callback` to a new table and drops the old one,
+    which the row triggers of `task_instance` and `dag_run` (migration 0009) name, so
+    SQLite refuses it ("error in trigger … no such table: main.callback")."""
+    op.drop_column("callback", "last_heartbeat_at")
