@@ -156,7 +156,10 @@ class TaskLines:
         self._seen = {key: end for key, end in self._seen.items() if end >= self._since}
         out = self.out or sys.stderr
         for line in lines:
-            print(line, file=out, flush=True)
+            # one write a line: print() writes the newline apart, and a log record of
+            # another thread (the embedded worker's, with -v) could land between the two
+            out.write(line + "\n")
+            out.flush()
         return lines
 
     def _read(self, session: Session) -> list[str]:
