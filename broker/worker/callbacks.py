@@ -74,17 +74,7 @@ def run_callback_message(ctx: WorkerContext, msg: CallbackMessage) -> str:
     except TaskStopped as exc:  # taken back, or recorded by its hard limit (`Expired`)
         log.warning("callback %s stopped: %s", what, exc)
         return "stale"
-    with transaction(ctx.session_factory) as session:
-        status = due.finish(
-            session,
-            msg,
-            utcnow(),
-            error=error,
-            attempts=row.attempts + 1,
-            max_attempts=ctx.settings.callback_max_attempts,
-            retry_delay=ctx.settings.callback_retry_delay,
-            retry=retry,
-        )
+    status = _finish(ctx, msg, row, error, retry=retry)
     log.info("callback %s: %s", what, status or "taken back meanwhile (its worker thought lost)")
     return status or "stale"
 
@@ -141,8 +131,17 @@ def _expire(
     """Record a callback still running past its timeout and the grace (from the
     deadlines' thread, its code still running): `failed`, timed out, on its token."""
     error = error_line(TaskTimeout(f"callback {what} timed out after {timeout:g} s ({how.note})"))
+    status = _finish(ctx, msg, row, error, retry=False)
+    log.warning("callback %s: %s, %s", what, error, status or "taken back meanwhile")
+
+
+def _finish(
+    ctx: WorkerContext, msg: CallbackMessage, row: DueCallback, error: str | None, *, retry: bool
+) -> str | None:
+    """Record how this attempt of the callback ended, on its token (its own transaction);
+    the new status, or None if the callback was taken back meanwhile."""
     with transaction(ctx.session_factory) as session:
-        status = due.finish(
+        return due.finish(
             session,
             msg,
             utcnow(),
@@ -150,9 +149,8 @@ def _expire(
             attempts=row.attempts + 1,
             max_attempts=ctx.settings.callback_max_attempts,
             retry_delay=ctx.settings.callback_retry_delay,
-            retry=False,
+            retry=retry,
         )
-    log.warning("callback %s: %s, %s", what, error, status or "taken back meanwhile")
 
 
 def _context(session: Any, row: DueCallback, base_url: str) -> tuple[str | None, dict[str, Any]]:

@@ -20,13 +20,7 @@ from typing import Any
 from tests.integration.test_cancel_run import rows
 from tests.procs import Sluice, wait_until
 
-SWALLOWS = """
-import os
-import time
-from datetime import timedelta
-from pathlib import Path
-from sluice import DAG, task
-
+HELPERS = """
 MARKS = Path({marks!r})
 
 
@@ -42,7 +36,19 @@ def loop(seconds, swallowed):
             time.sleep(0.05)
         except swallowed:
             pass
+"""
+"""What both DAG files define: where they note their starts, and a loop that swallows."""
 
+SWALLOWS = (
+    """
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+from sluice import DAG, task
+"""
+    + HELPERS
+    + """
 
 with DAG("swallows", schedule=None) as dag:
     @task(execution_timeout=timedelta(seconds=2))
@@ -61,6 +67,7 @@ with DAG("swallows", schedule=None) as dag:
 
     [catches_exception, catches_everything] >> after
 """
+)
 
 
 def db(sluice: Sluice, sql: str) -> list[Any]:
@@ -135,28 +142,15 @@ def test_a_swallowed_task_timeout_fails_then_is_killed_and_retried(
     assert "heartbeat" not in (everything["error"] or "")
 
 
-CALLBACKS = """
+CALLBACKS = (
+    """
 import os
 import time
 from pathlib import Path
 from sluice import DAG, task
-
-MARKS = Path({marks!r})
-
-
-def started(name):
-    with open(MARKS / name, "a") as out:
-        out.write(f"{{os.getpid()}}\\n")
-
-
-def loop(seconds, swallowed):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        try:
-            time.sleep(0.05)
-        except swallowed:
-            pass
-
+"""
+    + HELPERS
+    + """
 
 def slow_alert(context):
     started("slow_alert")
@@ -185,6 +179,7 @@ with DAG("stubborn", schedule=None) as stubborn:
 with DAG("quick", schedule=None) as quick:
     task(task_id="fails", on_failure_callback=quick_alert)(fails)
 """
+)
 
 
 def callback_rows(sluice: Sluice) -> dict[str, tuple[str, str | None, int]]:
