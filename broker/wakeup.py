@@ -39,7 +39,7 @@ from redis.client import PubSub
 from redis.retry import Retry
 
 from sluice.broker.untrusted import dropped, parse_run_id
-from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.settings import DEFAULTS, Settings
 
 log = logging.getLogger("sluice.wakeup")
 
@@ -181,7 +181,7 @@ class RedisWaker:
     `wake()` may be called from any thread.
     """
 
-    def __init__(self, url: str, namespace: str, batch: int = Settings.runs_per_loop) -> None:
+    def __init__(self, url: str, namespace: str, batch: int = DEFAULTS.runs_per_loop) -> None:
         self.url = url
         self.namespace = namespace
         self.batch = batch

@@ -39,7 +39,6 @@ the configuration.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -153,7 +152,7 @@ def attach(
     names = _queue_names(queues, consume)
     if settings is None:
         settings = Settings.from_env()
-        if not os.environ.get("SLUICE_BROKER_URL") and app.conf.broker_url:
+        if not settings.broker_url_set and app.conf.broker_url:
             settings = settings.with_(broker_url=str(app.conf.broker_url))
     check(app, settings)
 

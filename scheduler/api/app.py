@@ -57,7 +57,7 @@ def create_app(
 ) -> FastAPI:
     """The API and UI for `settings` (default: from the environment, or from `env`)."""
     settings = settings if settings is not None else Settings.from_env(env)
-    config = config if config is not None else ApiConfig.from_env(env)
+    config = config if config is not None else ApiConfig.from_settings(settings)
     # routes run in a thread pool: 20 requests at once (a burst of triggers) each get a
     # connection without waiting (with 5, a quarter of a trigger was that wait: W3API)
     engine = make_engine(

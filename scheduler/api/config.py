@@ -1,4 +1,4 @@
-"""The API's own settings, read once from the environment when the app is created.
+"""The API's own settings, taken once from `Settings` when the app is created.
 
 | variable | meaning |
 |---|---|
@@ -7,29 +7,19 @@
 | `SLUICE_TRACE_URL` | a link template, e.g. `http://jaeger:16686/trace/{trace_id}` |
 | `SLUICE_API_MAX_BODY_BYTES` | the largest request body read (default 1 MiB); larger: 413 |
 | `SLUICE_API_DAG_CACHE_BYTES` | what the cache of DAG shapes (task order, task list) holds |
+
+They are fields of `core.settings.Settings`, which parses and checks them.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sluice.scheduler.core.settings import ConfigError, env_int
+from sluice.scheduler.core.settings import TRACE_PLACEHOLDER, Settings
 
-TRACE_PLACEHOLDER = "{trace_id}"
-
-MAX_BODY_BYTES = 1_048_576
-DAG_CACHE_BYTES = 64 * 1_048_576
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+MAX_BODY_BYTES: int = Settings.model_fields["api_max_body_bytes"].default
+DAG_CACHE_BYTES: int = Settings.model_fields["api_dag_cache_bytes"].default
 
 
 @dataclass(frozen=True)
@@ -43,19 +33,19 @@ class ApiConfig:
     """About how much the cache of DAG shapes (`views.ShapeCache`) holds."""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiConfig:
-        env = os.environ if env is None else env
-        token = (env.get("SLUICE_API_TOKEN") or "").strip() or None
-        trace_url = (env.get("SLUICE_TRACE_URL") or "").strip() or None
-        if trace_url is not None and TRACE_PLACEHOLDER not in trace_url:
-            raise ConfigError(f"SLUICE_TRACE_URL must contain {TRACE_PLACEHOLDER}")
+    def from_settings(cls, settings: Settings) -> ApiConfig:
         return cls(
-            token=token,
-            read_auth=_flag(env, "SLUICE_API_READ_AUTH"),
-            trace_url=trace_url,
-            max_body_bytes=env_int(env, "SLUICE_API_MAX_BODY_BYTES", MAX_BODY_BYTES),
-            dag_cache_bytes=env_int(env, "SLUICE_API_DAG_CACHE_BYTES", DAG_CACHE_BYTES),
+            token=settings.api_token,
+            read_auth=settings.api_read_auth,
+            trace_url=settings.trace_url,
+            max_body_bytes=settings.api_max_body_bytes,
+            dag_cache_bytes=settings.api_dag_cache_bytes,
         )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ApiConfig:
+        """`from_settings(Settings.from_env(env))`: ConfigError for a bad variable."""
+        return cls.from_settings(Settings.from_env(env))
 
     def trace_link(self, trace_id: str | None) -> str | None:
         """The trace viewer's link for `trace_id`, or None without a template or an id."""

@@ -1,7 +1,7 @@
 """`sluice api [--host 127.0.0.1] [--port 8080]`: serve the REST API and the web UI.
 
-Reads `SLUICE_API_TOKEN`, `SLUICE_API_READ_AUTH`, `SLUICE_TRACE_URL`,
-`SLUICE_API_MAX_BODY_BYTES` and `SLUICE_API_DAG_CACHE_BYTES` once, at start (see
+Takes `SLUICE_API_TOKEN`, `SLUICE_API_READ_AUTH`, `SLUICE_TRACE_URL`,
+`SLUICE_API_MAX_BODY_BYTES` and `SLUICE_API_DAG_CACHE_BYTES` from the settings (see
 `scheduler.api.config`). Waits for a database that does not answer yet (one line per
 attempt); fails with one line if the schema is not current. Serving beyond loopback with
 open reads is allowed but warned about.
@@ -41,7 +41,7 @@ def serve(cli: Cli, args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be between 1 and 65535, got {args.port}")
-    config = ApiConfig.from_env()
+    config = ApiConfig.from_settings(cli.settings)
     cli.wait_for_database()  # and fail early with one line if the schema is missing
     cli.engine.dispose()
     if config.token is None:

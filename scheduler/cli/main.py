@@ -64,7 +64,7 @@ def _default_level(command: str) -> str:
     return "INFO" if command in daemons else "WARNING"
 
 
-def log_level(args: argparse.Namespace) -> str:
+def log_level(args: argparse.Namespace, settings: Settings) -> str:
     """The root log level: `-v` INFO, `-vv` DEBUG (where a command has `-v`), else
     `SLUICE_LOG_LEVEL`, else INFO for daemons and WARNING for the rest. `sluice
     standalone` is not counted a daemon: by default it prints its own lines (one per
@@ -73,7 +73,7 @@ def log_level(args: argparse.Namespace) -> str:
     verbose = getattr(args, "verbose", 0) or 0
     if verbose:
         return "DEBUG" if verbose > 1 else "INFO"
-    return os.environ.get("SLUICE_LOG_LEVEL") or _default_level(args.command)
+    return settings.log_level or _default_level(args.command)
 
 
 def not_utf8(argv: Sequence[str]) -> str | None:
@@ -103,15 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sluice: error: {problem}", file=sys.stderr)
         return USAGE_ERROR
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=log_level(args),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     cli: Cli | None = None
     try:
-        cli = Cli(Settings.from_env(), role=args.command)
+        settings = Settings.from_env()  # a bad variable: ConfigError, one line, exit 2
+        logging.basicConfig(
+            level=log_level(args, settings),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        cli = Cli(settings, role=args.command)
         return int(args.func(cli, args))
     except (InputError, SchemaNotReady, ConfigError) as exc:
         print(f"sluice: error: {visible(str(exc))}", file=sys.stderr)

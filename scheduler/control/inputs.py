@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from sluice.scheduler.core.settings import Settings
+from sluice.scheduler.core.settings import DEFAULTS
 
 
 class InputError(ValueError):
@@ -180,8 +180,8 @@ def check_conf(
     at most `max_depth` levels deep (default: `Settings.max_conf_depth`), checked first
     and without recursion; text valid UTF-8 without NUL (keys and values), numbers finite,
     at most `max_bytes` (default: `Settings.max_conf_bytes`) as compact UTF-8 JSON."""
-    limit = Settings.max_conf_bytes if max_bytes is None else max_bytes
-    depth = Settings.max_conf_depth if max_depth is None else max_depth
+    limit = DEFAULTS.max_conf_bytes if max_bytes is None else max_bytes
+    depth = DEFAULTS.max_conf_depth if max_depth is None else max_depth
     if not isinstance(conf, dict):
         raise InputError(f"{what} must be a JSON object, e.g. '{{\"key\": 1}}'")
     for path, kind, item in _walk(conf, depth):
@@ -231,7 +231,7 @@ def parse_conf(
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
-        raise too_deep(what, Settings.max_conf_depth if max_depth is None else max_depth) from None
+        raise too_deep(what, DEFAULTS.max_conf_depth if max_depth is None else max_depth) from None
     except ValueError as exc:  # an integer of over 4300 digits
         raise InputError(f"{what} cannot be read: {str(exc).splitlines()[0]}") from None
     if not isinstance(value, dict):

@@ -1,65 +1,43 @@
-"""Settings, built once from the environment and passed in; nothing reads config at import."""
+"""Settings: one pydantic model, built once from the environment and passed in; nothing
+reads config at import.
+
+- Each field `name` is read from the variable `SLUICE_NAME` (`dags_folder` from
+  `SLUICE_DAGS_FOLDER`), except the `INTERNAL` ones, which the program sets. A variable
+  that is empty (or only spaces) is unset; a value is read without its outer spaces.
+- One boolean syntax, pydantic's: `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`, in any case.
+- A default that depends on another setting follows it (`FOLLOWERS`); a setting that
+  conflicts with another is refused only when it was given (`CONFLICTS`), so a default
+  alone never stops a daemon.
+- `Settings.from_env` turns every bad value into one `ConfigError` line that names its
+  variable (the CLI prints it and exits 2). `Settings(...)` reads its arguments only.
+"""
 
 from __future__ import annotations
 
+import logging
+import operator
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message is one line for the user."""
 
 
-_N = TypeVar("_N", int, float)
-
-
-def _positive(
-    env: Mapping[str, str], name: str, default: _N, parse: Callable[[str], _N], kind: str
-) -> _N:
-    """A positive number from `env[name]` (`default` when unset or empty)."""
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = parse(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name} must be positive, got {raw!r}")
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    return _positive(env, name, default, float, "a number of seconds")
-
-
-def env_int(env: Mapping[str, str], name: str, default: int) -> int:
-    """A positive whole number from `env[name]`, `default` when unset; else ConfigError."""
-    return _positive(env, name, default, int, "a whole number")
-
+PREFIX = "SLUICE_"
 
 CONF_DEPTH_CEILING = 200
 """The highest SLUICE_MAX_CONF_DEPTH allowed: pydantic answers no JSON nested 256 levels or
 more (a run's conf sits one level inside its answer)."""
 
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw == "":
-        return default
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise ConfigError(f"{name} must be true or false, got {env.get(name)!r}")
-
+TRACE_PLACEHOLDER = "{trace_id}"
+"""What SLUICE_TRACE_URL must hold: the UI puts a run's trace id there."""
 
 SECRET_VARIABLES = (
     "SLUICE_DATABASE_URL",
@@ -71,87 +49,222 @@ SECRET_VARIABLES = (
 """The variables that may hold the deployment's credentials: a task's process does not
 see them (`broker.worker.task_env`) unless `SLUICE_TASK_ENV_ALLOW` names them."""
 
+INTERNAL = frozenset({"embedded_broker", "broker_url_set"})
+"""Fields the program sets, which no variable reads."""
 
-def _names(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> frozenset[str]:
-    """Variable names listed in `env[name]` (separated by commas or spaces), each one of
-    `allowed`; else ConfigError."""
-    names = frozenset((env.get(name) or "").replace(",", " ").split())
-    unknown = sorted(names - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"{name} names {', '.join(unknown)}: only {', '.join(allowed)} are kept from "
-            "tasks, and only these can be given back to them"
-        )
-    return names
+FOLLOWERS = {
+    "heartbeat_interval": "heartbeat_timeout",
+    "parse_timeout": "heartbeat_timeout",
+    "db_retry_max_delay": "db_retry_delay",
+}
+"""Field -> the field its default follows (its `default_factory` reads it)."""
+
+Seconds = Annotated[float, Field(gt=0)]
+Count = Annotated[int, Field(gt=0)]
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Every tunable of Sluice. Durations are in seconds."""
+def variable(field: str) -> str:
+    """The environment variable of `field`: `SLUICE_` and its name in capitals."""
+    return PREFIX + field.upper()
 
-    database_url: str = "sqlite:///sluice.db"
-    broker_url: str = "redis://localhost:6379/0"
-    dags_folder: Path = Path("dags")
-    namespace: str = "sluice"
-    heartbeat_timeout: float = 30.0
-    queued_timeout: float = 60.0
-    loop_interval: float = 1.0
-    heartbeat_interval: float = 2.0
-    parse_timeout: float = 20.0
+
+def _heartbeat_interval(data: dict[str, Any]) -> float:
+    """2 s, or a quarter of the heartbeat timeout when that is less: four beats a timeout."""
+    return min(2.0, float(data["heartbeat_timeout"]) / 4)
+
+
+def _parse_timeout(data: dict[str, Any]) -> float:
+    """20 s, or two thirds of the heartbeat timeout when that is less: a worker importing
+    a DAG file is never taken for dead."""
+    return min(20.0, float(data["heartbeat_timeout"]) * 2 / 3)
+
+
+def _db_retry_max_delay(data: dict[str, Any]) -> float:
+    """10 s, or the first delay when that is more."""
+    return max(10.0, float(data["db_retry_delay"]))
+
+
+class Settings(BaseSettings):
+    """Every tunable of Sluice. Durations are in seconds. Frozen and hashable (a cache key).
+
+    `description` is the field's line in `sluice --help`, followed there by its default
+    (a default that follows another setting says so in its description)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, frozen=True, extra="forbid", allow_inf_nan=False
+    )
+
+    database_url: str = Field(default="sqlite:///sluice.db", description="database URL")
+    broker_url: str = Field(default="redis://localhost:6379/0", description="broker URL")
+    dags_folder: Path = Field(default=Path("dags"), description="where the DAG files are")
+    namespace: str = Field(default="sluice", description="prefix of queue names")
+    wakeup_url: str | None = Field(
+        default=None, description="Redis of the wake-ups (default: the broker's)"
+    )
+    """The Redis the wake-ups go through; None: the broker's, when it is Redis."""
+    result_backend: str | None = Field(
+        default=None, description="where CeleryTask results are read from"
+    )
+    """Celery result backend where CeleryTask results are read (None: CeleryTask cannot run)."""
+    log_level: str | None = Field(
+        default=None, description="log level (default: daemons INFO, commands WARNING)"
+    )
+    """A `logging` level name, in capitals; None: by command (`cli.main.log_level`)."""
+    heartbeat_timeout: Seconds = Field(default=30.0, description="seconds without heartbeat: dead")
+    heartbeat_interval: Seconds = Field(
+        default_factory=_heartbeat_interval,
+        description="seconds between heartbeats (2, or heartbeat timeout/4 if less)",
+    )
+    queued_timeout: Seconds = Field(default=60.0, description="seconds queued before a re-publish")
+    loop_interval: Seconds = Field(default=1.0, description="longest sleep of a scheduler loop")
+    dag_refresh_interval: Seconds = Field(
+        default=5.0, description="seconds between DAGs folder scans"
+    )
+    parse_timeout: Seconds = Field(
+        default_factory=_parse_timeout,
+        description="seconds to import a DAG file (20, or heartbeat timeout*2/3 if less)",
+    )
     """Seconds one DAG file may take to import (parser and worker); below heartbeat_timeout."""
-    dag_refresh_interval: float = 5.0
-    runs_per_loop: int = 100
+    runs_per_loop: Count = Field(default=100, description="runs a scheduling pass examines")
     """Runs one scheduling pass examines at most; the rest go to the next pass or,
     with several schedulers, to whichever takes them first."""
-    embedded_broker: bool = False
-    broker_url_set: bool = False
-    """Whether `broker_url` was given (SLUICE_BROKER_URL), not the default: a SQLite
-    database with no broker given is `sluice standalone`'s, whose broker is in-process."""
-    result_backend: str | None = None
-    """Celery result backend where CeleryTask results are read (None: CeleryTask cannot run)."""
-    schedule_after_task: bool = True
+    schedule_after_task: bool = Field(default=True, description="workers queue the next tasks")
     """Workers decide and queue a finished task's direct downstream themselves
     (`scheduler.scheduling.downstream`); off, every hop goes through a scheduler pass."""
-    max_conf_bytes: int = 65536
+    db_retry_delay: Seconds = Field(default=0.5, description="first wait for the database")
+    """Seconds a daemon waits after its first failed attempt to reach the database (at
+    start, or when it goes away), doubled at each attempt up to `db_retry_max_delay`."""
+    db_retry_max_delay: Seconds = Field(
+        default_factory=_db_retry_max_delay,
+        description="longest wait for the database (10, or the first wait if more)",
+    )
+    """The longest wait between two attempts to reach the database."""
+    max_map_length: Count = Field(default=10_000, description="most indexes of a mapped task")
+    """The deployment's cap on a mapped task's indexes (a task's own max_map_length may
+    be lower); an upstream whose output has more fails its try."""
+    max_conf_bytes: Count = Field(default=65536, description="largest conf of a run, bytes")
     """Largest conf a run may be given, in bytes of compact UTF-8 JSON (CLI and API)."""
-    max_conf_depth: int = 32
+    max_conf_depth: Annotated[int, Field(gt=0, le=CONF_DEPTH_CEILING)] = Field(
+        default=32, description="deepest nesting of a run's conf"
+    )
     """Deepest nesting of a run's conf (the object itself is level 1, each object or list
     in it one more), CLI and API: what every reader of a conf (JSON, pydantic, the
     databases' JSON) can walk without running out of stack."""
-    task_log_max_bytes: int = 1024 * 1024
+    task_log_max_bytes: Annotated[int, Field(ge=1024)] = Field(
+        default=1024 * 1024, description="most bytes of a try's log kept"
+    )
     """Most bytes of one try's log kept in the database (the newest lines are kept)."""
-    task_log_mirror_bytes: int = 64 * 1024
+    task_log_mirror_bytes: Count = Field(
+        default=64 * 1024, description="bytes of a try's output on stdout"
+    )
     """Most bytes of one try's output copied to the worker's own stdout."""
-    backfill_confirm_runs: int = 1000
+    backfill_confirm_runs: Count = Field(
+        default=1000, description="a backfill of more runs asks first"
+    )
     """A backfill of more runs than this asks first (`--yes` skips the question)."""
-    callback_queue: str = "callbacks"
+    callback_queue: str = Field(default="callbacks", description="the callbacks' queue")
     """The Sluice queue callbacks are delivered on (`sluice worker` consumes it too)."""
-    callback_max_attempts: int = 5
+    callback_max_attempts: Count = Field(default=5, description="runs of a raising callback")
     """Times a callback that raises is run before it is given up as `failed`."""
-    callback_retry_delay: float = 10.0
+    callback_retry_delay: Seconds = Field(
+        default=10.0, description="seconds before a callback's rerun"
+    )
     """Seconds before a callback that raised runs again, doubled at each attempt."""
-    callback_timeout: float = 300.0
+    callback_timeout: Seconds = Field(default=300.0, description="seconds a callback may run")
     """Seconds a callback may run: past it, it is stopped (killed after `timeout_grace`)
     and recorded `failed`, timed out, never run again. A running callback whose worker
     stops heartbeating for `heartbeat_timeout` (the worker lost) is run again."""
-    timeout_grace: float = 5.0
+    timeout_grace: Seconds = Field(default=5.0, description="seconds past a timeout before a kill")
     """Seconds a task or a callback that does not end at its timeout (its code swallows
     the TaskTimeout) may run on before it is killed: its prefork pool process is
     replaced; in the threads pool it is abandoned. Its try fails `(killed)`."""
-    max_map_length: int = 10_000
-    """The deployment's cap on a mapped task's indexes (a task's own max_map_length may
-    be lower); an upstream whose output has more fails its try."""
-    base_url: str = "http://127.0.0.1:8080"
-    """Where the web UI is reached: callbacks' `url` links point there."""
-    wakeup_url: str | None = None
-    """The Redis the wake-ups go through; None: the broker's, when it is Redis."""
-    db_retry_delay: float = 0.5
-    """Seconds a daemon waits after its first failed attempt to reach the database (at
-    start, or when it goes away), doubled at each attempt up to `db_retry_max_delay`."""
-    db_retry_max_delay: float = 10.0
-    """The longest wait between two attempts to reach the database."""
-    task_env_allow: frozenset[str] = frozenset()
+    base_url: str = Field(
+        default="http://127.0.0.1:8080", description="the web UI's address, for callbacks' links"
+    )
+    """Where the web UI is reached: callbacks' `url` links point there (no final `/`)."""
+    api_token: str | None = Field(
+        default=None, repr=False, description="the REST API's token for writes"
+    )
+    api_read_auth: bool = Field(default=False, description="reads need the token too")
+    api_max_body_bytes: Count = Field(default=1_048_576, description="largest request body read")
+    api_dag_cache_bytes: Count = Field(
+        default=64 * 1_048_576, description="the API's cache of DAG versions, bytes"
+    )
+    trace_url: str | None = Field(
+        default=None, description=f"link to a run's trace, with {TRACE_PLACEHOLDER}"
+    )
+    task_env_allow: frozenset[str] = Field(
+        default=frozenset(), description="secret variables tasks may see, comma-separated"
+    )
     """The `SECRET_VARIABLES` a task's process may see nevertheless (none by default)."""
+    embedded_broker: bool = False
+    """The broker is in this process (`sluice standalone`)."""
+    broker_url_set: bool = False
+    """Whether `broker_url` was given (SLUICE_BROKER_URL), not the default: a SQLite
+    database with no broker given is `sluice standalone`'s, whose broker is in-process."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The arguments only: the environment is read by `from_env`, of a given mapping
+        (a test's) or of this process, and by nothing else."""
+        return (init_settings,)
+
+    @field_validator("base_url")
+    @classmethod
+    def _without_final_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        level = value.upper()
+        if level not in logging.getLevelNamesMapping():
+            raise ValueError("must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
+
+    @field_validator("trace_url")
+    @classmethod
+    def _has_placeholder(cls, value: str | None) -> str | None:
+        if value is not None and TRACE_PLACEHOLDER not in value:
+            raise ValueError(f"must contain {TRACE_PLACEHOLDER}")
+        return value
+
+    @field_validator("task_env_allow", mode="before")
+    @classmethod
+    def _secret_names(cls, value: str | Iterable[str]) -> frozenset[str]:
+        """Names separated by commas or spaces (or any iterable of names), each one of
+        `SECRET_VARIABLES`."""
+        names = frozenset(value.replace(",", " ").split() if isinstance(value, str) else value)
+        unknown = sorted(names - set(SECRET_VARIABLES))
+        if unknown:
+            raise ValueError(
+                f"names {', '.join(unknown)}: only {', '.join(SECRET_VARIABLES)} are kept "
+                "from tasks, and only these can be given back to them"
+            )
+        return names
+
+    @model_validator(mode="after")
+    def _no_conflict(self) -> Settings:
+        """Refuse a given setting that conflicts with another (`CONFLICTS`): a default
+        that follows another setting (`FOLLOWERS`) never does."""
+        for field, holds, relation, other, why in CONFLICTS:
+            if not holds(getattr(self, field), getattr(self, other)):
+                raise ConfigError(f"{self._shown(field)} must {relation} {self._shown(other)}{why}")
+        return self
+
+    def _shown(self, field: str) -> str:
+        """`SLUICE_NAME (5s)`, or `SLUICE_NAME (30s, the default)` when not given."""
+        given = "" if field in self.model_fields_set else ", the default"
+        return f"{variable(field)} ({getattr(self, field):g}s{given})"
 
     @property
     def hidden_from_tasks(self) -> tuple[str, ...]:
@@ -160,76 +273,97 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """The settings the `SLUICE_*` variables of `env` (default: this process's
+        environment) give; ConfigError (one line, naming the variable) for a bad one."""
         env = os.environ if env is None else env
-        base = cls()
-        settings = cls(
-            database_url=env.get("SLUICE_DATABASE_URL") or base.database_url,
-            broker_url=env.get("SLUICE_BROKER_URL") or base.broker_url,
-            broker_url_set=bool(env.get("SLUICE_BROKER_URL")),
-            dags_folder=Path(env.get("SLUICE_DAGS_FOLDER") or base.dags_folder),
-            namespace=env.get("SLUICE_NAMESPACE") or base.namespace,
-            heartbeat_timeout=_float(env, "SLUICE_HEARTBEAT_TIMEOUT", base.heartbeat_timeout),
-            queued_timeout=_float(env, "SLUICE_QUEUED_TIMEOUT", base.queued_timeout),
-            loop_interval=_float(env, "SLUICE_LOOP_INTERVAL", base.loop_interval),
-            heartbeat_interval=_float(env, "SLUICE_HEARTBEAT_INTERVAL", base.heartbeat_interval),
-            parse_timeout=_float(env, "SLUICE_PARSE_TIMEOUT", base.parse_timeout),
-            dag_refresh_interval=_float(
-                env, "SLUICE_DAG_REFRESH_INTERVAL", base.dag_refresh_interval
-            ),
-            runs_per_loop=env_int(env, "SLUICE_RUNS_PER_LOOP", base.runs_per_loop),
-            result_backend=env.get("SLUICE_RESULT_BACKEND") or base.result_backend,
-            schedule_after_task=_bool(env, "SLUICE_SCHEDULE_AFTER_TASK", base.schedule_after_task),
-            max_conf_bytes=env_int(env, "SLUICE_MAX_CONF_BYTES", base.max_conf_bytes),
-            max_conf_depth=env_int(env, "SLUICE_MAX_CONF_DEPTH", base.max_conf_depth),
-            task_log_max_bytes=env_int(env, "SLUICE_TASK_LOG_MAX_BYTES", base.task_log_max_bytes),
-            task_log_mirror_bytes=env_int(
-                env, "SLUICE_TASK_LOG_MIRROR_BYTES", base.task_log_mirror_bytes
-            ),
-            backfill_confirm_runs=env_int(
-                env, "SLUICE_BACKFILL_CONFIRM_RUNS", base.backfill_confirm_runs
-            ),
-            callback_queue=env.get("SLUICE_CALLBACK_QUEUE") or base.callback_queue,
-            callback_max_attempts=env_int(
-                env, "SLUICE_CALLBACK_MAX_ATTEMPTS", base.callback_max_attempts
-            ),
-            callback_retry_delay=_float(
-                env, "SLUICE_CALLBACK_RETRY_DELAY", base.callback_retry_delay
-            ),
-            callback_timeout=_float(env, "SLUICE_CALLBACK_TIMEOUT", base.callback_timeout),
-            timeout_grace=_float(env, "SLUICE_TIMEOUT_GRACE", base.timeout_grace),
-            base_url=(env.get("SLUICE_BASE_URL") or base.base_url).rstrip("/"),
-            wakeup_url=env.get("SLUICE_WAKEUP_URL") or base.wakeup_url,
-            max_map_length=env_int(env, "SLUICE_MAX_MAP_LENGTH", base.max_map_length),
-            db_retry_delay=_float(env, "SLUICE_DB_RETRY_DELAY", base.db_retry_delay),
-            db_retry_max_delay=_float(env, "SLUICE_DB_RETRY_MAX_DELAY", base.db_retry_max_delay),
-            task_env_allow=_names(env, "SLUICE_TASK_ENV_ALLOW", SECRET_VARIABLES),
-        )
-        if settings.db_retry_max_delay < settings.db_retry_delay:
-            raise ConfigError(
-                f"SLUICE_DB_RETRY_MAX_DELAY ({settings.db_retry_max_delay:g}s) must not be below "
-                f"SLUICE_DB_RETRY_DELAY ({settings.db_retry_delay:g}s)"
-            )
-        if settings.max_map_length < 1:
-            raise ConfigError(
-                f"SLUICE_MAX_MAP_LENGTH must be at least 1, got {settings.max_map_length}"
-            )
-        if settings.max_conf_depth > CONF_DEPTH_CEILING:
-            raise ConfigError(
-                f"SLUICE_MAX_CONF_DEPTH must be at most {CONF_DEPTH_CEILING} (a deeper conf "
-                f"could not be answered as JSON), got {settings.max_conf_depth}"
-            )
-        if settings.task_log_max_bytes < 1024:
-            raise ConfigError(
-                "SLUICE_TASK_LOG_MAX_BYTES must be at least 1024, "
-                f"got {settings.task_log_max_bytes}"
-            )
-        if settings.parse_timeout >= settings.heartbeat_timeout:
-            raise ConfigError(
-                f"SLUICE_PARSE_TIMEOUT ({settings.parse_timeout:g}s) must be below "
-                f"SLUICE_HEARTBEAT_TIMEOUT ({settings.heartbeat_timeout:g}s): a worker "
-                "importing a DAG file that long would be taken for dead"
-            )
-        return settings
+        given: dict[str, Any] = {}
+        for field in VARIABLE_FIELDS:
+            raw = (env.get(variable(field)) or "").strip()
+            if raw:
+                given[field] = raw
+        given["broker_url_set"] = "broker_url" in given
+        return cls._validated(given)
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Settings:
+        """These settings with `changes` (validated); a default that follows a changed
+        setting follows it again."""
+        given = {field: getattr(self, field) for field in self.model_fields_set}
+        return self._validated({**given, **changes})
+
+    @classmethod
+    def _validated(cls, values: dict[str, Any]) -> Settings:
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise ConfigError(one_line(exc)) from None
+
+
+VARIABLE_FIELDS = tuple(name for name in Settings.model_fields if name not in INTERNAL)
+"""The fields read from a variable, in the order `sluice --help` lists them."""
+
+CONFLICTS: tuple[tuple[str, Callable[[Any, Any], bool], str, str, str], ...] = (
+    (
+        "heartbeat_interval",
+        operator.lt,
+        "be below",
+        "heartbeat_timeout",
+        ": a live process would be taken for dead between two heartbeats",
+    ),
+    (
+        "parse_timeout",
+        operator.lt,
+        "be below",
+        "heartbeat_timeout",
+        ": a worker importing a DAG file that long would be taken for dead",
+    ),
+    ("db_retry_max_delay", operator.ge, "not be below", "db_retry_delay", ""),
+)
+"""(field, holds, relation, other, why): `holds(field's value, other's value)` must be
+true; else the line is "FIELD (…) must RELATION OTHER (…)WHY". Each `field` is the one
+whose default follows `other` (`FOLLOWERS`), so only a given value can break one."""
+
+_KIND = {
+    "bool_parsing": "must be true or false (or 1/0, yes/no, on/off)",
+    "bool_type": "must be true or false (or 1/0, yes/no, on/off)",
+    "float_parsing": "must be a number of seconds",
+    "float_type": "must be a number of seconds",
+    "finite_number": "must be a finite number of seconds",
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "greater_than": "must be positive",
+}
+
+
+def one_line(exc: ValidationError) -> str:
+    """The first problem of `exc` as one line that names its variable."""
+    errors = [e for e in exc.errors() if e["type"] != "default_factory_not_called"]
+    error: ErrorDetails = (errors or exc.errors())[0]
+    ctx = error.get("ctx") or {}
+    if not error["loc"]:  # a model validator's line names its settings
+        return str(ctx.get("error") or error["msg"])
+    name = variable(str(error["loc"][0]))
+    if error["type"] == "extra_forbidden":
+        return f"{name} is not a setting"
+    if isinstance(ctx.get("error"), ValueError):
+        what = str(ctx["error"])
+    elif error["type"] in _KIND:
+        what = _KIND[error["type"]]
+    elif "ge" in ctx:
+        what = f"must be at least {ctx['ge']}"
+    elif "le" in ctx:
+        what = f"must be at most {ctx['le']}"
+    else:
+        what = f"is not valid ({error['msg']})"
+    return f"{name} {what}, got {_bounded(error['input'])}"
+
+
+def _bounded(value: object, limit: int = 80) -> str:
+    """`repr(value)`, cut to `limit` characters: a line, whatever was given."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[: limit - 4]}...{shown[-1]}"
+
+
+DEFAULTS = Settings()
+"""The settings no variable changes (no environment is read): where a function's own
+default is a setting's default."""
