@@ -15,6 +15,8 @@ import yaml
 from opentelemetry.sdk import environment_variables
 
 from sluice.scheduler.cli.main import build_parser
+from sluice.scheduler.core.settings import VARIABLE_FIELDS
+from sluice.scheduler.core.settings import variable as variable_of
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -26,8 +28,9 @@ def services() -> dict[str, dict[str, Any]]:
 
 
 def sluice_settings() -> set[str]:
-    """Every SLUICE_* variable the package reads (each is named once as a literal)."""
-    names: set[str] = set()
+    """Every SLUICE_* variable the package reads: the settings model's, and those named
+    as a literal (what a task's process is given)."""
+    names = {variable_of(name) for name in VARIABLE_FIELDS}
     for path in (p for folder in SOURCES for p in folder.rglob("*.py")):
         names.update(re.findall(r"[\"'](SLUICE_[A-Z_]+)[\"']", path.read_text()))
     return names
