@@ -1,4 +1,4 @@
-"""Settings: one pydantic model, built once from the environment and passed in; nothing
+"""Settings: one pydantic-settings model, built once from the environment and passed in; nothing
 reads config at import.
 
 - Each field `name` is read from the variable `SLUICE_NAME` (`dags_folder` from

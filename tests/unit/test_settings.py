@@ -10,7 +10,14 @@ from pydantic import ValidationError
 
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.cli.environment import epilog
-from sluice.scheduler.core.settings import VARIABLE_FIELDS, ConfigError, Settings, variable
+from sluice.scheduler.core.settings import (
+    CONFLICTS,
+    FOLLOWERS,
+    VARIABLE_FIELDS,
+    ConfigError,
+    Settings,
+    variable,
+)
 
 
 def test_schedule_after_task_is_on_by_default_and_can_be_turned_off() -> None:
@@ -222,3 +229,14 @@ def test_the_api_takes_its_settings_from_the_one_model() -> None:
         token="s3", read_auth=True, trace_url="x/{trace_id}"
     )
     assert ApiConfig.from_settings(Settings()) == ApiConfig()
+
+
+def test_a_following_default_never_conflicts_whatever_it_follows() -> None:
+    """Every setting a default follows (`FOLLOWERS`), given alone at any positive value,
+    starts: a refusal needs a given value on both sides, or a given follower."""
+    assert {field for field, *_ in CONFLICTS} == set(FOLLOWERS)
+    for follower, leader in FOLLOWERS.items():
+        assert Settings.model_fields[follower].default_factory is not None
+        for raw in ("0.001", "0.3", "1", "5", "29", "31", "1000", "1e6"):
+            settings = Settings.from_env({variable(leader): raw})
+            assert getattr(settings, follower) > 0, (follower, raw)
