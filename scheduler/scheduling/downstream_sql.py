@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exists, func, select
 
@@ -73,6 +73,64 @@ def run_lock(run_pk: int) -> Sent:
     """`LOCK_RUN` of `run_pk`: the first statement of every result that decides its run's
     downstream (sent with its BEGIN)."""
     return LOCK_RUN, {"run_pk": run_pk}
+
+
+class RunRow(Protocol):
+    """A row of `LOCK_RUN`: the run, locked, running (none if it is not running)."""
+
+    run_id: str
+    claimed_by_job_id: int | None
+    dag_hash: str
+    span_status: str
+
+
+class UnfinishedRow(Protocol):
+    """What a result's UPDATE that counts returns (`leaf_write`; `fan_in_write` adds
+    `backlog`): another TI it counts is unfinished, and the slots of the finished TI's
+    pool, its row locked, if TIs wait in it (else None, nothing locked)."""
+
+    unfinished: bool
+    pool_total: int | None
+
+
+class FanInRow(UnfinishedRow, Protocol):
+    """A row of `fan_in_write`: also whether TIs wait in the pools concerned."""
+
+    backlog: bool
+
+
+class IndexRow(Protocol):
+    """A row of `index_write`: another index is unfinished; TIs wait in its pool."""
+
+    unfinished: bool
+    backlog: bool
+
+
+class PickedRow(Protocol):
+    """A row of `PICKED`: the TI a statement queued, its message's fields (the try
+    number before the queueing bumped it)."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+    queue: str
+    context_carrier: dict[str, Any]
+
+
+class PickedWithAttemptRow(PickedRow, Protocol):
+    """A row of `PICKED_WITH_ATTEMPT`: also the attempt id its queueing gave."""
+
+    attempt_id: str
+
+
+class ScheduledRow(Protocol):
+    """A row of a write that moved a ready TI to `scheduled` (`OTHER_RUNS_WAIT`): its id,
+    and whether TIs of other runs waited in its pool before it."""
+
+    id: int
+    backlog: bool
 
 
 _IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
