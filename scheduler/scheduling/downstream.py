@@ -48,7 +48,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.tis import HAS_ROOM, NEXT_WAITING_FITS, lock_pools
-from sluice.scheduler.core.states import TI, TI_UNFINISHED, SpanStatus, TaskInstanceState
+from sluice.scheduler.core.states import TI, TI_UNFINISHED, TaskInstanceState
 from sluice.scheduler.core.transitions import (
     move_ti_reading,
     move_tis,
@@ -65,6 +65,8 @@ from sluice.scheduler.scheduling.downstream_sql import (
     FanInRow,
     PickedRow,
     RunRow,
+    drives,
+    fill_message,
     read_statement,
 )
 from sluice.scheduler.scheduling.plans import FILL_LIMIT, Plan
@@ -120,17 +122,6 @@ def locked_run(
     if dag is None or plan is None or run is None or not drives(run, dag):
         return None
     return LockedRun(run_pk, run.run_id, dag, task_id, pool, plan)
-
-
-def drives(run: RunRow, dag: Dag) -> bool:
-    """Whether a worker decides run `run` (a row of `run_lock`, the run running) from
-    `dag`: no job claimed it, it is of that DAG version, and its spans need no
-    scheduler to continue them (TIs must nest under the continuing span)."""
-    return (
-        run.claimed_by_job_id is None
-        and run.dag_hash == dag.version_hash
-        and run.span_status != SpanStatus.NEEDS_CONTINUANCE
-    )
 
 
 def write_result(
@@ -272,13 +263,6 @@ def fill_freed_slot(
     if row is None:
         return []
     return [fill_message(row, attempt_id, with_trace)]
-
-
-def fill_message(row: PickedRow, attempt_id: str, with_trace: bool = False) -> RunMessage:
-    """The message of the TI a fill queued (`fill_statements`, `fill_freed_slot`)."""
-    return new_try_message(
-        row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
-    )
 
 
 def _decide(

@@ -17,6 +17,7 @@ from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exis
 
 from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
+from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
 from sluice.scheduler.core.queries.sql import expected_state, is_scheduled, one_of
 from sluice.scheduler.core.queries.tis import (
@@ -39,6 +40,7 @@ from sluice.scheduler.core.transitions import (
     ti_move_returning,
 )
 from sluice.scheduler.scheduling.plans import Counted, Plan
+from sluice.scheduler.scheduling.queueing import new_try_message
 
 _TI = TaskInstance.__table__.c
 _RUN = DagRun.__table__.c
@@ -295,7 +297,21 @@ _RUN_DRIVEN = exists().where(
     _RUN.dag_hash == bindparam("dag_hash"),
     _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
 )
-"""The run is a worker's to drive (as `downstream.drives` checks), of this DAG version."""
+"""The run is a worker's to drive (as `drives` checks), of this DAG version."""
+
+
+def drives(run: RunRow, dag: Dag) -> bool:
+    """Whether a worker decides run `run` (a row of `run_lock`, the run running) from
+    `dag`: no job claimed it, it is of that DAG version, and its spans need no
+    scheduler to continue them (TIs must nest under the continuing span). The Python
+    twin of `_RUN_DRIVEN`, for a run its result has locked already."""
+    return (
+        run.claimed_by_job_id is None
+        and run.dag_hash == dag.version_hash
+        and run.span_status != SpanStatus.NEEDS_CONTINUANCE
+    )
+
+
 _FINISHED_SUCCEEDED = exists().where(
     _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
 )
@@ -308,7 +324,7 @@ _CHAIN_NEXT = hot(
     "the upstream succeeded (the write before it won), nobody waits in the pool, room.",
 )
 """A chain's next TI, to queue in the query that writes its only upstream's success: of a
-run a worker drives (as `downstream.drives` checks), that upstream succeeded (the write
+run a worker drives (as `drives` checks), that upstream succeeded (the write
 before it won, or an earlier one did), nobody waits in its pool, which has room
 (`FITS_ITS_POOL_FIRST`)."""
 
@@ -393,6 +409,15 @@ PICKED = hot(
     ),
 )
 """What a statement that picked and queued a TI returns: its message's fields."""
+
+
+def fill_message(row: PickedRow, attempt_id: str, with_trace: bool = False) -> RunMessage:
+    """The message of the TI a fill queued (`fill_statements`, `fill_freed_slot`)."""
+    return new_try_message(
+        row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
+    )
+
+
 PICKED_WITH_ATTEMPT = hot(
     "picked TI's message and attempt", (*PICKED, _TI.attempt_id.label("attempt_id"))
 )

@@ -73,9 +73,7 @@ from sluice.scheduler.core.transitions import ti_move_returning
 from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.downstream import (
     FollowUp,
-    drives,
     fill_freed_slot,
-    fill_message,
     locked_run,
     read_run,
     schedule_downstream,
@@ -88,8 +86,10 @@ from sluice.scheduler.scheduling.downstream_sql import (
     ScheduledRow,
     UnfinishedRow,
     chain_next_statements,
+    drives,
     fan_in_write,
     fan_out_statements,
+    fill_message,
     fill_statement,
     fill_statements,
     index_write,

@@ -2,8 +2,9 @@
 in the words of the result paths: the facts a path is chosen by (`Shape`, `Kind`), the
 paths (`Path`) and what follows a path's write (`Then`).
 
-Every fact `paths.choose` reads is a field of `Case` fixed when it is made (`decision`),
-so choosing a path reads no database and takes no time worth counting.
+Every fact `paths.choose` reads is a field of `Case` fixed when it is made
+(`paths.decision`), so choosing a path reads no database and takes no time worth
+counting.
 """
 
 from __future__ import annotations
@@ -18,12 +19,7 @@ from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.task_logs import LogSnapshot
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.downstream import FollowUp
-from sluice.scheduler.scheduling.plans import (
-    Plan,
-    decidable,
-    waits_for_every_index,
-    wide_fan_in,
-)
+from sluice.scheduler.scheduling.plans import Plan
 
 
 class Shape(StrEnum):
@@ -129,38 +125,6 @@ class Case:
         if self.new is not TI.SUCCESS:
             return Kind.OTHER
         return Kind.QUIET_SUCCESS if self.task_log is None else Kind.LOGGED_SUCCESS
-
-
-def decision(
-    dag: Dag | None, task_id: str, pool: str, new: TI, *, decides: bool, map_index: int
-) -> tuple[Shape, Plan | None]:
-    """What the worker decides after `task_id`'s result `new` (the shape, and the plan it
-    decides by), when it `decides` at all (publishing on, `schedule_after_task`, a
-    success or a skip); from `dag`, the DAG row it ran the task from (cached plans)."""
-    if not decides or dag is None:
-        return Shape.SCHEDULERS, None
-    plan = decidable(dag, task_id, pool, new)
-    if plan is not None:
-        return shape_of(plan), plan
-    wide = wide_fan_in(dag, task_id, pool, new)
-    if wide is not None:
-        return Shape.WIDE_FAN_IN, wide
-    if map_index >= 0 and waits_for_every_index(dag, task_id):
-        return Shape.EVERY_INDEX, None
-    return Shape.SCHEDULERS, None
-
-
-def shape_of(plan: Plan) -> Shape:
-    """The shape of a readable plan. Its fan-in, chain, fan-out and leaf exclude one
-    another (`plans._make_plan`): a fan-in's one downstream has other upstreams, a
-    chain's has none, a fan-out has several downstream, a leaf none."""
-    if plan.fan_in is not None:
-        return Shape.FAN_IN
-    if plan.chain_next is not None:
-        return Shape.CHAIN
-    if plan.fan_out is not None:
-        return Shape.FAN_OUT
-    return Shape.READ if plan.downstream else Shape.LEAF
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """The ways a finished try's result is recorded, in one table: choose, then do.
 
 `choose(case)` is a pure function of three facts fixed when the case is made (its
-`Shape`, its `Kind`, whether it has spans to start); each row of `PATHS` says for which
-facts it applies (`when`), and no two rows apply to the same facts: `chosen_by_facts`
-checks, at import, that every combination has exactly one row. `record_result` then
-runs that row's function, which writes the result and says what followed (`Then`).
+`Shape`, by `decision`; its `Kind`; whether it has spans to start); each row of `PATHS`
+says for which facts it applies (`when`), and no two rows apply to the same facts:
+`chosen_by_facts` checks, at import, that every combination has exactly one row.
+`record_result` then runs that row's function, which writes the result and says what
+followed (`Then`).
 
 Each row states once its condition, its round trips to the database, the locks it takes
 (always in the order run, then TIs, then pools), what happens when it cannot finish the
@@ -29,6 +30,47 @@ from sluice.broker.worker.result.at_once import (
 from sluice.broker.worker.result.case import READABLE, Case, Kind, Path, Recorded, Shape, Then
 from sluice.broker.worker.result.in_transaction import decided, written
 from sluice.broker.worker.result.mapped_index import index_written
+from sluice.scheduler.core.models import Dag
+from sluice.scheduler.core.states import TI
+from sluice.scheduler.scheduling.plans import (
+    Plan,
+    decidable,
+    waits_for_every_index,
+    wide_fan_in,
+)
+
+
+def decision(
+    dag: Dag | None, task_id: str, pool: str, new: TI, *, decides: bool, map_index: int
+) -> tuple[Shape, Plan | None]:
+    """What the worker decides after `task_id`'s result `new` (the shape, and the plan it
+    decides by), when it `decides` at all (publishing on, `schedule_after_task`, a
+    success or a skip); from `dag`, the DAG row it ran the task from (cached plans)."""
+    if not decides or dag is None:
+        return Shape.SCHEDULERS, None
+    plan = decidable(dag, task_id, pool, new)
+    if plan is not None:
+        return shape_of(plan), plan
+    wide = wide_fan_in(dag, task_id, pool, new)
+    if wide is not None:
+        return Shape.WIDE_FAN_IN, wide
+    if map_index >= 0 and waits_for_every_index(dag, task_id):
+        return Shape.EVERY_INDEX, None
+    return Shape.SCHEDULERS, None
+
+
+def shape_of(plan: Plan) -> Shape:
+    """The shape of a readable plan. Its fan-in, chain, fan-out and leaf exclude one
+    another (`plans._make_plan`): a fan-in's one downstream has other upstreams, a
+    chain's has none, a fan-out has several downstream, a leaf none."""
+    if plan.fan_in is not None:
+        return Shape.FAN_IN
+    if plan.chain_next is not None:
+        return Shape.CHAIN
+    if plan.fan_out is not None:
+        return Shape.FAN_OUT
+    return Shape.READ if plan.downstream else Shape.LEAF
+
 
 Facts = tuple[Shape, Kind, bool]
 """What a path is chosen by: the case's shape, its kind, whether it has spans to start."""
