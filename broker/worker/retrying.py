@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy.exc import OperationalError
 
@@ -18,9 +19,12 @@ RESULT_WRITE_ATTEMPTS = 3
 """Tries of the final write when the database connection fails (it is a CAS: safe to redo)."""
 
 
-def retrying(write: Callable[[], bool]) -> bool:
+T = TypeVar("T")
+
+
+def retrying(write: Callable[[], T]) -> T:
     """`write()` until it returns, retrying an OperationalError (a dropped connection)
-    with a growing pause, RESULT_WRITE_ATTEMPTS times in all."""
+    with a growing pause, RESULT_WRITE_ATTEMPTS times in all; what it returned."""
     for attempt in range(1, RESULT_WRITE_ATTEMPTS + 1):
         try:
             return write()

@@ -8,10 +8,10 @@ Invariants:
   nothing and is `stale`; a result whose write loses (the TI was cleared or swept
   while running) is dropped and is `stale` too.
 - The claim is one statement (autocommit on PostgreSQL). The result is recorded by the
-  first path of `broker.worker.result.PATHS` that applies: the result, the try's log and
-  the downstream decision in one transaction, the run's row locked first; or, for a
-  quiet success of a fan-in's upstream or of a chain's link, in one query, what else
-  follows after it. What a result queued is published after its commit.
+  one path of `broker.worker.result.PATHS` that applies (`choose`): the result, the
+  try's log and the downstream decision in one transaction, the run's row locked first;
+  or, for a quiet success, in one query, what else follows after it. What a result
+  queued is published after its commit (`_follow_up`).
 - No transaction is open while the task's code runs.
 - Only `Exception` and `TaskTimeout` (a `BaseException`, so that a task's own
   `except Exception` cannot swallow it) are task failures: `SystemExit`/`KeyboardInterrupt`
@@ -50,7 +50,7 @@ from sluice.broker.app import create_app
 from sluice.broker.trace_headers import HeadersLast, carrying
 from sluice.broker.wakeup import Waker
 from sluice.broker.worker.heartbeat import Heartbeat
-from sluice.broker.worker.result import Case, Recorded, record_result
+from sluice.broker.worker.result import Case, Recorded, decision, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_env import masked_error
 from sluice.broker.worker.task_logs import TaskLogCapture, capture_task_log
@@ -82,12 +82,7 @@ from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.text import storable
 from sluice.scheduler.core.transitions import short_error, ti_move_returning
 from sluice.scheduler.scheduling.downstream import FollowUp
-from sluice.scheduler.scheduling.plans import (
-    arguments_upstream,
-    decidable,
-    waits_for_every_index,
-    wide_fan_in,
-)
+from sluice.scheduler.scheduling.plans import arguments_upstream
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
 from sluice.tasks.mapping import check_map_output, per_index_of
@@ -95,7 +90,7 @@ from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, w
 from sluice.tasks.serialize import retry_delay_for
 from sluice.tasks.task import ShellTask, Task
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 
 class Outcome(StrEnum):
@@ -701,7 +696,7 @@ def _record(
     values: dict[str, Any],
     task_log: LogSnapshot | None = None,
 ) -> tuple[Outcome, FollowUp | None]:
-    """running -> `new` for this attempt, with the try's log, by the first result path
+    """running -> `new` for this attempt, with the try's log, by the one result path
     that applies (`sluice.broker.worker.result`): the direct downstream decided and
     queued with it when the worker decides it.
 
@@ -711,10 +706,14 @@ def _record(
     """
     decides = ctx.publish is not None and ctx.settings.schedule_after_task
     decides = decides and new in _SCHEDULES_DOWNSTREAM
-    plan = wide = None
-    if decides:
-        plan = decidable(claimed.dag, msg.task_id, claimed.pool, new)
-        wide = None if plan else wide_fan_in(claimed.dag, msg.task_id, claimed.pool, new)
+    shape, plan = decision(
+        claimed.dag,
+        msg.task_id,
+        claimed.pool,
+        new,
+        decides=decides,
+        map_index=claimed.map_index,
+    )
     recorded = record_result(
         Case(
             factory=ctx.session_factory,
@@ -727,18 +726,17 @@ def _record(
             new=new,
             values=values,
             task_log=task_log,
-            decides=decides,
             tracing=ctx.trace_tis,
+            shape=shape,
             plan=plan,
-            wide=wide,
-            every_index=claimed.map_index >= 0 and waits_for_every_index(claimed.dag, msg.task_id),
         )
     )
     if ctx.observe is not None:
         ctx.observe(recorded)
-    via = f"{recorded.path}, then {recorded.then}" if recorded.then else recorded.path
     if not recorded.won:
-        log.info("result %s of %s dropped (%s): the TI moved meanwhile", new, _what(msg), via)
+        log.info(
+            "result %s of %s dropped (%s): the TI moved meanwhile", new, _what(msg), recorded.via
+        )
         return Outcome.STALE, None
-    log.info("%s -> %s (%s)", _what(msg), new, via)
+    log.info("%s -> %s (%s)", _what(msg), new, recorded.via)
     return Outcome(new.value), recorded.follow

@@ -48,7 +48,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.tis import HAS_ROOM, NEXT_WAITING_FITS, lock_pools
-from sluice.scheduler.core.states import TI, TI_UNFINISHED, SpanStatus, TaskInstanceState
+from sluice.scheduler.core.states import TI, TI_UNFINISHED, TaskInstanceState
 from sluice.scheduler.core.transitions import (
     move_ti_reading,
     move_tis,
@@ -58,7 +58,17 @@ from sluice.scheduler.core.transitions import (
 )
 from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.deps import TiView, decide_one
-from sluice.scheduler.scheduling.downstream_sql import PICKED, UNCLAIMED, UNFINISHED, read_statement
+from sluice.scheduler.scheduling.downstream_sql import (
+    PICKED,
+    UNCLAIMED,
+    UNFINISHED,
+    FanInRow,
+    PickedRow,
+    RunRow,
+    drives,
+    fill_message,
+    read_statement,
+)
 from sluice.scheduler.scheduling.plans import FILL_LIMIT, Plan
 from sluice.scheduler.scheduling.queueing import Capacity, new_try_message, queue_scheduled
 
@@ -97,7 +107,7 @@ class LockedRun:
 
 
 def locked_run(
-    plan: Plan | None, run: Any | None, *, run_pk: int, task_id: str, pool: str, dag: Dag | None
+    plan: Plan | None, run: RunRow | None, *, run_pk: int, task_id: str, pool: str, dag: Dag | None
 ) -> LockedRun | None:
     """The run the result transaction locked (`run`: the row of `downstream_sql.run_lock`,
     None if the run is not running), to decide `task_id`'s downstream by `plan`; None if
@@ -114,17 +124,6 @@ def locked_run(
     return LockedRun(run_pk, run.run_id, dag, task_id, pool, plan)
 
 
-def drives(run: Any, dag: Dag) -> bool:
-    """Whether a worker decides run `run` (a row of `run_lock`, the run running) from
-    `dag`: no job claimed it, it is of that DAG version, and its spans need no
-    scheduler to continue them (TIs must nest under the continuing span)."""
-    return (
-        run.claimed_by_job_id is None
-        and run.dag_hash == dag.version_hash
-        and run.span_status != SpanStatus.NEEDS_CONTINUANCE
-    )
-
-
 def write_result(
     session: Session,
     locked: LockedRun,
@@ -134,7 +133,7 @@ def write_result(
     attempt_id: str,
     now: dt.datetime,
     values: Mapping[str, Any],
-    fan_in_rows: list[Any] | None = None,
+    fan_in_rows: list[FanInRow] | None = None,
 ) -> LockedRun | None:
     """The result's compare-and-set running → `new` under the run's lock, then what
     deciding its downstream needs; None if the result lost (nothing is read).
@@ -163,7 +162,7 @@ def write_result(
     return _with_rows(locked, [row for row in moved if row.task_id in plan.needed])
 
 
-def after_fan_in_write(session: Session, locked: LockedRun, row: Any) -> LockedRun:
+def after_fan_in_write(session: Session, locked: LockedRun, row: FanInRow) -> LockedRun:
     """`locked` after a fan-in's upstream wrote its success (`row`: what its UPDATE
     returned): waiting while another upstream is unfinished (the run's TIs are not
     read), else, the last result, with the TIs its decision needs."""
@@ -253,7 +252,7 @@ def fill_freed_slot(
     if total is None:
         return []
     attempt_id = str(uuid.uuid4())
-    row = queue_waiting_if(
+    row: PickedRow | None = queue_waiting_if(
         session,
         attempt_id,
         now=now,
@@ -264,13 +263,6 @@ def fill_freed_slot(
     if row is None:
         return []
     return [fill_message(row, attempt_id, with_trace)]
-
-
-def fill_message(row: Row[Any], attempt_id: str, with_trace: bool = False) -> RunMessage:
-    """The message of the TI a fill queued (`fill_statements`, `fill_freed_slot`)."""
-    return new_try_message(
-        row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
-    )
 
 
 def _decide(

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exists, func, select
 
 from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
+from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
 from sluice.scheduler.core.queries.sql import expected_state, is_scheduled, one_of
 from sluice.scheduler.core.queries.tis import (
@@ -39,6 +40,7 @@ from sluice.scheduler.core.transitions import (
     ti_move_returning,
 )
 from sluice.scheduler.scheduling.plans import Counted, Plan
+from sluice.scheduler.scheduling.queueing import new_try_message
 
 _TI = TaskInstance.__table__.c
 _RUN = DagRun.__table__.c
@@ -73,6 +75,64 @@ def run_lock(run_pk: int) -> Sent:
     """`LOCK_RUN` of `run_pk`: the first statement of every result that decides its run's
     downstream (sent with its BEGIN)."""
     return LOCK_RUN, {"run_pk": run_pk}
+
+
+class RunRow(Protocol):
+    """A row of `LOCK_RUN`: the run, locked, running (none if it is not running)."""
+
+    run_id: str
+    claimed_by_job_id: int | None
+    dag_hash: str
+    span_status: str
+
+
+class UnfinishedRow(Protocol):
+    """What a result's UPDATE that counts returns (`leaf_write`; `fan_in_write` adds
+    `backlog`): another TI it counts is unfinished, and the slots of the finished TI's
+    pool, its row locked, if TIs wait in it (else None, nothing locked)."""
+
+    unfinished: bool
+    pool_total: int | None
+
+
+class FanInRow(UnfinishedRow, Protocol):
+    """A row of `fan_in_write`: also whether TIs wait in the pools concerned."""
+
+    backlog: bool
+
+
+class IndexRow(Protocol):
+    """A row of `index_write`: another index is unfinished; TIs wait in its pool."""
+
+    unfinished: bool
+    backlog: bool
+
+
+class PickedRow(Protocol):
+    """A row of `PICKED`: the TI a statement queued, its message's fields (the try
+    number before the queueing bumped it)."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+    queue: str
+    context_carrier: dict[str, Any]
+
+
+class PickedWithAttemptRow(PickedRow, Protocol):
+    """A row of `PICKED_WITH_ATTEMPT`: also the attempt id its queueing gave."""
+
+    attempt_id: str
+
+
+class ScheduledRow(Protocol):
+    """A row of a write that moved a ready TI to `scheduled` (`OTHER_RUNS_WAIT`): its id,
+    and whether TIs of other runs waited in its pool before it."""
+
+    id: int
+    backlog: bool
 
 
 _IS_DOWNSTREAM = _TI.task_id.in_(bindparam("downstream", expanding=True))
@@ -237,7 +297,21 @@ _RUN_DRIVEN = exists().where(
     _RUN.dag_hash == bindparam("dag_hash"),
     _RUN.span_status != SpanStatus.NEEDS_CONTINUANCE.value,
 )
-"""The run is a worker's to drive (as `downstream.drives` checks), of this DAG version."""
+"""The run is a worker's to drive (as `drives` checks), of this DAG version."""
+
+
+def drives(run: RunRow, dag: Dag) -> bool:
+    """Whether a worker decides run `run` (a row of `run_lock`, the run running) from
+    `dag`: no job claimed it, it is of that DAG version, and its spans need no
+    scheduler to continue them (TIs must nest under the continuing span). The Python
+    twin of `_RUN_DRIVEN`, for a run its result has locked already."""
+    return (
+        run.claimed_by_job_id is None
+        and run.dag_hash == dag.version_hash
+        and run.span_status != SpanStatus.NEEDS_CONTINUANCE
+    )
+
+
 _FINISHED_SUCCEEDED = exists().where(
     _ME.c.id == bindparam("finished_id"), expected_state(_ME.c.state, [TI.SUCCESS.value])
 )
@@ -250,7 +324,7 @@ _CHAIN_NEXT = hot(
     "the upstream succeeded (the write before it won), nobody waits in the pool, room.",
 )
 """A chain's next TI, to queue in the query that writes its only upstream's success: of a
-run a worker drives (as `downstream.drives` checks), that upstream succeeded (the write
+run a worker drives (as `drives` checks), that upstream succeeded (the write
 before it won, or an earlier one did), nobody waits in its pool, which has room
 (`FITS_ITS_POOL_FIRST`)."""
 
@@ -335,6 +409,15 @@ PICKED = hot(
     ),
 )
 """What a statement that picked and queued a TI returns: its message's fields."""
+
+
+def fill_message(row: PickedRow, attempt_id: str, with_trace: bool = False) -> RunMessage:
+    """The message of the TI a fill queued (`fill_statements`, `fill_freed_slot`)."""
+    return new_try_message(
+        row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
+    )
+
+
 PICKED_WITH_ATTEMPT = hot(
     "picked TI's message and attempt", (*PICKED, _TI.attempt_id.label("attempt_id"))
 )

@@ -18,9 +18,9 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Row, select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.messages import RunMessage
@@ -66,8 +66,19 @@ class Capacity:
         return True
 
 
+class QueuedRow(Protocol):
+    """A row of a TI just queued: what its message needs (the try number before the
+    queueing bumped it)."""
+
+    id: int
+    task_id: str
+    try_number: int
+    queue: str
+    context_carrier: dict[str, Any]
+
+
 def new_try_message(
-    row: Row[Any], attempt_id: str, *, dag_id: str, run_id: str, with_trace: bool
+    row: QueuedRow, attempt_id: str, *, dag_id: str, run_id: str, with_trace: bool
 ) -> RunMessage:
     """The message of a TI just queued for its next try (`row`: its id, task_id,
     try_number before the bump, queue and span carrier)."""

@@ -21,7 +21,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
 from sluice.broker.wakeup import LocalWaker
-from sluice.broker.worker.result import Case, Recorded, at_once, record_result
+from sluice.broker.worker.result import Case, Recorded, at_once, decision, record_result
 from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.messages import RunMessage
@@ -30,7 +30,6 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 from sluice.scheduler.scheduling.dagrun import create_dagrun
-from sluice.scheduler.scheduling.plans import decidable
 from sluice.tasks.loader import DagCache
 from tests.procs import Sluice, wait_until
 
@@ -705,6 +704,7 @@ def record_an_older_try(harness: Harness, dag_id: str, task_id: str) -> Recorded
         session.expunge_all()
     assert dag is not None
     values = {"result": "0", "error": None, "next_retry_at": None}
+    shape, plan = decision(dag, task_id, ti.pool, TI.SUCCESS, decides=True, map_index=-1)
     return record_result(
         Case(
             factory=harness.factory,
@@ -717,10 +717,9 @@ def record_an_older_try(harness: Harness, dag_id: str, task_id: str) -> Recorded
             new=TI.SUCCESS,
             values=values,
             task_log=None,
-            decides=True,
             tracing=False,
-            plan=decidable(dag, task_id, ti.pool, TI.SUCCESS),
-            wide=None,
+            shape=shape,
+            plan=plan,
         )
     )
 

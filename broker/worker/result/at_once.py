@@ -52,17 +52,15 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from sluice.broker.worker.result.case import Case, Recorded
+from sluice.broker.worker.result.case import Case, Path, Recorded, Then
 from sluice.broker.worker.retrying import retrying
 from sluice.scheduler.core.db import (
     Handle,
     Pipeline,
-    Results,
     Sent,
     committed_at_once,
     transaction,
@@ -75,17 +73,23 @@ from sluice.scheduler.core.transitions import ti_move_returning
 from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.downstream import (
     FollowUp,
-    drives,
     fill_freed_slot,
-    fill_message,
     locked_run,
     read_run,
     schedule_downstream,
 )
 from sluice.scheduler.scheduling.downstream_sql import (
+    IndexRow,
+    PickedRow,
+    PickedWithAttemptRow,
+    RunRow,
+    ScheduledRow,
+    UnfinishedRow,
     chain_next_statements,
+    drives,
     fan_in_write,
     fan_out_statements,
+    fill_message,
     fill_statement,
     fill_statements,
     index_write,
@@ -96,15 +100,119 @@ from sluice.scheduler.scheduling.downstream_sql import (
 )
 from sluice.scheduler.scheduling.plans import Plan
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Chained:
+    """What a chain link's one query returned, its result written."""
+
+    run: RunRow | None
+    queued: list[PickedRow]
+    """The next TI, if the query queued it."""
+
+
+def chain_at_once(case: Case) -> Recorded:
+    """A chain link's success and its next TI's queueing in one query (module doc):
+    `queued`; not queued, the decision follows in a transaction (`decide`); a run the
+    worker may not drive, the schedulers (`wake`)."""
+    plan = case.plan
+    assert plan is not None and plan.chain_next is not None and case.dag is not None
+    dag = case.dag
+    next_attempt = str(uuid.uuid4())
+
+    def write() -> _Chained | None:
+        now = utcnow()
+        pipeline, lock, result = success_pipeline(case, now)
+        pool_lock, queue = chain_next_statements(
+            plan, dag, run_pk=case.run_pk, finished_id=case.ti_id, attempt_id=next_attempt, now=now
+        )
+        pipeline.add(pool_lock, "pool lock")
+        queued = pipeline.add(queue, "next queued")
+        sent = committed_at_once(case.factory, pipeline)
+        return _Chained(sent.first(lock), sent[queued]) if sent[result] else None
+
+    chained = retrying(write)
+    if chained is None:  # the compare-and-set lost
+        return Recorded(False, None, Path.CHAIN_AT_ONCE)
+    if chained.run is None or not drives(chained.run, dag):
+        return _recorded(Path.CHAIN_AT_ONCE, case, Then.WAKE, lambda: FollowUp(wake=True))
+    if chained.queued:
+        messages = [fill_message(row, next_attempt) for row in chained.queued]
+        return Recorded(True, FollowUp(messages), Path.CHAIN_AT_ONCE, Then.QUEUED)
+    # not queued: no room, TIs waiting, the DAG at max_active_tasks, or not `none`
+    return _recorded(Path.CHAIN_AT_ONCE, case, Then.DECIDE, lambda: _decide_after(case, False))
+
+
+@dataclass(frozen=True)
+class _FannedOut:
+    """What a fan-out's one query returned, its result written."""
+
+    run: RunRow | None
+    queued: list[PickedWithAttemptRow]
+    scheduled: list[ScheduledRow]
+    filled: list[PickedRow]
+
+
+def fan_out_at_once(case: Case) -> Recorded:
+    """A success that makes several downstream ready (`Plan.fan_out`: this task their only
+    upstream, in its pool) and their queueing, in one query: BEGIN, the run's lock, the
+    result, the pool's lock, the ready downstream that fit queued by priority when nobody
+    waits in the pool (the room counted once), the others moved to `scheduled`, the slot
+    the result freed given to the first TI waiting, COMMIT. Then nothing (`queued`; or
+    `waiting`: some wait behind other runs' TIs); a run the worker may not drive, a
+    downstream neither queued nor scheduled, or one left waiting with no other run's TI
+    before it (no room, its DAG at max_active_tasks): the schedulers are woken, as after
+    `decided`."""
+    plan = case.plan
+    assert plan is not None and plan.fan_out is not None and case.dag is not None
+    dag = case.dag
+    attempt_ids = [str(uuid.uuid4()) for _ in plan.fan_out]
+    fill_attempt = str(uuid.uuid4())
+
+    def write() -> _FannedOut | None:
+        now = utcnow()
+        pipeline, lock, result = success_pipeline(case, now)
+        pool_lock, queue, ready, fill = fan_out_statements(
+            plan,
+            dag,
+            run_pk=case.run_pk,
+            finished_id=case.ti_id,
+            attempt_ids=attempt_ids,
+            fill_attempt=fill_attempt,
+            now=now,
+        )
+        pipeline.add(pool_lock, "pool lock")
+        queued = pipeline.add(queue, "ready queued")
+        scheduled = pipeline.add(ready, "ready scheduled")
+        filled = pipeline.add(fill, "slot filled")
+        sent = committed_at_once(case.factory, pipeline)
+        if not sent[result]:
+            return None
+        return _FannedOut(sent.first(lock), sent[queued], sent[scheduled], sent[filled])
+
+    out = retrying(write)
+    if out is None:  # the compare-and-set lost
+        return Recorded(False, None, Path.FAN_OUT_AT_ONCE)
+    messages = [fill_message(row, row.attempt_id) for row in out.queued]
+    messages += [fill_message(row, fill_attempt) for row in out.filled]
+    left = _left_waiting(out.scheduled, messages)
+    wake = (
+        out.run is None
+        or not drives(out.run, dag)
+        or len(out.queued) + len(out.scheduled) < len(plan.fan_out)
+        or (left and not out.scheduled[0].backlog)  # no room, or the DAG at max_active_tasks
+    )
+    then = Then.WAKE if wake else Then.WAITING if left else Then.QUEUED
+    return Recorded(True, FollowUp(messages, wake=wake), Path.FAN_OUT_AT_ONCE, then)
 
 
 def fan_in_at_once(case: Case) -> Recorded:
     """A fan-in's upstream's success in one query, then what follows (module doc). When
     this process's last such result found TIs waiting in the pool (`_BACKLOG`), the
     freed slot is filled in the same query (`fill_statements`), as an index's is."""
-    plan = case.fan_in_plan
-    assert plan is not None and case.dag is not None
+    plan = case.plan
+    assert plan is not None and plan.fan_in is not None and case.dag is not None
     written = _written_with_fill(
         case,
         lambda now: fan_in_write(
@@ -118,119 +226,27 @@ def fan_in_at_once(case: Case) -> Recorded:
             values=case.values,
         ),
     )
-    if written is None:
-        return Recorded(False, None, "fan_in_at_once")
+    if written is None:  # the compare-and-set lost
+        return Recorded(False, None, Path.FAN_IN_AT_ONCE)
     run, row, filled = written.run, written.row, written.filled
-    then: tuple[str, Callable[[], FollowUp]]
+    then: tuple[Then, Callable[[], FollowUp]]
     if run is None or not drives(run, case.dag):
-        then = ("wake", lambda: FollowUp(wake=True))
+        then = (Then.WAKE, lambda: FollowUp(wake=True))
     elif row.unfinished and (row.pool_total is None or written.filled_in_query):
-        then = ("filled" if filled else "nothing", FollowUp)
+        then = (Then.FILLED if filled else Then.NOTHING, FollowUp)
     elif row.unfinished and not case.tracing:
-        then = ("fill", lambda: _fill(case))
+        then = (Then.FILL, lambda: _fill(case))
     elif not row.unfinished and plan.join_next is not None and not case.tracing:
-        then = ("join", lambda: _queue_join(case, plan, fill=not written.filled_in_query))
+        then = (Then.JOIN, lambda: _queue_join(case, plan, fill=not written.filled_in_query))
     elif plan.wide:  # a slot to fill with spans to start: the schedulers decide
-        then = ("wake", lambda: FollowUp(wake=True))
+        then = (Then.WAKE, lambda: FollowUp(wake=True))
     else:
         waiting = bool(row.unfinished)
-        then = ("decide", lambda: _decide_after(case, waiting))
-    recorded = _recorded("fan_in_at_once", case, *then)
+        then = (Then.DECIDE, lambda: _decide_after(case, waiting))
+    recorded = _recorded(Path.FAN_IN_AT_ONCE, case, *then)
     if filled and recorded.follow is not None:
         recorded.follow.messages[:0] = filled  # sent first: queued first, by the pool's order
     return recorded
-
-
-_BACKLOG: dict[str, bool] = {}
-"""Pool name → whether this process's last fan-in result found TIs waiting in it (the
-UPDATE's `pool_total`). A hint only: with it, the next result fills the slot it frees in
-its own query (the pool's lock then taken whatever waits); without it, a result that
-finds TIs waiting fills in one more query. Either way the fill is the same
-compare-and-set, so a wrong guess costs a lock or a round trip, never a double queueing."""
-
-
-@dataclass(frozen=True)
-class _Written:
-    """What a result's one query (`_written_with_fill`) returned."""
-
-    run: Any
-    """The run's row read by its lock (None: the run is gone or not running)."""
-    row: Any
-    """The result UPDATE's row: its compare-and-set won."""
-    filled: list[RunMessage]
-    """The TI the query's own fill queued, if it sent one."""
-    filled_in_query: bool
-    """The query held the pool's lock and the fill (the process's backlog hint)."""
-
-
-def _written_with_fill(case: Case, result_of: Callable[[dt.datetime], Sent]) -> _Written | None:
-    """The run's lock and the result's UPDATE (`result_of(now)`, which returns
-    `pool_total`) in one query, with the pool's lock and the fill of the slot it frees when
-    this process's last result in that pool found TIs waiting (`_BACKLOG`, updated here
-    from `pool_total`); None if the result's compare-and-set lost."""
-    attempt_id = str(uuid.uuid4())
-    found: list[tuple[Results, Handle, Handle, Handle | None]] = []
-
-    def write() -> bool:
-        now = utcnow()
-        pipeline = Pipeline()
-        lock = pipeline.add(run_lock(case.run_pk), "run lock")
-        result = pipeline.add(result_of(now), "result")
-        queued = None
-        if _BACKLOG.get(case.pool) and not case.tracing:
-            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
-            pipeline.add(pool_lock, "pool lock")
-            queued = pipeline.add(queue, "waiting TI queued")
-        sent = committed_at_once(case.factory, pipeline)
-        found[:] = [(sent, lock, result, queued)]
-        return bool(sent[result])
-
-    if not retrying(write):
-        return None
-    sent, lock, result, queued = found[0]
-    row = sent.first(result)
-    assert row is not None  # the compare-and-set won
-    _BACKLOG[case.pool] = row.pool_total is not None
-    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
-    return _Written(sent.first(lock), row, filled, queued is not None)
-
-
-def index_at_once(case: Case) -> Recorded:
-    """A quiet success of one index of a mapped task whose downstream waits for every
-    index, in one query: BEGIN, the run's lock, the UPDATE that writes it and says whether
-    another index is unfinished, the freed slot given to the first TI waiting in its pool
-    (its row locked, then the TI queued if it fits), COMMIT. Then the last index wakes the
-    schedulers to decide the downstream (`wake`); another sends what it queued (`filled`,
-    or `nothing`). With spans to start, the fill is a transaction of its own after."""
-    assert case.dag is not None
-    found: list[tuple[Results, Handle, Handle, Handle | None, str]] = []
-
-    def write() -> bool:
-        now = utcnow()
-        pipeline, lock, result = index_result_pipeline(case, now)
-        attempt_id = str(uuid.uuid4())
-        queued = None
-        if not case.tracing:
-            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
-            pipeline.add(pool_lock, "pool lock")
-            queued = pipeline.add(queue, "waiting TI queued")
-        sent = committed_at_once(case.factory, pipeline)
-        found[:] = [(sent, lock, result, queued, attempt_id)]
-        return bool(sent[result])
-
-    if not retrying(write):
-        return Recorded(False, None, "index_at_once")
-    sent, lock, result, queued, attempt_id = found[0]
-    run, row = sent.first(lock), sent.first(result)
-    assert row is not None  # the compare-and-set won
-    filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
-    last = is_last_index(case, run, row)
-    if queued is not None:
-        then = "wake" if last else "filled" if filled else "nothing"
-        return Recorded(True, FollowUp(filled, wake=last), "index_at_once", then)
-    if last:
-        return _recorded("index_at_once", case, "wake", lambda: FollowUp(wake=True))
-    return _recorded("index_at_once", case, "fill", lambda: _fill_with_spans(case))
 
 
 def leaf_at_once(case: Case) -> Recorded:
@@ -253,17 +269,118 @@ def leaf_at_once(case: Case) -> Recorded:
             values=case.values,
         ),
     )
-    if written is None:
-        return Recorded(False, None, "leaf_at_once")
+    if written is None:  # the compare-and-set lost
+        return Recorded(False, None, Path.LEAF_AT_ONCE)
     run, row, filled = written.run, written.row, written.filled
     driven = run is not None and drives(run, case.dag)
     wake = not driven or not row.unfinished
     if not driven or row.pool_total is None or written.filled_in_query:
-        then = "wake" if wake else "filled" if filled else "nothing"
-        return Recorded(True, FollowUp(filled, wake=wake), "leaf_at_once", then)
+        then = Then.WAKE if wake else Then.FILLED if filled else Then.NOTHING
+        return Recorded(True, FollowUp(filled, wake=wake), Path.LEAF_AT_ONCE, then)
     fill = _fill_with_spans if case.tracing else _fill
-    then = "fill and wake" if wake else "fill"
-    return _recorded("leaf_at_once", case, then, lambda: replace(fill(case), wake=wake))
+    then = Then.FILL_AND_WAKE if wake else Then.FILL
+    return _recorded(Path.LEAF_AT_ONCE, case, then, lambda: replace(fill(case), wake=wake))
+
+
+_BACKLOG: dict[str, bool] = {}
+"""Pool name → whether this process's last fan-in result found TIs waiting in it (the
+UPDATE's `pool_total`). A hint only: with it, the next result fills the slot it frees in
+its own query (the pool's lock then taken whatever waits); without it, a result that
+finds TIs waiting fills in one more query. Either way the fill is the same
+compare-and-set, so a wrong guess costs a lock or a round trip, never a double queueing."""
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What a result's one query (`_written_with_fill`) returned, its result written."""
+
+    run: RunRow | None
+    """The run's row read by its lock (None: the run is gone or not running)."""
+    row: UnfinishedRow
+    """The result UPDATE's row."""
+    filled: list[RunMessage]
+    """The TI the query's own fill queued, if it sent one."""
+    filled_in_query: bool
+    """The query held the pool's lock and the fill (the process's backlog hint)."""
+
+
+def _written_with_fill(case: Case, result_of: Callable[[dt.datetime], Sent]) -> _Written | None:
+    """The run's lock and the result's UPDATE (`result_of(now)`, which returns
+    `unfinished` and `pool_total`) in one query, with the pool's lock and the fill of the
+    slot it frees when this process's last result in that pool found TIs waiting
+    (`_BACKLOG`, updated here from `pool_total`); None if the result's compare-and-set
+    lost."""
+    attempt_id = str(uuid.uuid4())
+
+    def write() -> _Written | None:
+        now = utcnow()
+        pipeline = Pipeline()
+        lock = pipeline.add(run_lock(case.run_pk), "run lock")
+        result = pipeline.add(result_of(now), "result")
+        queued = None
+        if _BACKLOG.get(case.pool) and not case.tracing:
+            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
+            pipeline.add(pool_lock, "pool lock")
+            queued = pipeline.add(queue, "waiting TI queued")
+        sent = committed_at_once(case.factory, pipeline)
+        row: UnfinishedRow | None = sent.first(result)
+        if row is None:
+            return None
+        filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else []
+        return _Written(sent.first(lock), row, filled, queued is not None)
+
+    written = retrying(write)
+    if written is not None:
+        _BACKLOG[case.pool] = written.row.pool_total is not None
+    return written
+
+
+@dataclass(frozen=True)
+class _Indexed:
+    """What an index's one query returned, its result written."""
+
+    run: RunRow | None
+    row: IndexRow
+    filled: list[RunMessage] | None
+    """The TI the query's fill queued (None: no fill sent, spans to start)."""
+
+
+def index_at_once(case: Case) -> Recorded:
+    """A quiet success of one index of a mapped task whose downstream waits for every
+    index, in one query: BEGIN, the run's lock, the UPDATE that writes it and says whether
+    another index is unfinished, the freed slot given to the first TI waiting in its pool
+    (its row locked, then the TI queued if it fits), COMMIT. Then the last index wakes the
+    schedulers to decide the downstream (`wake`); another sends what it queued (`filled`,
+    or `nothing`). With spans to start, the fill is a transaction of its own after."""
+    assert case.dag is not None
+
+    def write() -> _Indexed | None:
+        now = utcnow()
+        pipeline, lock, result = index_result_pipeline(case, now)
+        attempt_id = str(uuid.uuid4())
+        queued = None
+        if not case.tracing:
+            pool_lock, queue = fill_statements(case.pool, attempt_id, now)
+            pipeline.add(pool_lock, "pool lock")
+            queued = pipeline.add(queue, "waiting TI queued")
+        sent = committed_at_once(case.factory, pipeline)
+        row: IndexRow | None = sent.first(result)
+        if row is None:
+            return None
+        filled = [fill_message(r, attempt_id) for r in sent[queued]] if queued is not None else None
+        return _Indexed(sent.first(lock), row, filled)
+
+    indexed = retrying(write)
+    if indexed is None:  # the compare-and-set lost
+        return Recorded(False, None, Path.INDEX_AT_ONCE)
+    last = is_last_index(case, indexed.run, indexed.row)
+    if indexed.filled is not None:
+        filled = indexed.filled
+        then = Then.WAKE if last else Then.FILLED if filled else Then.NOTHING
+        return Recorded(True, FollowUp(filled, wake=last), Path.INDEX_AT_ONCE, then)
+    if last:
+        return _recorded(Path.INDEX_AT_ONCE, case, Then.WAKE, lambda: FollowUp(wake=True))
+    return _recorded(Path.INDEX_AT_ONCE, case, Then.FILL, lambda: _fill_with_spans(case))
 
 
 def success_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handle, Handle]:
@@ -307,7 +424,7 @@ def index_result_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handl
     return pipeline, lock, result
 
 
-def is_last_index(case: Case, run: Any, row: Any) -> bool:
+def is_last_index(case: Case, run: RunRow | None, row: IndexRow) -> bool:
     """Whether the index whose result `row` (`index_write`'s, under the run's lock `run`)
     was written leaves the schedulers to decide: no other index unfinished, or a run the
     workers do not drive (claimed, gone, of another DAG version)."""
@@ -330,95 +447,7 @@ def fill_in(session: Session, case: Case, now: dt.datetime) -> FollowUp:
     return FollowUp(messages)
 
 
-def chain_at_once(case: Case) -> Recorded:
-    """A chain link's success and its next TI's queueing in one query (module doc)."""
-    plan = case.plan
-    assert plan is not None and plan.chain_next is not None and case.dag is not None
-    dag = case.dag
-    next_attempt = str(uuid.uuid4())
-    found: list[tuple[Results, Handle, Handle, Handle]] = []
-
-    def write() -> bool:
-        now = utcnow()
-        pipeline, lock, result = success_pipeline(case, now)
-        pool_lock, queue = chain_next_statements(
-            plan, dag, run_pk=case.run_pk, finished_id=case.ti_id, attempt_id=next_attempt, now=now
-        )
-        pipeline.add(pool_lock, "pool lock")
-        queued = pipeline.add(queue, "next queued")
-        sent = committed_at_once(case.factory, pipeline)
-        found[:] = [(sent, lock, result, queued)]
-        return bool(sent[result])
-
-    if not retrying(write):
-        return Recorded(False, None, "chain_at_once")
-    sent, lock, _, queued = found[0]
-    run = sent.first(lock)
-    if run is None or not drives(run, dag):
-        return _recorded("chain_at_once", case, "wake", lambda: FollowUp(wake=True))
-    rows = sent[queued]
-    if rows:
-        messages = [fill_message(row, next_attempt) for row in rows]
-        return Recorded(True, FollowUp(messages), "chain_at_once", "queued")
-    # not queued: no room, TIs waiting, the DAG at max_active_tasks, or not `none`
-    return _recorded("chain_at_once", case, "decide", lambda: _decide_after(case, False))
-
-
-def fan_out_at_once(case: Case) -> Recorded:
-    """A success that makes several downstream ready (`Plan.fan_out`: this task their only
-    upstream, in its pool) and their queueing, in one query: BEGIN, the run's lock, the
-    result, the pool's lock, the ready downstream that fit queued by priority when nobody
-    waits in the pool (the room counted once), the others moved to `scheduled`, the slot
-    the result freed given to the first TI waiting, COMMIT. Then nothing (`queued`; or
-    `waiting`: some wait behind other runs' TIs); a run the worker may not drive, a
-    downstream neither queued nor scheduled, or one left waiting with no other run's TI
-    before it (no room, its DAG at max_active_tasks): the schedulers are woken, as after
-    `decided`."""
-    plan = case.plan
-    assert plan is not None and plan.fan_out is not None and case.dag is not None
-    dag = case.dag
-    attempt_ids = [str(uuid.uuid4()) for _ in plan.fan_out]
-    fill_attempt = str(uuid.uuid4())
-    found: list[tuple[Results, Handle, Handle, Handle, Handle]] = []
-
-    def write() -> bool:
-        now = utcnow()
-        pipeline, lock, result = success_pipeline(case, now)
-        pool_lock, queue, ready, fill = fan_out_statements(
-            plan,
-            dag,
-            run_pk=case.run_pk,
-            finished_id=case.ti_id,
-            attempt_ids=attempt_ids,
-            fill_attempt=fill_attempt,
-            now=now,
-        )
-        pipeline.add(pool_lock, "pool lock")
-        queued = pipeline.add(queue, "ready queued")
-        scheduled = pipeline.add(ready, "ready scheduled")
-        filled = pipeline.add(fill, "slot filled")
-        sent = committed_at_once(case.factory, pipeline)
-        found[:] = [(sent, lock, queued, scheduled, filled)]
-        return bool(sent[result])
-
-    if not retrying(write):
-        return Recorded(False, None, "fan_out_at_once")
-    sent, lock, queued, scheduled, filled = found[0]
-    messages = [fill_message(row, row.attempt_id) for row in sent[queued]]
-    messages += [fill_message(row, fill_attempt) for row in sent[filled]]
-    run, waiting = sent.first(lock), sent[scheduled]
-    left = _left_waiting(waiting, messages)
-    wake = (
-        run is None
-        or not drives(run, dag)
-        or len(sent[queued]) + len(waiting) < len(plan.fan_out)
-        or (left and not waiting[0].backlog)  # no room, or the DAG at max_active_tasks
-    )
-    then = "wake" if wake else "waiting" if left else "queued"
-    return Recorded(True, FollowUp(messages, wake=wake), "fan_out_at_once", then)
-
-
-def _left_waiting(scheduled: list[Any], messages: list[RunMessage]) -> bool:
+def _left_waiting(scheduled: list[ScheduledRow], messages: list[RunMessage]) -> bool:
     """Whether a TI the query moved to `scheduled` (its rows) was not queued by the same
     query's fill (`messages`): it waits in its pool. The caller wakes the schedulers when
     no other run's TI waited before it (the rows' `backlog` false): then only a pass will
@@ -426,7 +455,7 @@ def _left_waiting(scheduled: list[Any], messages: list[RunMessage]) -> bool:
     return bool({row.id for row in scheduled} - {m.ti_id for m in messages})
 
 
-def _recorded(path: str, case: Case, then: str, follow: Callable[[], FollowUp]) -> Recorded:
+def _recorded(path: Path, case: Case, then: Then, follow: Callable[[], FollowUp]) -> Recorded:
     """What follows a committed result; the schedulers' if it fails (a dropped
     connection: the result stays written, they decide on their next pass)."""
     try:
@@ -435,7 +464,7 @@ def _recorded(path: str, case: Case, then: str, follow: Callable[[], FollowUp]) 
         log.warning(
             "deciding after the result of ti %s failed, the schedulers will: %s", case.ti_id, exc
         )
-        return Recorded(True, FollowUp(wake=True), path, f"{then} failed: wake")
+        return Recorded(True, FollowUp(wake=True), path, then, failed=True)
 
 
 def _fill(case: Case) -> FollowUp:
@@ -479,7 +508,7 @@ def _queue_join(case: Case, plan: Plan, *, fill: bool) -> FollowUp:
         messages += [fill_message(row, fill_attempt) for row in sent[filled]]
     if sent[queued]:
         return FollowUp(messages)
-    scheduled = sent[waiting]
+    scheduled: list[ScheduledRow] = sent[waiting]
     if scheduled:
         return FollowUp(
             messages, wake=_left_waiting(scheduled, messages) and not scheduled[0].backlog
@@ -496,12 +525,13 @@ def _decide_after(case: Case, waiting: bool) -> FollowUp:
     decided and queued (a fan-in after its last upstream, a chain link's next that could
     not be queued in its query; the stored result passes on: a branch's choice), or,
     while other upstreams are `waiting`, the slot it freed filled."""
+    plan = case.plan if case.plan is not None and not case.plan.wide else None
     opener = Pipeline()
     lock = opener.add(run_lock(case.run_pk), "run lock")
     with transaction_opened_by(case.factory, opener) as (session, opened):
         now = utcnow()
         locked = locked_run(
-            case.plan,  # None for a wide fan-in: the schedulers decide it
+            plan,  # None for a wide fan-in: the schedulers decide it
             opened.first(lock),
             run_pk=case.run_pk,
             task_id=case.task_id,

@@ -13,7 +13,7 @@ import datetime as dt
 
 from sqlalchemy.orm import Session
 
-from sluice.broker.worker.result.case import Case, Recorded
+from sluice.broker.worker.result.case import Case, Path, Recorded
 from sluice.broker.worker.retrying import retrying
 from sluice.scheduler.core.db import Pipeline, transaction, transaction_opened_by, utcnow
 from sluice.scheduler.core.queries.task_logs import save_task_log
@@ -25,7 +25,7 @@ from sluice.scheduler.scheduling.downstream import (
     schedule_downstream,
     write_result,
 )
-from sluice.scheduler.scheduling.downstream_sql import fan_in_write, run_lock
+from sluice.scheduler.scheduling.downstream_sql import FanInRow, fan_in_write, run_lock
 
 
 def decided(case: Case) -> Recorded:
@@ -34,10 +34,9 @@ def decided(case: Case) -> Recorded:
     the schedulers woken."""
     plan = case.plan
     assert plan is not None
-    follow: list[FollowUp] = []
 
-    def write() -> bool:
-        follow.clear()
+    def write() -> FollowUp | None:
+        """What follows the result, in its transaction; None if its compare-and-set lost."""
         now = utcnow()
         opener = Pipeline()
         lock = opener.add(run_lock(case.run_pk), "run lock")
@@ -67,15 +66,14 @@ def decided(case: Case) -> Recorded:
             )
             if case.task_log is not None:
                 save_task_log(session, case.task_log, now=now)
-            fan_in_rows = opened[fan_in] if fan_in is not None else None
+            fan_in_rows: list[FanInRow] | None = opened[fan_in] if fan_in is not None else None
             if locked is None:  # claimed by a job, another DAG version, spans to continue
                 won = (
                     bool(fan_in_rows)
                     if fan_in_rows is not None
                     else move_result(case, session, now)
                 )
-                follow[:] = [FollowUp(wake=True)] if won else []
-                return won
+                return FollowUp(wake=True) if won else None
             known = write_result(
                 session,
                 locked,
@@ -87,26 +85,23 @@ def decided(case: Case) -> Recorded:
                 fan_in_rows=fan_in_rows,
             )
             if known is None:
-                return False
-            follow.append(
-                schedule_downstream(
-                    session,
-                    known,
-                    finished=case.new,
-                    result=case.values.get("result"),
-                    now=now,
-                    with_trace=case.tracing,
-                )
+                return None
+            return schedule_downstream(
+                session,
+                known,
+                finished=case.new,
+                result=case.values.get("result"),
+                now=now,
+                with_trace=case.tracing,
             )
-            return True
 
-    won = retrying(write)
-    return Recorded(won, follow[0] if won and follow else None, "decided")
+    follow = retrying(write)
+    return Recorded(follow is not None, follow, Path.DECIDED)
 
 
 def written(case: Case) -> Recorded:
     """The result (and its log) written in one transaction; the schedulers decide what
-    follows (they are woken)."""
+    follows (woken: the downstream was not looked at)."""
 
     def write() -> bool:
         now = utcnow()
@@ -115,8 +110,7 @@ def written(case: Case) -> Recorded:
                 save_task_log(session, case.task_log, now=now)
             return move_result(case, session, now)
 
-    won = retrying(write)
-    return Recorded(won, FollowUp(wake=True) if won and case.decides else None, "written")
+    return Recorded(retrying(write), None, Path.WRITTEN)
 
 
 def move_result(case: Case, session: Session, now: dt.datetime) -> bool:

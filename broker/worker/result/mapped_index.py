@@ -14,11 +14,12 @@ run, a loop interval later). What the fill queued is published after the commit.
 from __future__ import annotations
 
 from sluice.broker.worker.result.at_once import fill_in, index_result_pipeline, is_last_index
-from sluice.broker.worker.result.case import Case, Recorded
+from sluice.broker.worker.result.case import Case, Path, Recorded
 from sluice.broker.worker.retrying import retrying
 from sluice.scheduler.core.db import transaction_opened_by, utcnow
 from sluice.scheduler.core.queries.task_logs import save_task_log
 from sluice.scheduler.scheduling.downstream import FollowUp
+from sluice.scheduler.scheduling.downstream_sql import IndexRow, RunRow
 
 
 def index_written(case: Case) -> Recorded:
@@ -26,23 +27,21 @@ def index_written(case: Case) -> Recorded:
     whether another index is unfinished and TIs wait in its pool (`index_write`, as
     `index_at_once` sends it); the freed slot filled while other indexes are unfinished,
     else the schedulers woken."""
-    follow: list[FollowUp] = []
 
-    def write() -> bool:
-        follow.clear()
+    def write() -> FollowUp | None:
+        """What follows the result, in its transaction; None if its compare-and-set lost."""
         now = utcnow()
         opener, lock, result = index_result_pipeline(case, now)
         with transaction_opened_by(case.factory, opener) as (session, opened):
-            run, row = opened.first(lock), opened.first(result)
+            run: RunRow | None = opened.first(lock)
+            row: IndexRow | None = opened.first(result)
             if case.task_log is not None:  # stored even when the result lost
                 save_task_log(session, case.task_log, now=now)
             if row is None:  # the compare-and-set lost
-                return False
+                return None
             if is_last_index(case, run, row):
-                follow.append(FollowUp(wake=True))  # the last index: the schedulers decide
-            else:
-                follow.append(fill_in(session, case, now) if row.backlog else FollowUp())
-            return True
+                return FollowUp(wake=True)  # the last index: the schedulers decide
+            return fill_in(session, case, now) if row.backlog else FollowUp()
 
-    won = retrying(write)
-    return Recorded(won, follow[0] if won and follow else None, "index_written")
+    follow = retrying(write)
+    return Recorded(follow is not None, follow, Path.INDEX_WRITTEN)
