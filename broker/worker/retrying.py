@@ -1,4 +1,4 @@
-"""Retrying a worker's database write when the connection fails.
+"""Retrying a worker's database write when the connection fails: one tenacity policy.
 
 Invariant: only compare-and-set writes are retried (a retry cannot apply twice: the
 second attempt of a write that did commit loses its CAS and says so).
@@ -7,30 +7,40 @@ second attempt of a write that did commit loses its CAS and says so).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy.exc import OperationalError
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+
+from sluice.scheduler.core.retries import doubling, failure_of
 
 log = logging.getLogger("sluice.worker")
+
+T = TypeVar("T")
 
 RESULT_WRITE_ATTEMPTS = 3
 """Tries of the final write when the database connection fails (it is a CAS: safe to redo)."""
 
 
-T = TypeVar("T")
+def _say(state: RetryCallState) -> None:
+    log.warning(
+        "writing the result failed (attempt %s): %s", state.attempt_number, failure_of(state)
+    )
 
 
-def retrying(write: Callable[[], T]) -> T:
-    """`write()` until it returns, retrying an OperationalError (a dropped connection)
-    with a growing pause, RESULT_WRITE_ATTEMPTS times in all; what it returned."""
-    for attempt in range(1, RESULT_WRITE_ATTEMPTS + 1):
-        try:
-            return write()
-        except OperationalError as exc:
-            if attempt == RESULT_WRITE_ATTEMPTS:
-                raise
-            log.warning("writing the result failed (attempt %s): %s", attempt, exc)
-            time.sleep(0.5 * 2 ** (attempt - 1))
-    raise AssertionError("unreachable")
+RESULT_WRITES = Retrying(
+    retry=retry_if_exception_type(OperationalError),
+    stop=stop_after_attempt(RESULT_WRITE_ATTEMPTS),
+    wait=doubling(0.5),
+    before_sleep=_say,
+    reraise=True,
+)
+"""An OperationalError (a dropped connection) is tried again after 0.5 s, then 1 s;
+the third one, or any other error, is raised as it is."""
+
+
+def retrying(write: Callable[[], T], policy: Retrying = RESULT_WRITES) -> T:
+    """`write()`'s value, retried as `policy` says (each call gets its own copy of it:
+    its state is per call, so threads and nested calls never share one)."""
+    return policy.copy()(write)

@@ -3,9 +3,9 @@
 Invariants: a line names the database by host, port and name, never by its URL, user or
 password (a password echoed in a driver's message is masked); it is one line with
 control characters spelled out. The back-off starts at `Settings.db_retry_delay` and
-doubles up to `Settings.db_retry_max_delay`; a daemon waiting at start never gives up
-(its supervisor, or the user, stops it), and SQLite, which has no server to wait for, is
-not waited for.
+doubles up to `Settings.db_retry_max_delay` (`retries.doubling`); a daemon waiting at
+start never gives up (its supervisor, or the user, stops it), and SQLite, which has no
+server to wait for, is not waited for.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from sluice.scheduler.core.migrate import check_current
+from sluice.scheduler.core.retries import delay_after, doubling, failure_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.text import one_line
 
@@ -59,22 +61,21 @@ def database_reason(exc: BaseException, url: str) -> str:
 
 
 class Backoff:
-    """Delays between attempts: `db_retry_delay`, doubled each time, at most
-    `db_retry_max_delay`; `reset` after a success."""
+    """Delays between database attempts: `db_retry_delay`, doubled at each failure in a
+    row, at most `db_retry_max_delay` (`retries.doubling`); `reset` after a success.
+    Not thread-safe: one loop owns it."""
 
     def __init__(self, settings: Settings) -> None:
-        self.first = settings.db_retry_delay
-        self.most = settings.db_retry_max_delay
-        self._next = self.first
+        self.wait = doubling(settings.db_retry_delay, settings.db_retry_max_delay)
+        self._failures = 0
 
     def take(self) -> float:
-        """The delay to wait now; the next one is doubled."""
-        delay = self._next
-        self._next = min(delay * 2, self.most)
-        return delay
+        """The delay to wait after one more failure."""
+        self._failures += 1
+        return delay_after(self.wait, self._failures)
 
     def reset(self) -> None:
-        self._next = self.first
+        self._failures = 0
 
 
 def wait_for_database(
@@ -82,7 +83,7 @@ def wait_for_database(
     settings: Settings,
     log: logging.Logger,
     *,
-    sleep: Callable[[float], object] = time.sleep,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Return once the database answers with the current schema; the attempts it took.
 
@@ -92,25 +93,30 @@ def wait_for_database(
     """
     url = settings.database_url
     place = database_place(url)
-    backoff = Backoff(settings)
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
+
+    def unreachable(exc: BaseException) -> bool:
+        return isinstance(exc, UNREACHABLE) and engine.dialect.name != "sqlite"
+
+    def say(state: RetryCallState) -> None:
+        log.warning(
+            "database at %s unavailable (attempt %d): %s; retrying in %gs",
+            place,
+            state.attempt_number,
+            database_reason(failure_of(state), url),
+            state.upcoming_sleep,
+        )
+
+    policy = Retrying(
+        retry=retry_if_exception(unreachable),
+        wait=doubling(settings.db_retry_delay, settings.db_retry_max_delay),
+        before_sleep=say,
+        sleep=sleep,
+        reraise=True,
+    )
+    for attempt in policy:
+        with attempt:
             check_current(engine)
-        except UNREACHABLE as exc:
-            if engine.dialect.name == "sqlite":
-                raise
-            delay = backoff.take()
-            log.warning(
-                "database at %s unavailable (attempt %d): %s; retrying in %gs",
-                place,
-                attempt,
-                database_reason(exc, url),
-                delay,
-            )
-            sleep(delay)
-            continue
-        if attempt > 1:
-            log.info("database at %s answered (attempt %d)", place, attempt)
-        return attempt
+    attempts = attempt.retry_state.attempt_number
+    if attempts > 1:
+        log.info("database at %s answered (attempt %d)", place, attempts)
+    return attempts

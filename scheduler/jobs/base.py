@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, or_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
+from tenacity import Retrying, retry_if_exception
 
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.dag_cache import SerializedDagCache
@@ -29,6 +30,7 @@ from sluice.scheduler.core.hot_sql import built
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Job
 from sluice.scheduler.core.queries.runs import claim_runs_to_examine
+from sluice.scheduler.core.retries import failure_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import DagRunState, JobState, SpanStatus
 from sluice.scheduler.core.tracing import Tracing
@@ -155,7 +157,9 @@ class DagRunJob:
                     if self.done():
                         break
                 except DBAPIError as exc:
-                    self._database_failed(exc, backoff.take())
+                    delay = backoff.take()
+                    self._database_failed(exc, delay)
+                    time.sleep(delay)
                     continue
                 if not result.busy and not self.stopping:
                     self.wait(self.settings.loop_interval)
@@ -207,19 +211,24 @@ class DagRunJob:
             spans.end_owned_spans(session, self.tracing, self.job_id, now)
 
     def retrying(self, step: Callable[[], object]) -> None:
-        backoff = Backoff(self.settings)
-        while True:
-            try:
-                step()
-                return
-            except DBAPIError as exc:
-                if self.stopping:
-                    raise
-                self._database_failed(exc, backoff.take())
+        """`step()` until it gets through, pausing as `Backoff` does after each database
+        error (one line each, `_database_failed`); an error once stopping is raised."""
 
-    def _database_failed(self, exc: DBAPIError, delay: float) -> None:
-        """One line for a failed database step (where, why; never the URL), then wait
-        `delay` seconds; the whole error, with its statement, at DEBUG."""
+        def retried(exc: BaseException) -> bool:
+            return isinstance(exc, DBAPIError) and not self.stopping
+
+        Retrying(
+            retry=retry_if_exception(retried),
+            wait=Backoff(self.settings).wait,
+            before_sleep=lambda state: self._database_failed(
+                failure_of(state), state.upcoming_sleep
+            ),
+            reraise=True,
+        )(step)
+
+    def _database_failed(self, exc: BaseException, delay: float) -> None:
+        """One line for a failed database step (where, why; never the URL), before a
+        pause of `delay` seconds; the whole error, with its statement, at DEBUG."""
         url = self.settings.database_url
         log.warning(
             "database at %s failed: %s; retrying in %gs",
@@ -228,7 +237,6 @@ class DagRunJob:
             delay,
         )
         log.debug("the database error", exc_info=exc)
-        time.sleep(delay)
 
     # -- the job row -------------------------------------------------------------------------
     def register(self) -> int:

@@ -29,9 +29,13 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.callback_kinds import ON_DEADLINE_MISSED, Status
 from sluice.scheduler.core.messages import CallbackMessage
 from sluice.scheduler.core.models import DagRun, DueCallback
+from sluice.scheduler.core.retries import delay_after, doubling
 from sluice.scheduler.core.states import RUN_UNFINISHED
 from sluice.scheduler.core.transitions import short_error
 from sluice.scheduler.core.upsert import upsert
+
+CALLBACK_RETRY_MAX_DELAY = 3600.0
+"""The longest pause before a callback that raised runs again, in seconds."""
 
 
 def publish_due(
@@ -129,7 +133,8 @@ def finish(
     retry: bool = True,
 ) -> str | None:
     """Record the end of the run this worker claimed: `delivered`, or (it raised) `pending`
-    again after `retry_delay * 2**(attempts-1)` seconds, or `failed` when `attempts` (this
+    again after `retry_delay * 2**(attempts-1)` seconds (`retries.doubling`, at most
+    CALLBACK_RETRY_MAX_DELAY), or `failed` when `attempts` (this
     one counted) reach `max_attempts` or, without `retry` (it timed out), at once. The
     status written; None if the claim was lost meanwhile (taken for lost and published
     again)."""
@@ -139,7 +144,7 @@ def finish(
     elif attempts >= max_attempts or not retry:
         values.update(status=Status.FAILED, error=short_error(error))
     else:
-        delay = min(retry_delay * 2.0 ** (attempts - 1), 3600.0)
+        delay = delay_after(doubling(retry_delay, CALLBACK_RETRY_MAX_DELAY), attempts)
         values.update(
             status=Status.PENDING,
             error=short_error(error),
