@@ -16,13 +16,14 @@ values: each try parses its own, so what user code does to its arguments stays i
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy import String, bindparam, case, literal_column, or_, select
 
 from sluice.scheduler.core.hot_sql import hot
@@ -96,7 +97,9 @@ COPIES_MAX_BYTES = 32 * 1024 * 1024
 
 class ResultCopies:
     """The text of large upstream results this process read, by the attempt that wrote
-    them; the least recently used goes first. Thread-safe (a threads pool shares it)."""
+    them; the least recently used goes first, past `copies` texts or `max_bytes` in all
+    (a cachetools `LRUCache` sized by the texts' length). Thread-safe (a threads pool
+    shares it)."""
 
     def __init__(
         self,
@@ -107,15 +110,15 @@ class ResultCopies:
         self._copies = copies
         self._min_bytes = min_bytes
         self._max_bytes = max_bytes
-        self._texts: OrderedDict[str, str] = OrderedDict()
-        self._bytes = 0
+        self._texts: LRUCache[str, str] = LRUCache(maxsize=max_bytes, getsizeof=len)
         self._lock = threading.Lock()
 
     def snapshot(self) -> dict[str, str]:
         """The copies as they are now: a read names their attempts (`params`) and takes
-        the texts it left out from this snapshot, whatever another thread evicts."""
+        the texts it left out from this snapshot, whatever another thread evicts. Read
+        from a copy of the cache: reading the cache itself would mark every text used."""
         with self._lock:
-            return dict(self._texts)
+            return dict(copy.copy(self._texts))
 
     def keep(self, attempt_id: str, text: str) -> None:
         """Keep `text`, a success's result written by `attempt_id`, if it is large."""
@@ -123,18 +126,15 @@ class ResultCopies:
             return
         with self._lock:
             if attempt_id in self._texts:
-                self._texts.move_to_end(attempt_id)
+                self._texts.get(attempt_id)  # a read marks it used
                 return
-            self._texts[attempt_id] = text
-            self._bytes += len(text)
-            while len(self._texts) > self._copies or self._bytes > self._max_bytes:
-                _, dropped = self._texts.popitem(last=False)
-                self._bytes -= len(dropped)
+            self._texts[attempt_id] = text  # older texts leave for its bytes
+            while len(self._texts) > self._copies:
+                self._texts.popitem()
 
     def used(self, attempt_id: str) -> None:
         with self._lock:
-            if attempt_id in self._texts:
-                self._texts.move_to_end(attempt_id)
+            self._texts.get(attempt_id)  # a read marks it used
 
 
 COPIES_OF_THIS_PROCESS = ResultCopies()

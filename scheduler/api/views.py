@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.api.config import ApiConfig
@@ -61,21 +61,19 @@ class ShapeCache:
     """The `DagShape` of each DAG version, by `(dag_id, version_hash)`: a new version of
     a DAG has a new hash, so its shape is computed again and the old one ages out. The
     least recently used shapes are dropped once the cache holds over `max_bytes` (about;
-    the newest one is always kept). Thread-safe: routes run in a thread pool."""
+    the newest one is always kept: a shape counts at most `max_bytes`). A cachetools
+    `LRUCache` sized by `DagShape.size`, behind a lock: routes run in a thread pool."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._shapes: OrderedDict[tuple[str, str], DagShape] = OrderedDict()
-        self._bytes = 0
+        self._shapes: LRUCache[tuple[str, str], DagShape] = LRUCache(
+            maxsize=max_bytes, getsizeof=lambda shape: min(shape.size, max_bytes)
+        )
         self._lock = threading.Lock()
 
     def cached(self, dag: Dag) -> DagShape | None:
-        key = (dag.dag_id, dag.version_hash)
         with self._lock:
-            found = self._shapes.get(key)
-            if found is not None:
-                self._shapes.move_to_end(key)
-            return found
+            return self._shapes.get((dag.dag_id, dag.version_hash))
 
     def add(self, dag_id: str, version_hash: str, spec: dict[str, Any]) -> DagShape:
         """The shape of `spec`, the definition of that DAG version, computed and kept."""
@@ -110,36 +108,25 @@ class ShapeCache:
                 if stored is not None
                 else task_specs_json(dag.serialized, shape.order)
             )
+            key = (dag.dag_id, dag.version_hash)
             with self._lock:
                 if shape.tasks_json is None:
                     shape.tasks_json = built
-                    if self._shapes.get((dag.dag_id, dag.version_hash)) is shape:
-                        self._bytes += len(built)
-                        self._trim()
+                    if self._shapes.get(key) is shape:
+                        self._shapes[key] = shape  # sized again: older shapes may go
             return built
         return shape.tasks_json
 
     def _keep(self, key: tuple[str, str], shape: DagShape) -> DagShape:
         with self._lock:
-            found = self._shapes.get(key)
-            if found is not None:
-                return found
-            self._shapes[key] = shape
-            self._bytes += shape.size
-            self._trim()
-        return shape
-
-    def _trim(self) -> None:
-        while self._bytes > self.max_bytes and len(self._shapes) > 1:
-            _, dropped = self._shapes.popitem(last=False)
-            self._bytes -= dropped.size
+            return self._shapes.setdefault(key, shape)
 
     def __len__(self) -> int:
         return len(self._shapes)
 
     @property
     def bytes(self) -> int:
-        return self._bytes
+        return int(self._shapes.currsize)
 
 
 def dag_detail_json(summary: DagSummary, tasks_json: bytes) -> bytes:

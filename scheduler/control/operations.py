@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from cachetools import FIFOCache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -92,10 +93,18 @@ def ready_to_wake(settings: Settings) -> None:
     _publisher(settings)
 
 
-_PUBLISHERS: dict[Settings, Any] = {}
+class _Wakers(FIFOCache[Settings, Any]):
+    """Wakers kept per process, one per deployment's settings: the oldest leaves first
+    and is closed as it leaves (cachetools' `popitem`, which every eviction goes through)."""
+
+    def popitem(self) -> tuple[Settings, Any]:
+        settings, waker = super().popitem()
+        waker.close()
+        return settings, waker
+
+
+_PUBLISHERS = _Wakers(maxsize=8)
 _PUBLISHERS_LOCK = threading.Lock()
-_PUBLISHERS_MAX = 8
-"""Wakers kept per process (one per deployment's settings; the oldest is closed first)."""
 
 
 def _publisher(settings: Settings) -> Any:
@@ -104,8 +113,6 @@ def _publisher(settings: Settings) -> Any:
     with _PUBLISHERS_LOCK:
         waker = _PUBLISHERS.get(settings)
         if waker is None:
-            if len(_PUBLISHERS) >= _PUBLISHERS_MAX:
-                _PUBLISHERS.pop(next(iter(_PUBLISHERS))).close()
             waker = _PUBLISHERS[settings] = waker_for(settings)
         return waker
 

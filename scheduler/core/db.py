@@ -19,12 +19,13 @@ import re
 import threading
 import time
 import weakref
-from collections import OrderedDict, namedtuple
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
+from cachetools import LRUCache
 from sqlalchemy import (
     Connection,
     DateTime,
@@ -589,20 +590,33 @@ PREPARED_PER_CONNECTION = 64
 (statements with an expanding IN have one text per list length)."""
 
 
+class PreparedNames(LRUCache[str, None]):
+    """The names of the statements prepared on one psycopg connection, at most
+    PREPARED_PER_CONNECTION: the least recently used one leaves first, and is deallocated
+    on the server as it leaves (cachetools' `popitem`, which every eviction goes through)."""
+
+    def __init__(self, raw: Any) -> None:
+        super().__init__(maxsize=PREPARED_PER_CONNECTION)
+        self._raw = raw
+
+    def popitem(self) -> tuple[str, None]:
+        name, value = super().popitem()
+        self._raw.execute(f"DEALLOCATE {name}")
+        return name, value
+
+
 def _ensure_prepared(cursor: Any, connection: Connection, name: str, prepare: str) -> None:
     """PREPARE `name` on this connection unless it is (its names kept in the pool's
     connection record, which is emptied when the connection is replaced)."""
-    known: OrderedDict[str, None] = connection.connection.info.setdefault(
-        "sluice_prepared", OrderedDict()
-    )
+    info = connection.connection.info
+    known: PreparedNames | None = info.get("sluice_prepared")
+    if known is None:
+        known = info["sluice_prepared"] = PreparedNames(connection.connection.dbapi_connection)
     if name in known:
-        known.move_to_end(name)
+        known.get(name)  # a read marks it used
         return
     import psycopg
 
-    if len(known) >= PREPARED_PER_CONNECTION:
-        oldest, _ = known.popitem(last=False)
-        cursor.execute(f"DEALLOCATE {oldest}")
     # the same name is the same text (a pooler's server connection may have it already)
     with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
         cursor.execute(prepare)

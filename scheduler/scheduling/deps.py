@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.scheduler.core.states import TI, TaskInstanceState
+from sluice.scheduler.scheduling.per_version import PerVersion
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 
 if TYPE_CHECKING:
@@ -60,8 +61,10 @@ class Decisions:
         self.moves.setdefault(state, []).append(ti_id)
 
 
-_TOPO_CACHE: dict[str, tuple[str, ...]] = {}
-_TOPO_CACHE_SIZE = 256
+_BY_VERSION = 256
+"""DAG versions whose task order, and whose deciding tasks, a process keeps."""
+_ORDERS: PerVersion[str, tuple[str, ...]] = PerVersion(_BY_VERSION)
+_DECIDING: PerVersion[str, tuple[str, ...]] = PerVersion(_BY_VERSION)
 
 
 def _topological_order(upstream: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
@@ -83,36 +86,27 @@ def _topological_order(upstream: Mapping[str, Sequence[str]]) -> tuple[str, ...]
 
 
 def topological_order(spec: Mapping[str, Any], version_hash: str) -> tuple[str, ...]:
-    """Upstream before downstream; cached by the DAG's version hash."""
-    order = _TOPO_CACHE.get(version_hash)
-    if order is None:
-        order = _topological_order({t: s["upstream"] for t, s in spec["tasks"].items()})
-        if len(_TOPO_CACHE) >= _TOPO_CACHE_SIZE:
-            _TOPO_CACHE.pop(next(iter(_TOPO_CACHE)))
-        _TOPO_CACHE[version_hash] = order
-    return order
-
-
-_DECIDING_CACHE: dict[str, tuple[str, ...]] = {}
+    """Upstream before downstream; kept by the DAG's version hash."""
+    return _ORDERS.get(
+        version_hash,
+        lambda: _topological_order({t: s["upstream"] for t, s in spec["tasks"].items()}),
+    )
 
 
 def results_that_decide(spec: Mapping[str, Any], version_hash: str) -> tuple[str, ...]:
     """The tasks whose stored results a decision reads: branch tasks (their choice) and
     the unmapped tasks a mapped task expands over (their items). Every other TI's result,
-    up to 64 KiB each, is left unread (cached by the DAG's version hash)."""
-    found = _DECIDING_CACHE.get(version_hash)
-    if found is None:
-        found = tuple(
+    up to 64 KiB each, is left unread (kept by the DAG's version hash)."""
+    return _DECIDING.get(
+        version_hash,
+        lambda: tuple(
             sorted(
                 task_id
                 for task_id, task in spec["tasks"].items()
                 if task.get("is_branch") or task.get("map_output") is not None
             )
-        )
-        if len(_DECIDING_CACHE) >= _TOPO_CACHE_SIZE:
-            _DECIDING_CACHE.pop(next(iter(_DECIDING_CACHE)))
-        _DECIDING_CACHE[version_hash] = found
-    return found
+        ),
+    )
 
 
 def branch_choice(result: str | None) -> set[str] | None:

@@ -1,4 +1,4 @@
-"""`PerVersion`: a value worked out once per key, the store emptied at its size."""
+"""`PerVersion`: a value worked out once per key, the least recently used leaving first."""
 
 from __future__ import annotations
 
@@ -26,3 +26,15 @@ def test_the_store_never_grows_past_its_size() -> None:
         assert store.get(key, lambda k=key: k * 2) == key * 2  # type: ignore[misc]
         assert len(store) <= 3
     assert store.get(9, lambda: -1) == 18  # the last key survived the emptying
+
+
+def test_the_least_recently_used_key_leaves_first_not_every_key() -> None:
+    """A bounded cache through cachetools (issue 40, 4): a key in use survives a new
+    version's arrival; the store is no longer emptied whole at its size."""
+    store: PerVersion[str, int] = PerVersion(2)
+    store.get("a", lambda: 1)
+    store.get("b", lambda: 2)
+    assert store.get("a", lambda: -1) == 1  # a used again: b is the oldest
+    store.get("c", lambda: 3)
+    assert store.get("a", lambda: -1) == 1
+    assert store.get("b", lambda: -2) == -2  # b left, worked out again
