@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 
 from sluice.broker.wakeup import News, payload_of
 
-log = logging.getLogger("sluice.wakeup")
+log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT = 2
 _PAYLOAD_MAX = 7900

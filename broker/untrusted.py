@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 
-log = logging.getLogger("sluice.broker")
+log = logging.getLogger(__name__)
 
 PREVIEW_BYTES = 60
 """Bytes of a dropped value shown in its WARNING (the rest is only counted)."""

@@ -41,7 +41,7 @@ from redis.retry import Retry
 from sluice.broker.untrusted import dropped, parse_run_id
 from sluice.scheduler.core.settings import DEFAULTS, Settings
 
-log = logging.getLogger("sluice.wakeup")
+log = logging.getLogger(__name__)
 
 _SOCKET_TIMEOUT = 2.0
 

@@ -35,7 +35,7 @@ from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.loader import load_file
 from sluice.tasks.serialize import serialize_dag
 
-log = logging.getLogger("sluice.parsing")
+log = logging.getLogger(__name__)
 
 _PACKAGE_DIR = str(Path(__file__).parent) + os.sep  # as imported: frames name it so
 _PACKAGE_ROOT = str(Path(__file__).parents[2])

@@ -3,7 +3,7 @@
 Contract: the command runs with ``/bin/sh -c`` in its own process group (session), with
 ``os.environ`` + the task's ``env`` + ``SLUICE_*`` variables (DAG_ID, RUN_ID, TASK_ID,
 TRY_NUMBER, LOGICAL_DATE). Each stdout line is logged at INFO and each stderr line at
-WARNING on the ``sluice.task`` logger. Exit 0 → the last stdout line (or None if there was
+WARNING on the ``sluice.tasks.shell`` logger. Exit 0 → the last stdout line (or None if there was
 no output); non-zero → ``ShellCommandError`` naming the code and the last stderr line; past
 the timeout the whole process group is killed and ``TaskTimeout`` raised.
 """
@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from sluice.tasks.errors import ShellCommandError, TaskStopped, TaskTimeout
 
-log = logging.getLogger("sluice.task")
+log = logging.getLogger(__name__)
 
 #: Seconds between SIGTERM and SIGKILL to the process group on timeout.
 KILL_GRACE = 2.0

@@ -30,7 +30,7 @@ from sluice.scheduler.core.settings import Settings
 WORKER_QUEUES = "sluice_worker_queues"
 """The app's configuration key holding the Celery queues its workers consume for Sluice."""
 
-log = logging.getLogger("sluice.attach")
+log = logging.getLogger(__name__)
 
 
 def worker_queues(settings: Settings, queues: Iterable[str]) -> tuple[str, ...]:

@@ -66,7 +66,7 @@ _OBJECT_SERIALIZERS = frozenset(
 _MAX_QUEUE_NAME = 200
 """Characters in a Sluice queue name given to `attach` (AMQP allows 255 in the whole name)."""
 
-log = logging.getLogger("sluice.attach")
+log = logging.getLogger(__name__)
 
 
 class AttachError(ValueError):

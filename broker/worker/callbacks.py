@@ -42,7 +42,7 @@ from sluice.tasks.callbacks import Callback, run_callback
 from sluice.tasks.errors import TaskStopped, TaskTimeout
 from sluice.tasks.runtime import Stop, call_with_timeout
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
 

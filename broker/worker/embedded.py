@@ -35,7 +35,7 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.tracing import tracing_configured
 from sluice.tasks.loader import DagCache
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 MEMORY_POLLING_INTERVAL = 0.002
 """Seconds the embedded worker sleeps when its memory queues are empty: a hop waits half

@@ -29,7 +29,7 @@ from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.callbacks import beat_callbacks
 from sluice.scheduler.core.states import TI
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 
 OnLost = Callable[[str], None]

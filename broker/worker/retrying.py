@@ -15,7 +15,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from sluice.scheduler.core.retries import doubling, failure_of
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

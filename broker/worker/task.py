@@ -42,7 +42,7 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.tracing import tracing_configured
 from sluice.tasks.loader import DagCache
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 _CONTEXT_ATTR = "sluice_worker_context"
 _lock = threading.Lock()

@@ -14,7 +14,7 @@ tasks at once in threads of one process) alike:
 - a thread started by a capturing thread captures into the same log:
   `threading.Thread.start` is wrapped, once per process, to hand the capture on.
   Shell tasks log their output from such reader threads.
-- the `sluice.task` logger is lowered to INFO if it would drop INFO records:
+- the `sluice.tasks.shell` logger is lowered to INFO if it would drop INFO records:
   shell tasks log each stdout line there at INFO.
 
 Invariants:
@@ -48,12 +48,13 @@ from sluice.broker.worker.task_env import masker_for
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, append_task_log, save_task_log
 from sluice.scheduler.core.text import storable
+from sluice.tasks import shell
 
 if TYPE_CHECKING:
     from sluice.broker.worker.runner import WorkerContext
     from sluice.scheduler.core.messages import RunMessage
 
-log = logging.getLogger("sluice.task_logs")
+log = logging.getLogger(__name__)
 
 MAX_BYTES_PER_TRY = 1024 * 1024
 """Default of `Settings.task_log_max_bytes` (SLUICE_TASK_LOG_MAX_BYTES)."""
@@ -68,8 +69,8 @@ REWRITE_INTERVAL = 30.0
 cap (below it, each flush appends what is new)."""
 """Most bytes of log text kept per try (the newest lines win)."""
 
-SHELL_LOGGER = "sluice.task"
-"""The logger shell tasks write their output to (`tasks.shell`)."""
+SHELL_LOGGER = shell.log.name
+"""The logger shell tasks write their output to (`sluice.tasks.shell`)."""
 
 _IGNORED_LOGGERS = frozenset({"celery.redirected", log.name})
 _ATTR = "_sluice_task_log"

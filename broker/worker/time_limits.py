@@ -34,7 +34,7 @@ from enum import Enum
 
 from sluice.tasks.errors import TaskStopped
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 
 class Ending(Enum):

@@ -25,7 +25,7 @@ from sluice.broker.queues import RUN_TASK_NAME
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.tracing import Tracing, context_headers, tracing_configured
 
-log = logging.getLogger("sluice.worker")
+log = logging.getLogger(__name__)
 
 _installed: dict[int, Tracing] = {}
 

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException
 
-log = logging.getLogger("sluice.api")
+log = logging.getLogger(__name__)
 
 MAX_DETAIL = 300
 

@@ -37,7 +37,7 @@ from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import Job
 from sluice.scheduler.core.states import JobState
 
-log = logging.getLogger("sluice.api")
+log = logging.getLogger(__name__)
 
 WORKER_TIMEOUT = 1.0
 """Seconds the workers get to answer (Celery waits this long for replies)."""

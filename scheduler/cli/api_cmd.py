@@ -16,7 +16,7 @@ from types import FrameType
 
 from sluice.scheduler.cli.context import Cli, CliError
 
-log = logging.getLogger("sluice.api")
+log = logging.getLogger(__name__)
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 

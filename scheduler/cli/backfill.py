@@ -26,7 +26,7 @@ from sluice.scheduler.control.inputs import parse_date
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.scheduling.timetables import logical_dates_between
 
-log = logging.getLogger("sluice.backfill")
+log = logging.getLogger(__name__)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -67,7 +66,7 @@ class Cli:
     def wait_for_database(self) -> None:
         """For a daemon at start: wait until the database answers, one line per failed
         attempt, backing off (`SLUICE_DB_RETRY_DELAY`, `SLUICE_DB_RETRY_MAX_DELAY`)."""
-        wait_for_database(self.engine, self.settings, logging.getLogger(f"sluice.{self.role}"))
+        wait_for_database(self.engine, self.settings)
 
     def unknown_dag(self, session: Session, dag_id: str) -> CliError:
         """The error for a DAG id that is not there, naming the DAG files that failed."""

@@ -17,6 +17,8 @@ from sluice.scheduler.core.migrate import current_revision, upgrade
 from sluice.scheduler.core.models import Pool
 from sluice.scheduler.core.upsert import upsert
 
+log = logging.getLogger(__name__)
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     db = sub.add_parser("db", help="the database: its schema, and cleaning old history")
@@ -91,7 +93,7 @@ def migrate(cli: Cli, args: argparse.Namespace) -> int:
 
 def install_stop_handlers(stop: object) -> None:
     def handler(signum: int, frame: FrameType | None) -> None:
-        logging.getLogger("sluice").info("signal %s: stopping after this loop", signum)
+        log.info("signal %s: stopping after this loop", signum)
         stop.stopping = True  # type: ignore[attr-defined]
 
     signal.signal(signal.SIGTERM, handler)

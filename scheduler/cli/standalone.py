@@ -46,7 +46,7 @@ from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 
-log = logging.getLogger("sluice.standalone")
+log = logging.getLogger(__name__)
 
 STOPPED = 130
 """Exit code of `--trigger` stopped (Ctrl-C, SIGTERM) before its run ended."""

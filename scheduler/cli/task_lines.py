@@ -50,7 +50,7 @@ from sluice.scheduler.core.queries.task_changes import (
 )
 from sluice.scheduler.core.states import RUN_TERMINAL, TI
 
-log = logging.getLogger("sluice.standalone")
+log = logging.getLogger(__name__)
 
 INTERVAL = 0.25
 """Seconds between two reads (more if a read is slow: see `COST_SHARE`)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from sluice.scheduler.core.settings import Settings
 
-log = logging.getLogger("sluice.workers")
+log = logging.getLogger(__name__)
 
 
 class WorkerMap(dict[str, list[str]]):

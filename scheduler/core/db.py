@@ -43,7 +43,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from sluice.scheduler.core.hot_sql import check_registered
 
-log = logging.getLogger("sluice.db")
+log = logging.getLogger(__name__)
 
 
 def utcnow() -> dt.datetime:

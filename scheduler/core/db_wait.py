@@ -26,6 +26,8 @@ from sluice.scheduler.core.text import one_line
 
 MAX_REASON_CHARS = 300
 
+log = logging.getLogger(__name__)
+
 UNREACHABLE = (OperationalError, InterfaceError)
 """What a database that does not answer (yet) raises: not running, no such database yet,
 refusing connections while it starts, a network that drops them."""
@@ -81,7 +83,6 @@ class Backoff:
 def wait_for_database(
     engine: Engine,
     settings: Settings,
-    log: logging.Logger,
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:

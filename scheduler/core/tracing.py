@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-log = logging.getLogger("sluice.tracing")
+log = logging.getLogger(__name__)
 
 
 def tracing_configured(env: Mapping[str, str] | None = None) -> bool:

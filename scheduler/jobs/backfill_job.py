@@ -35,7 +35,7 @@ from sluice.scheduler.jobs.base import DagRunJob, JobLost, Publish, TickResult, 
 from sluice.scheduler.scheduling.clearing import clear_task_instances
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 
-log = logging.getLogger("sluice.backfill")
+log = logging.getLogger(__name__)
 
 RUNS_PER_BATCH = 500
 """Runs a backfill creates per transaction (with a heartbeat between two)."""

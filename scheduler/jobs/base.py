@@ -46,7 +46,7 @@ from sluice.scheduler.scheduling.fresh_runs import fresh_roots, schedule_fresh
 from sluice.scheduler.scheduling.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from sluice.scheduler.scheduling.timeouts import run_timeout_error
 
-log = logging.getLogger("sluice.job")
+log = logging.getLogger(__name__)
 
 Publish = Callable[[Sequence[RunMessage]], None]
 

@@ -26,7 +26,7 @@ from sluice.scheduler.core.queries import callbacks as due
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.jobs.periodic import Every
 
-log = logging.getLogger("sluice.scheduler")
+log = logging.getLogger(__name__)
 
 PUBLISH_EVERY = 0.2
 """Seconds between two looks for due callbacks (a task's failure waits this at most)."""

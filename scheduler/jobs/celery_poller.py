@@ -46,7 +46,7 @@ from sluice.tasks.celery_task import external_id_for
 from sluice.tasks.errors import ResultError
 from sluice.tasks.runtime import check_result
 
-log = logging.getLogger("sluice.celery_poller")
+log = logging.getLogger(__name__)
 
 FINISHED_FAILED = frozenset({"FAILURE", "REVOKED"})
 

@@ -44,7 +44,7 @@ from sluice.scheduler.core.states import TI, TI_UNFINISHED
 if TYPE_CHECKING:
     from sluice.scheduler.jobs.base import TickResult
 
-log = logging.getLogger("sluice.metrics")
+log = logging.getLogger(__name__)
 
 MAX_PENDING = 10_000
 """Queued TIs remembered for the queued → running delay; the oldest are dropped first."""

@@ -40,7 +40,7 @@ from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.dagbag import next_run_fields, sync_dag_folder
 from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
 
-log = logging.getLogger("sluice.scheduler")
+log = logging.getLogger(__name__)
 
 
 class DagFolderParser:

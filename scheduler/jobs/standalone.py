@@ -32,7 +32,7 @@ from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.leftovers import Leftovers, take_up
 
-log = logging.getLogger("sluice.standalone")
+log = logging.getLogger(__name__)
 
 CALLBACK_BATCH = 256
 CALLBACK_GRACE_SECONDS = 10.0

@@ -18,7 +18,7 @@ from sluice.broker.app import create_app
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.jobs.celery_poller import revoke_ids
 
-log = logging.getLogger("sluice.control")
+log = logging.getLogger(__name__)
 
 
 def stop_tries(settings: Settings, attempts: Sequence[str], external_ids: Sequence[str]) -> None:

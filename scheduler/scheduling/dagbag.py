@@ -30,7 +30,7 @@ from sluice.tasks.loader import list_dag_files
 from sluice.tasks.parsing import parse_files
 from sluice.tasks.serialize import version_hash
 
-log = logging.getLogger("sluice.dagbag")
+log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -35,7 +35,7 @@ from sluice.scheduler.core.queries.tis import lock_expired_queued, lock_running_
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.scheduling.queueing import fail_running_tries, message_for
 
-log = logging.getLogger("sluice.standalone")
+log = logging.getLogger(__name__)
 
 BATCH = 512
 

@@ -35,7 +35,7 @@ from sluice.scheduler.core.queries.tis import (
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import fail_try, queue_tis
 
-log = logging.getLogger("sluice.queueing")
+log = logging.getLogger(__name__)
 
 
 @dataclass

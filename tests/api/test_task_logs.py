@@ -216,8 +216,8 @@ def test_tasks_running_in_threads_each_capture_only_their_own_output(
         assert log.finished_at is not None and log.started_at <= log.finished_at
     assert "ValueError: py_c fails on purpose" in logs["py_c"].content
     assert "Traceback (most recent call last)" in logs["py_c"].content
-    assert "[INFO sluice.task] shell says sh" in logs["sh"].content
-    assert "[WARNING sluice.task] shell complains" in logs["sh"].content
+    assert "[INFO sluice.tasks.shell] shell says sh" in logs["sh"].content
+    assert "[WARNING sluice.tasks.shell] shell complains" in logs["sh"].content
     # the process's own streams still work, and nothing leaks into a later capture
     print("after the tasks")
     assert isinstance(sys.stdout.write("x\n"), int)
@@ -314,8 +314,8 @@ def test_prefork_worker_stores_every_try(sluice: Sluice, capsys: pytest.CaptureF
     latest, _ = logs("py")
     assert "[stdout] hello from try 2" in latest and "first try fails" not in latest
     shell, _ = logs("sh")
-    assert "[INFO sluice.task] shell line" in shell
-    assert "[WARNING sluice.task] shell error" in shell
+    assert "[INFO sluice.tasks.shell] shell line" in shell
+    assert "[WARNING sluice.tasks.shell] shell error" in shell
     with pytest.raises(CliError, match="has no try 3"):
         logs("py", "--try", "3")
     with pytest.raises(CliError, match="has no task 'nope'"):

@@ -17,6 +17,9 @@ from sluice.tasks.celery_task import external_id_for, resolve
 from sluice.tasks.serialize import serialize_dag
 from tests.celery_compat.their_app import make_app
 
+ATTACHING = "sluice.broker.worker.attaching"
+"""The logger `attach` warns on (named by its module)."""
+
 BROKER = "redis://127.0.0.1:1/9"  # never connected to: attach reads the URL only
 SETTINGS = Settings(broker_url=BROKER, namespace="sl")
 
@@ -169,14 +172,14 @@ def test_attach_warns_of_an_app_that_loads_objects(
     can run code on them; attach says so (once, as a warning) and attaches."""
     app = make_app(BROKER, attach_sluice=False)
     app.conf.update(accept_content=accepted)
-    with caplog.at_level("WARNING", logger="sluice.attach"):
+    with caplog.at_level("WARNING", logger=ATTACHING):
         attach(app, SETTINGS)
-    warned = [r.getMessage() for r in caplog.records if r.name == "sluice.attach"]
+    warned = [r.getMessage() for r in caplog.records if r.name == ATTACHING]
     assert len(warned) == 1 and "can run code on them" in warned[0]
     assert RUN_TASK_NAME in app.tasks
 
 
 def test_attach_to_a_json_only_app_warns_of_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("WARNING", logger="sluice.attach"):
+    with caplog.at_level("WARNING", logger=ATTACHING):
         attach(make_app(BROKER, attach_sluice=False), SETTINGS)
-    assert [r for r in caplog.records if r.name == "sluice.attach"] == []
+    assert [r for r in caplog.records if r.name == ATTACHING] == []

@@ -39,7 +39,7 @@ with DAG("hello", schedule=None) as dag:
 """
 
 RETRY_LINE = re.compile(
-    r"WARNING sluice\.(\w+): database at (\S+) unavailable \(attempt (\d+)\): (.+); "
+    r"WARNING (sluice\.[\w.]+): database at (\S+) unavailable \(attempt (\d+)\): (.+); "
     r"retrying in ([0-9.]+)s$"
 )
 
@@ -193,7 +193,7 @@ def test_worker_waits_for_a_port_that_starts_listening_later(
         log = sluice.log_dir / "worker-0.log"
         wait_until(lambda: len(retry_lines(log)) >= 3, timeout=30)
         for m in retry_lines(log):
-            assert m[1] == "worker"
+            assert m[1] == "sluice.scheduler.core.db_wait"
             assert m[2] == f"127.0.0.1:{forwarder.port}/{database}"
             assert m[4] == "Connection refused"
         assert worker.poll() is None

@@ -80,7 +80,9 @@ def test_standalone_trigger_prints_one_human_line_per_task_not_celery_internals(
     assert UUID.search(err) is None, err
     for path in PATHS:
         assert path.name not in err, (path.name, err)
-    assert "then nothing" not in err and "INFO" not in err.replace("INFO sluice.task", ""), err
+    assert "then nothing" not in err and "INFO" not in err.replace("INFO sluice.tasks.shell", ""), (
+        err
+    )
     # but one line per task, with its state (and its duration when it ran)
     for task_id in ("extract", "total", "biggest", "check", "report", "done"):
         (line,) = task_lines(err, task_id)

@@ -166,10 +166,12 @@ def test_shell_success_env_and_logging(caplog: pytest.LogCaptureFixture, tmp_pat
         env={"MY_VAR": "mine"},
         cwd=str(tmp_path),
     )
-    with caplog.at_level(logging.INFO, logger="sluice.task"):
+    with caplog.at_level(logging.INFO, logger="sluice.tasks.shell"):
         result = run_task(task, CONTEXT)
     assert result == f"2026-01-02T00:00:00+00:00 mine {tmp_path}"
-    records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "sluice.task"]
+    records = [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "sluice.tasks.shell"
+    ]
     assert (logging.INFO, "rt manual__x t 2") in records
     assert (logging.WARNING, "warn") in records
     assert run_task(shell("true"), CONTEXT) is None
