@@ -4,8 +4,9 @@ Synchronous: shows progress, exits 0 only if every run it drove succeeded.
 With `--local` the tasks run in this process, from the DAG files as they are
 in the local folder, with no hand-off to workers. More than `--confirm-above` runs
 (1,000) are created only after a yes at the prompt, or with `--yes`.
-`sluice backfill cancel DAG_ID` ends the DAG's unfinished backfill runs `failed`
-and stops their running tries.
+`sluice backfill cancel DAG_ID`, a subcommand of its own, ends the DAG's unfinished
+backfill runs `failed` and stops their running tries; the DAG form is backfill's default
+subcommand (`parser.CommandParser.with_default`).
 """
 
 from __future__ import annotations
@@ -29,13 +30,38 @@ from sluice.scheduler.scheduling.timetables import logical_dates_between
 log = logging.getLogger(__name__)
 
 
+DAG_FORM = "<DAG_ID>"
+"""The name of backfill's default subcommand, `sluice backfill DAG_ID ...`: never typed
+(the arguments are its own unless they start with `cancel`), and no DAG id."""
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "backfill",
         help="run a DAG for a range of past dates (`backfill cancel DAG_ID` to stop one)",
     )
-    p.add_argument("dag_id", help="the DAG, or `cancel` followed by the DAG")
-    p.add_argument("cancelled", nargs="?", help=argparse.SUPPRESS)
+    forms = p.add_subparsers(dest="backfill", required=True)
+    add_dag_form(forms)
+    cancelling = forms.add_parser(
+        "cancel",
+        help="end a DAG's unfinished backfill runs failed, stopping their tries",
+        description="End the DAG's unfinished backfill runs failed and stop their tries.",
+    )
+    cancelling.add_argument("dag_id", metavar="DAG_ID", help="the DAG")
+    cancelling.set_defaults(func=cancel_command)
+    p.with_default(DAG_FORM, forms)
+
+
+def add_dag_form(forms: argparse._SubParsersAction) -> None:
+    """`sluice backfill DAG_ID --start ISO --end ISO [...]`, backfill's default form."""
+    p = forms.add_parser(
+        DAG_FORM,
+        prog="sluice backfill",
+        description="Run DAG_ID for every logical date of its schedule from --start to --end.",
+        epilog="sluice backfill cancel DAG_ID ends the DAG's unfinished backfill runs failed, "
+        "stopping their tries.",
+    )
+    p.add_argument("dag_id", metavar="DAG_ID", help="the DAG")
     p.add_argument("--start", help="first logical date (ISO 8601)")
     p.add_argument("--end", help="last logical date (ISO 8601), included")
     p.add_argument(
@@ -95,10 +121,6 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.broker.wakeup import LocalWaker, waker_for
     from sluice.scheduler.jobs.backfill_job import BackfillJob
 
-    if args.dag_id == "cancel" and args.cancelled:
-        return cancel(cli, args.cancelled)
-    if args.cancelled:
-        raise CliError(f"unexpected argument {args.cancelled!r} (backfill cancel DAG_ID?)")
     if args.start is None or args.end is None:
         raise CliError("backfill needs --start and --end")
     start = parse_date(args.start, "--start")
@@ -234,6 +256,10 @@ def confirmed(runs: int, dag_id: str) -> bool:
         return False
     answer = input(f"create {runs:,} backfill runs of {dag_id!r}? [y/N] ")
     return answer.strip().lower() in ("y", "yes")
+
+
+def cancel_command(cli: Cli, args: argparse.Namespace) -> int:
+    return cancel(cli, args.dag_id)
 
 
 def cancel(cli: Cli, dag_id: str) -> int:

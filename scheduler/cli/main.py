@@ -27,28 +27,22 @@ from sluice.scheduler.cli import (
     tasks_cmd,
 )
 from sluice.scheduler.cli.context import Cli
+from sluice.scheduler.cli.parser import USAGE_ERROR, CommandParser
 from sluice.scheduler.cli.render import visible
 from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.db_wait import database_place, database_reason
 from sluice.scheduler.core.migrate import SchemaNotReady
 from sluice.scheduler.core.settings import ConfigError, Settings
 
-USAGE_ERROR = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(USAGE_ERROR, f"sluice: error: {message}\n")
-
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = CommandParser(
         prog="sluice",
         description="Run DAGs of tasks on Celery workers.",
         epilog=environment.epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     services.add_parsers(sub)
     dags.add_parsers(sub)
     tasks_cmd.add_parsers(sub)

@@ -129,3 +129,37 @@ def test_sluice_help_runs() -> None:
         text=True,
     )
     assert done.returncode == 0 and "standalone" in done.stdout
+
+
+BACKFILL_CANCEL_MISUSED = [
+    (["backfill", "cancel", "hourly", "--start", "2026-01-01"], "arguments: --start 2026-01-01"),
+    (["backfill", "cancel", "hourly", "--local"], "unrecognized arguments: --local"),
+    (["backfill", "cancel"], "the following arguments are required: DAG_ID"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), BACKFILL_CANCEL_MISUSED)
+def test_backfill_cancel_is_a_subcommand_with_arguments_of_its_own(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    """Issue 40, 4: `backfill cancel` is a real subcommand, no longer a DAG id of
+    `backfill` read again: a backfill's option, a second DAG or no DAG at all is a usage
+    error before anything is read (the database here does not exist)."""
+    env = {**os.environ, "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}"}
+    done = subprocess.run([*SLUICE, *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("sluice: error: ") and needle in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "none.db").exists()
+
+
+def test_backfill_help_shows_the_dag_form_and_cancel_its_own() -> None:
+    """`sluice backfill -h` is the DAG form's (as the README's `sluice backfill DAG_ID
+    --start ISO --end ISO` line) and names `cancel`; `sluice backfill cancel -h` is
+    cancel's alone."""
+    dag_form = subprocess.run([*SLUICE, "backfill", "-h"], capture_output=True, text=True)
+    cancel = subprocess.run([*SLUICE, "backfill", "cancel", "-h"], capture_output=True, text=True)
+    assert dag_form.returncode == 0 and cancel.returncode == 0
+    assert dag_form.stdout.startswith("usage: sluice backfill [-h] [--start START]")
+    assert "DAG_ID" in dag_form.stdout and "sluice backfill cancel DAG_ID" in dag_form.stdout
+    assert cancel.stdout.startswith("usage: sluice backfill cancel [-h] DAG_ID\n")
+    assert "--start" not in cancel.stdout
