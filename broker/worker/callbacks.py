@@ -29,8 +29,9 @@ from urllib.parse import quote
 
 from sqlalchemy import select
 
+from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.heartbeat import Heartbeat
-from sluice.broker.worker.runner import WorkerContext, error_line, sending_app
+from sluice.broker.worker.runner import error_line, sending_app
 from sluice.broker.worker.time_limits import Ending, hard_limit
 from sluice.scheduler.core.callback_kinds import ON_DEADLINE_MISSED
 from sluice.scheduler.core.db import transaction, utcnow

@@ -28,7 +28,7 @@ from sluice.broker.publisher import publish
 from sluice.broker.queues import DEFAULT_QUEUE, celery_queue
 from sluice.broker.wakeup import Waker, local_waker
 from sluice.broker.worker.app import create_worker_app
-from sluice.broker.worker.runner import WorkerContext
+from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.task import install_context
 from sluice.scheduler.core.db import make_engine, make_session_factory
 from sluice.scheduler.core.settings import Settings

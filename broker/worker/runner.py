@@ -36,11 +36,11 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from celery import current_task
 from sqlalchemy import Update, and_, bindparam, select, update
@@ -48,9 +48,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.app import create_app
 from sluice.broker.trace_headers import HeadersLast, carrying
-from sluice.broker.wakeup import Waker
+from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.heartbeat import Heartbeat
-from sluice.broker.worker.result import Case, Recorded, decision, record_result
+from sluice.broker.worker.result import Case, decision, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.task_env import masked_error
 from sluice.broker.worker.task_logs import TaskLogCapture, capture_task_log
@@ -103,44 +103,6 @@ class Outcome(StrEnum):
     """The task is in neither the DAG file nor the DAG's stored version (`_stored_has`)."""
     DEFERRED = "deferred"
     """A CeleryTask's external task was sent; the TI stays running (see the module doc)."""
-
-
-class DagSource(Protocol):
-    """Where the worker gets DAG objects from (`tasks.loader.DagCache`).
-
-    A source may also offer `get_spec(dag_id) -> dict`: the serialized DAG to use
-    instead of the stored one (a local backfill runs the DAG as defined locally).
-    """
-
-    def get_dag(self, fileloc: str, dag_id: str) -> Any: ...
-
-
-Publish = Callable[[Sequence[RunMessage]], None]
-
-
-@dataclass
-class WorkerContext:
-    """What one worker process needs to run TaskInstances; built once per process.
-
-    With `publish`, a successful or skipped try's direct downstream is decided and
-    queued in its result transaction (`scheduler.scheduling.downstream`) and published through
-    it after the commit; `trace_tis` activates the queued TIs' spans as the
-    scheduler does. Without it (a local backfill), every result wakes the schedulers.
-    """
-
-    session_factory: sessionmaker[Session]
-    dags: DagSource
-    waker: Waker
-    settings: Settings
-    hostname: str
-    pid: int
-    publish: Publish | None = None
-    trace_tis: bool = False
-    observe: Callable[[Recorded], None] | None = None
-    """Called with what recording each result did (its path): for tests and metrics."""
-    deployment: str | None = None
-    """The deployment this worker serves (`core.deployment`): messages of another are
-    put back (`worker.task.refuse_a_strangers`)."""
 
 
 @dataclass(frozen=True)

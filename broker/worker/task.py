@@ -30,7 +30,8 @@ from sluice.broker.queues import CALLBACK_TASK_NAME, RUN_TASK_NAME
 from sluice.broker.trace_headers import incoming_carrier
 from sluice.broker.wakeup import waker_for
 from sluice.broker.worker.callbacks import run_callback_message
-from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
+from sluice.broker.worker.context import WorkerContext
+from sluice.broker.worker.runner import Outcome, run_task_instance
 from sluice.broker.worker.task_env import hide_secrets
 from sluice.broker.worker.time_limits import mark_pool_child
 from sluice.broker.worker.tracing import annotate

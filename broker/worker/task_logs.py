@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.task_env import masker_for
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, append_task_log, save_task_log
@@ -51,7 +52,6 @@ from sluice.scheduler.core.text import storable
 from sluice.tasks import shell
 
 if TYPE_CHECKING:
-    from sluice.broker.worker.runner import WorkerContext
     from sluice.scheduler.core.messages import RunMessage
 
 log = logging.getLogger(__name__)

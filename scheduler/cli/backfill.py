@@ -293,7 +293,8 @@ def local_publisher(
     """Run each queued TI in this process's thread pool instead of sending it."""
     import socket
 
-    from sluice.broker.worker.runner import WorkerContext, run_task_instance
+    from sluice.broker.worker.context import WorkerContext
+    from sluice.broker.worker.runner import run_task_instance
 
     class LocalDags:
         def get_dag(self, fileloc: str, dag_id: str) -> Any:
