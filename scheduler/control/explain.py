@@ -33,7 +33,7 @@ from sluice.scheduler.core.models import AuditEvent, Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.deps import TiView
+from sluice.scheduler.scheduling.decisions import TiView
 
 __all__ = [
     "ExplainError",

@@ -25,7 +25,8 @@ from sluice.scheduler.control.explain_limits import (
 from sluice.scheduler.control.explain_model import Reason, Subject, duration, iso
 from sluice.scheduler.control.explain_model import ReasonKind as K
 from sluice.scheduler.core.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
-from sluice.scheduler.scheduling.deps import RunTis, TiView, branch_choice, upstream_counts
+from sluice.scheduler.scheduling.decisions import TiView
+from sluice.scheduler.scheduling.deps import RunTis, branch_choice, upstream_counts
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 

@@ -3,7 +3,8 @@ run is over.
 
 Input is the run's TI states (from one query) and the serialized DAG; nothing here
 touches the database. The whole run's decision is `run_decision.decide_run`, a mapped
-task's `mapped.decide_mapped`; this module holds what they share: the TIs by task
+task's `mapped.decide_mapped`; what a decision reads and decides is plain data in
+`decisions` (`TiView`, `Decisions`, `Expansion`); this module holds what they share: the TIs by task
 (`RunTis`, a mapped task's in map-index order), a task's cap on its running TIs
 (`Limit`), and the verdict for a TI in `none`, checked as Airflow does:
 1. a direct upstream branch task succeeded and did not pick this task → skipped;
@@ -17,48 +18,18 @@ run from its leaves.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from sluice.scheduler.core.states import TI, TaskInstanceState
+from sluice.scheduler.scheduling.decisions import TiView
 from sluice.scheduler.scheduling.per_version import PerVersion
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 
-if TYPE_CHECKING:
-    from sluice.scheduler.scheduling.mapped import Expansion
-
 _DONE = frozenset({TI.SUCCESS, TI.FAILED, TI.UPSTREAM_FAILED, TI.SKIPPED, TI.REMOVED})
-
-
-@dataclass(frozen=True)
-class TiView:
-    """What the decision needs of one TaskInstance."""
-
-    id: int
-    task_id: str
-    state: TaskInstanceState
-    next_retry_at: dt.datetime | None = None
-    result: str | None = None
-    map_index: int = -1
-
-
-@dataclass
-class Decisions:
-    """Target state → ids of the TIs to move there (all from `none` or `up_for_retry`)."""
-
-    moves: dict[TaskInstanceState, list[int]] = field(default_factory=dict)
-    retries: list[int] = field(default_factory=list)
-    expansions: list[Expansion] = field(default_factory=list)
-    """Mapped tasks to give their indexes (`scheduling.mapped`), written before the moves."""
-    errors: dict[int, str] = field(default_factory=dict)
-    """The error of each TI moved to `failed` (a mapped task that cannot expand)."""
-
-    def add(self, state: TaskInstanceState, ti_id: int) -> None:
-        self.moves.setdefault(state, []).append(ti_id)
 
 
 _BY_VERSION = 256

@@ -57,7 +57,8 @@ from sluice.scheduler.core.transitions import (
     queue_waiting_if,
 )
 from sluice.scheduler.scheduling import spans
-from sluice.scheduler.scheduling.deps import TiView, decide_one
+from sluice.scheduler.scheduling.decisions import TiView
+from sluice.scheduler.scheduling.deps import decide_one
 from sluice.scheduler.scheduling.downstream_sql import (
     PICKED,
     UNCLAIMED,

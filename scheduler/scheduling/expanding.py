@@ -1,4 +1,4 @@
-"""Writing a mapped task's expansion (`mapped.Expansion`) in the run's transaction.
+"""Writing a mapped task's expansion (`decisions.Expansion`) in the run's transaction.
 
 Called by `dagrun.update_state` with the run's row locked, so two schedulers, a backfill
 or a redelivered wake-up never expand one task twice: the second reads the indexes the
@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import move_tis
-from sluice.scheduler.scheduling.mapped import Expansion
+from sluice.scheduler.scheduling.decisions import Expansion
 from sluice.scheduler.scheduling.ti_rows import insert_indexes
 
 

@@ -29,7 +29,7 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.sql import one_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import schedule_where_statement
-from sluice.scheduler.scheduling.deps import TiView
+from sluice.scheduler.scheduling.decisions import TiView
 from sluice.scheduler.scheduling.per_version import PerVersion
 from sluice.scheduler.scheduling.run_decision import decide_run
 

@@ -20,23 +20,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.deps import Decisions, Limit, RunTis, TiView, verdict_state
+from sluice.scheduler.scheduling.decisions import Decisions, Expansion, TiView
+from sluice.scheduler.scheduling.deps import Limit, RunTis, verdict_state
 from sluice.tasks.mapping import MapInputError, check_length, map_length, per_index_of
-
-
-@dataclass(frozen=True)
-class Expansion:
-    """A mapped task's TIs to bring to exactly `indexes` (the rest of its `none` TIs
-    `removed`), scheduling `schedule` among them at once."""
-
-    task_id: str
-    tis: tuple[TiView, ...]
-    indexes: tuple[int, ...]
-    schedule: tuple[int, ...] = ()
 
 
 def decide_mapped(
