@@ -37,8 +37,8 @@ from sluice.scheduler.core.queries.runs import claim_runs_to_examine
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.transitions import move_ti
-from sluice.scheduler.jobs.base import TickResult
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
+from sluice.scheduler.jobs.tick import TickResult
 from sluice.scheduler.scheduling.cancelling import cancel_runs
 from sluice.scheduler.scheduling.dagrun import create_dagrun, update_state
 

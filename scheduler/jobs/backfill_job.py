@@ -31,7 +31,8 @@ from sluice.scheduler.core.states import (
     RunType,
 )
 from sluice.scheduler.core.tracing import Tracing
-from sluice.scheduler.jobs.base import DagRunJob, JobLost, Publish, TickResult, job_error
+from sluice.scheduler.jobs.base import DagRunJob, JobLost, Publish, job_error
+from sluice.scheduler.jobs.tick import TickResult
 from sluice.scheduler.scheduling.clearing import clear_task_instances
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 

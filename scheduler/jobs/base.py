@@ -15,7 +15,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, or_, update
 from sqlalchemy.exc import DBAPIError
@@ -39,6 +38,7 @@ from sluice.scheduler.jobs.celery_poller import poll_once
 from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.jobs.stopping import stop_tries
+from sluice.scheduler.jobs.tick import TickResult
 from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.cancelling import cancel_runs
 from sluice.scheduler.scheduling.dagrun import update_state
@@ -49,28 +49,6 @@ from sluice.scheduler.scheduling.timeouts import run_timeout_error
 log = logging.getLogger(__name__)
 
 Publish = Callable[[Sequence[RunMessage]], None]
-
-
-@dataclass
-class TickResult:
-    """What one loop iteration did; `busy` asks for another iteration without waiting."""
-
-    runs_created: int = 0
-    runs_started: int = 0
-    runs_examined: int = 0
-    runs_finished: int = 0
-    tis_scheduled: int = 0
-    tis_queued: int = 0
-    tis_requeued: int = 0
-    dead_tis: int = 0
-    dead_jobs: int = 0
-    mapped_expansions: int = 0
-    tis_expanded: int = 0
-    more_runs: bool = False
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.runs_created or self.runs_finished or self.more_runs)
 
 
 STOP_CHECK = 1.0

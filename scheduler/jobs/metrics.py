@@ -29,7 +29,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,9 +40,7 @@ from sluice.scheduler.core.queries.callbacks import counts as callback_counts
 from sluice.scheduler.core.queries.tis import used_slots_by_pool
 from sluice.scheduler.core.settings import ConfigError, Settings
 from sluice.scheduler.core.states import TI, TI_UNFINISHED
-
-if TYPE_CHECKING:
-    from sluice.scheduler.jobs.base import TickResult
+from sluice.scheduler.jobs.tick import TickResult
 
 log = logging.getLogger(__name__)
 
