@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from sluice.tasks.dag_context import current_dag
 from sluice.tasks.errors import DagDefinitionError
 
 _TEMPLATE = re.compile(r"^\{\{\s*upstream\.([A-Za-z0-9_.-]+)\s*\}\}$")
@@ -41,22 +42,26 @@ class Upstream:
     # A task's result links as its task does (``start >> load.expand(path=files())``, as
     # Airflow's XComArg): the task is looked up in the DAG being defined.
     def __rshift__(self, other: Any) -> Any:
-        return _task_of(self) >> other
+        return task_of(self) >> other
 
     def __lshift__(self, other: Any) -> Any:
-        return _task_of(self) << other
+        return task_of(self) << other
 
     def __rrshift__(self, other: Any) -> Any:
-        return other >> _task_of(self)
+        return other >> task_of(self)
 
     def __rlshift__(self, other: Any) -> Any:
-        return other << _task_of(self)
+        return other << task_of(self)
 
 
-def _task_of(ref: Upstream) -> Any:
-    from sluice.tasks.task import task_of  # the task module imports this one
-
-    return task_of(ref)
+def task_of(ref: Upstream) -> Any:
+    """The task whose result `ref` stands for, in the DAG whose ``with`` block runs."""
+    dag = current_dag()
+    found = dag.tasks.get(ref.task_id) if dag is not None else None
+    if found is None:
+        where = f"DAG '{dag.dag_id}'" if dag is not None else "no DAG's with block"
+        raise DagDefinitionError(f"{ref!r} links no task: '{ref.task_id}' is not in {where}")
+    return found
 
 
 def referenced(value: Any) -> str | None:

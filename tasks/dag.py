@@ -7,25 +7,19 @@ are unique; dependencies only link tasks of the same DAG (checked in ``task.py``
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from croniter import croniter
 
 from sluice.tasks.callbacks import Callback, check_callback
+from sluice.tasks.dag_context import DAG_ID_RE, enter, leave
 from sluice.tasks.errors import DagDefinitionError
-
-if TYPE_CHECKING:
-    from sluice.tasks.task import Task
-
-DAG_ID_RE = re.compile(r"^(?!\.+\Z)[A-Za-z0-9_.-]{1,250}\Z")
-"""A DAG or task id: 1-250 letters, digits, `_`, `.` or `-`, not only dots (`.` and `..`
-cannot be named in a URL path)."""
+from sluice.tasks.task import Task
 
 #: Schedule presets and the cron expression each stands for (evaluated in UTC).
 CRON_PRESETS: dict[str, str] = {
@@ -40,15 +34,9 @@ CRON_PRESETS: dict[str, str] = {
 
 Schedule = str | timedelta | None
 
-# DAGs entered with ``with`` (innermost last), and lists collecting every DAG constructed
-# while they are active (the loader uses one per imported file).
-_context_stack: list[DAG] = []
+# Lists collecting every DAG constructed while they are active (the loader uses one per
+# imported file). The DAGs entered with ``with`` are in ``dag_context``.
 _collectors: list[list[DAG]] = []
-
-
-def current_dag() -> DAG | None:
-    """The innermost DAG whose ``with`` block is running, or None."""
-    return _context_stack[-1] if _context_stack else None
 
 
 @contextmanager
@@ -181,7 +169,7 @@ class DAG:
         return f"<DAG {self.dag_id}>"
 
     def __enter__(self) -> DAG:
-        _context_stack.append(self)
+        enter(self)
         return self
 
     def __exit__(
@@ -190,10 +178,7 @@ class DAG:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if _context_stack and _context_stack[-1] is self:
-            _context_stack.pop()
-        elif self in _context_stack:
-            _context_stack.remove(self)
+        leave(self)
 
     def add_task(self, task: Task) -> None:
         """Register ``task``; a second task with the same id is an error."""

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
-from sluice.tasks.arguments import Upstream, references
+from sluice.tasks.arguments import Upstream, references, task_of
 from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
-from sluice.tasks.dag import DAG, DAG_ID_RE, current_dag
+from sluice.tasks.dag_context import DAG_ID_RE, TaskOwner, current_dag
 from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH, KWARGS, PRODUCT, MapSpec, reference_of
 from sluice.tasks.trigger_rules import TriggerRule
@@ -66,7 +66,9 @@ def _as_int(name: str, value: Any, minimum: int | None) -> int:
     return value
 
 
-def _resolve_options(task_id: str, dag: DAG, explicit: dict[str, Any]) -> dict[str, Any]:
+def _resolve_options(
+    task_id: str, dag: TaskOwner[Task], explicit: dict[str, Any]
+) -> dict[str, Any]:
     """Merge defaults, the DAG's default_args (unknown keys ignored) and explicit options."""
     unknown = sorted(set(explicit) - set(TASK_DEFAULTS))
     if unknown:
@@ -129,16 +131,6 @@ def _check_binding(
         raise DagDefinitionError(f"task '{task_id}' is called with bad arguments: {exc}") from None
 
 
-def task_of(ref: Upstream) -> Task:
-    """The task whose result `ref` stands for, in the DAG whose ``with`` block runs."""
-    dag = current_dag()
-    found = dag.tasks.get(ref.task_id) if dag is not None else None
-    if found is None:
-        where = f"DAG '{dag.dag_id}'" if dag is not None else "no DAG's with block"
-        raise DagDefinitionError(f"{ref!r} links no task: '{ref.task_id}' is not in {where}")
-    return found
-
-
 def _as_tasks(other: object) -> list[Task]:
     """The tasks `other` names: a task, a task's result (`Upstream`), or a list of them."""
     items = list(other) if isinstance(other, list | tuple | set | frozenset) else [other]
@@ -175,7 +167,7 @@ class Task:
         *,
         python_callable: Callable[..., Any] | None = None,
         is_branch: bool = False,
-        dag: DAG | None = None,
+        dag: TaskOwner[Task] | None = None,
         **options: Any,
     ) -> None:
         dag = dag if dag is not None else current_dag()
@@ -192,7 +184,7 @@ class Task:
             raise DagDefinitionError(f"task '{task_id}' needs a python_callable")
         opts = _resolve_options(task_id, dag, options)
         self.task_id = task_id
-        self.dag = dag
+        self.dag: TaskOwner[Task] = dag
         self.python_callable = python_callable
         self.command: str | None = None
         self.is_branch = bool(is_branch)
@@ -410,7 +402,7 @@ class ShellTask(Task):
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         *,
-        dag: DAG | None = None,
+        dag: TaskOwner[Task] | None = None,
         **options: Any,
     ) -> None:
         if not isinstance(command, str) or not command.strip():
