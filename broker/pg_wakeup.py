@@ -18,7 +18,7 @@ is a hint, `wake()` never raises, and a lost one costs at most a loop interval.
 
 The channel is `sluice_wakeup:<namespace>`, so deployments sharing a database (each
 with its own namespace) do not wake each other. Anyone who can connect to the database can
-`NOTIFY` on it: a payload that is not a run id nor `*` is dropped (`wakeup.News.add`).
+`NOTIFY` on it: a payload that is not a run id nor `*` is dropped (`wakeup_news.News.add`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from sluice.broker.wakeup import News, payload_of
+from sluice.broker.wakeup_news import News, payload_of
 
 log = logging.getLogger(__name__)
 
