@@ -69,7 +69,8 @@ def scheduler_job(
             dags_folder=folder,
             namespace=namespace,
             dag_refresh_interval=0.5,
-            parse_timeout=120.0,
+            parse_timeout=120.0,  # the big DAGs' files: one parse may take a minute
+            heartbeat_timeout=180.0,  # above the parse timeout, as the settings require
         )
         job = SchedulerJob(settings, factory, sent.extend, LocalWaker())
         job.register()
