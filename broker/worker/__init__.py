@@ -3,6 +3,6 @@
 of `sluice standalone` (`embedded`), starting a worker process (`process`) and installing
 Sluice on a user's Celery app (`attaching`).
 
-It decides what follows a result through `sluice.scheduler.scheduling` and publishes
+It decides what follows a result through `sluice.scheduler.decide` and publishes
 through `sluice.broker.publisher`; it never imports the scheduler's jobs.
 """

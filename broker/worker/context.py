@@ -37,7 +37,7 @@ class WorkerContext:
     """What one worker process needs to run TaskInstances; built once per process.
 
     With `publish`, a successful or skipped try's direct downstream is decided and
-    queued in its result transaction (`scheduler.scheduling.downstream`) and published through
+    queued in its result transaction (`scheduler.decide.downstream`) and published through
     it after the commit; `trace_tis` activates the queued TIs' spans as the
     scheduler does. Without it (a local backfill), every result wakes the schedulers.
     """

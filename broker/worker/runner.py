@@ -1,5 +1,5 @@
 """Run one TaskInstance try on a worker: claim, run, heartbeat, record, then queue the
-direct downstream (`scheduler.scheduling.downstream`) or wake the schedulers.
+direct downstream (`scheduler.decide.downstream`) or wake the schedulers.
 
 Invariants:
 - Every state write is a compare-and-set on (`ti_id`, expected state, `attempt_id`)
@@ -81,8 +81,8 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.text import storable
 from sluice.scheduler.core.transitions import short_error, ti_move_returning
-from sluice.scheduler.scheduling.downstream import FollowUp
-from sluice.scheduler.scheduling.plans import arguments_upstream
+from sluice.scheduler.decide.downstream import FollowUp
+from sluice.scheduler.decide.plans import arguments_upstream
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
 from sluice.tasks.mapping import check_map_output, per_index_of

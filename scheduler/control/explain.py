@@ -7,9 +7,9 @@
 Invariants:
 - Reading never writes: every query is a plain SELECT in the caller's session (no
   lock, no flush, nothing added to it); the caller may roll back or close it after.
-- Nothing is decided twice: dependency verdicts come from `scheduler.scheduling.deps.decide_run`
+- Nothing is decided twice: dependency verdicts come from `scheduler.decide.deps.decide_run`
   (what the scheduler itself would decide now) and `tasks.trigger_rules.decide`; pool
-  and max_active_tasks are counted as `scheduler.scheduling.queueing.queue_scheduled` counts them.
+  and max_active_tasks are counted as `scheduler.decide.queueing.queue_scheduled` counts them.
 - It is a snapshot: a scheduler or worker may move the TI right after it is read.
 """
 
@@ -33,7 +33,7 @@ from sluice.scheduler.core.models import AuditEvent, Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.decisions import TiView
+from sluice.scheduler.decide.decisions import TiView
 
 __all__ = [
     "ExplainError",

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.scheduling.decisions import TiView
+from sluice.scheduler.decide.decisions import TiView
 
 
 class ReasonKind(StrEnum):

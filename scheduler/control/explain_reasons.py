@@ -1,8 +1,8 @@
 """Explain reasons, one builder per TI state; dependencies judged as the scheduler does.
 
-A TI in `none` is judged by `scheduler.scheduling.deps.decide_run` over its run's TIs (the very
+A TI in `none` is judged by `scheduler.decide.deps.decide_run` over its run's TIs (the very
 decision the next scheduler loop makes) and its trigger rule by
-`tasks.trigger_rules.decide` over `scheduler.scheduling.deps.upstream_counts`. A `skipped` or
+`tasks.trigger_rules.decide` over `scheduler.decide.deps.upstream_counts`. A `skipped` or
 `upstream_failed` TI is explained by the same verdict over the upstream states now;
 since a decided TI is never decided again, an earlier verdict may differ from it and
 the reason says so.
@@ -25,8 +25,8 @@ from sluice.scheduler.control.explain_limits import (
 from sluice.scheduler.control.explain_model import Reason, Subject, duration, iso
 from sluice.scheduler.control.explain_model import ReasonKind as K
 from sluice.scheduler.core.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
-from sluice.scheduler.scheduling.decisions import TiView
-from sluice.scheduler.scheduling.deps import RunTis, branch_choice, upstream_counts
+from sluice.scheduler.decide.decisions import TiView
+from sluice.scheduler.decide.deps import RunTis, branch_choice, upstream_counts
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 

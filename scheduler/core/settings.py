@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     with several schedulers, to whichever takes them first."""
     schedule_after_task: bool = Field(default=True, description="workers queue the next tasks")
     """Workers decide and queue a finished task's direct downstream themselves
-    (`scheduler.scheduling.downstream`); off, every hop goes through a scheduler pass."""
+    (`scheduler.decide.downstream`); off, every hop goes through a scheduler pass."""
     db_retry_delay: Seconds = Field(default=0.5, description="first wait for the database")
     """Seconds a daemon waits after its first failed attempt to reach the database (at
     start, or when it goes away), doubled at each attempt up to `db_retry_max_delay`."""

@@ -356,7 +356,7 @@ def queue_tis(
     """Move `(ti_id, new attempt_id)` pairs from scheduled to queued, bumping try_number.
 
     With `decided`, the TIs are in `none` and were just decided runnable by the caller
-    (a worker's `scheduler.scheduling.downstream`): they pass through `scheduled` in this one write
+    (a worker's `scheduler.decide.downstream`): they pass through `scheduled` in this one write
     (both stamps set). Invariant: the caller holds the rows locked (`FOR UPDATE` in the
     same transaction, the run's lock for `decided`, or SQLite's single writer), so the
     guarded executemany cannot lose a race; the guard still keeps a stale caller from

@@ -34,16 +34,16 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import DagRunState, JobState, SpanStatus
 from sluice.scheduler.core.tracing import Tracing
 from sluice.scheduler.core.transitions import move_run, move_runs, short_error
+from sluice.scheduler.decide import spans
+from sluice.scheduler.decide.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from sluice.scheduler.jobs.celery_poller import poll_once
 from sluice.scheduler.jobs.metrics import SchedulerMetrics
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.jobs.stopping import stop_tries
 from sluice.scheduler.jobs.tick import TickResult
-from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.cancelling import cancel_runs
 from sluice.scheduler.scheduling.dagrun import update_state
 from sluice.scheduler.scheduling.fresh_runs import fresh_roots, schedule_fresh
-from sluice.scheduler.scheduling.queueing import fail_dead_running, queue_scheduled, requeue_expired
 from sluice.scheduler.scheduling.timeouts import run_timeout_error
 
 log = logging.getLogger(__name__)

@@ -33,11 +33,11 @@ from sluice.scheduler.core.queries.runs import (
 )
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import RunType
+from sluice.scheduler.decide import spans
 from sluice.scheduler.jobs.base import DagRunJob
 from sluice.scheduler.jobs.callbacks import CallbackDelivery, PublishCallbacks
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.jobs.tick import TickResult
-from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.dagbag import next_run_fields, sync_dag_folder
 from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
 

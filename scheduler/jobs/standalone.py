@@ -27,9 +27,9 @@ from sluice.scheduler.core.messages import CallbackMessage
 from sluice.scheduler.core.models import DagRun, DueCallback
 from sluice.scheduler.core.queries import callbacks as due
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState
+from sluice.scheduler.decide import spans
 from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 from sluice.scheduler.jobs.tick import TickResult
-from sluice.scheduler.scheduling import spans
 from sluice.scheduler.scheduling.leftovers import Leftovers, take_up
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
-"""Scheduling decisions: readiness and trigger rules (`deps`), runs (`dagrun`), queueing
-within pools and limits (`queueing`), the worker's decision of what follows a result
-(`downstream`), timetables, span lifecycle and the DAG folder's sync.
+"""The scheduler's passes on the database: runs (`dagrun`, `run_decision`,
+`fresh_runs`), expanding mapped tasks, timetables, the DAG folder's sync, clearing,
+cancelling, marking, timeouts and leftovers.
 
-Used by the scheduler's jobs and by the worker's result path; built on `core` only. It
+Used by the scheduler's jobs and the control plane; built on the decision core
+(`sluice.scheduler.decide`, which the worker's result path uses too) and `core`. It
 neither publishes nor runs tasks: callers publish what it queued, after their commit.
 """

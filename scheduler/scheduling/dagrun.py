@@ -23,8 +23,8 @@ from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
 from sluice.scheduler.core.upsert import insert_unless_clash
-from sluice.scheduler.scheduling.decisions import Decisions, TiView
-from sluice.scheduler.scheduling.deps import results_that_decide, run_outcome
+from sluice.scheduler.decide.decisions import Decisions, TiView
+from sluice.scheduler.decide.deps import results_that_decide, run_outcome
 from sluice.scheduler.scheduling.expanding import write_expansion
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.scheduler.scheduling.ti_rows import insert_tis

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import move_tis
-from sluice.scheduler.scheduling.decisions import Expansion
+from sluice.scheduler.decide.decisions import Expansion
 from sluice.scheduler.scheduling.ti_rows import insert_indexes
 
 

@@ -29,8 +29,8 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.sql import one_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import schedule_where_statement
-from sluice.scheduler.scheduling.decisions import TiView
-from sluice.scheduler.scheduling.per_version import PerVersion
+from sluice.scheduler.decide.decisions import TiView
+from sluice.scheduler.decide.per_version import PerVersion
 from sluice.scheduler.scheduling.run_decision import decide_run
 
 _TI = TaskInstance.__table__

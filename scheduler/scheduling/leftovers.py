@@ -33,7 +33,7 @@ from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.jobs import lock_running_jobs_on, release_jobs
 from sluice.scheduler.core.queries.tis import lock_expired_queued, lock_running_in
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.queueing import fail_running_tries, message_for
+from sluice.scheduler.decide.queueing import fail_running_tries, message_for
 
 log = logging.getLogger(__name__)
 

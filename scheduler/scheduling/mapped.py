@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.decisions import Decisions, Expansion, TiView
-from sluice.scheduler.scheduling.deps import Limit, RunTis, verdict_state
+from sluice.scheduler.decide.decisions import Decisions, Expansion, TiView
+from sluice.scheduler.decide.deps import Limit, RunTis, verdict_state
 from sluice.tasks.mapping import MapInputError, check_length, map_length, per_index_of
 
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.decisions import Decisions, TiView
-from sluice.scheduler.scheduling.deps import Limit, RunTis, topological_order, verdict_state
+from sluice.scheduler.decide.decisions import Decisions, TiView
+from sluice.scheduler.decide.deps import Limit, RunTis, topological_order, verdict_state
 from sluice.scheduler.scheduling.mapped import decide_mapped
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH
 

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import fail_try
-from sluice.scheduler.scheduling.decisions import TiView
+from sluice.scheduler.decide.decisions import TiView
 from sluice.tasks.serialize import retry_delay_for
 
 

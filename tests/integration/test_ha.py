@@ -124,7 +124,7 @@ def test_two_schedulers_two_workers_each_task_once(sluice: Sluice, tmp_path: Pat
     for run_id in runs:
         assert sluice.wait_run("fan", run_id, timeout=120) == "success"
     assert_all_once(log, runs, FAN_TASKS)
-    # NULL: queued by a worker after an upstream finished (scheduler.scheduling.downstream)
+    # NULL: queued by a worker after an upstream finished (scheduler.decide.downstream)
     queued_by = query(
         sluice,
         "SELECT DISTINCT queued_by_job_id FROM task_instance WHERE queued_by_job_id IS NOT NULL",

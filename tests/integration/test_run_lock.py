@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.runs import claim_runs_to_examine
-from sluice.scheduler.scheduling.downstream_sql import UNCLAIMED, run_lock
+from sluice.scheduler.decide.downstream_sql import UNCLAIMED, run_lock
 from tests.integration import test_worker_downstream
 from tests.integration.test_worker_downstream import Harness
 

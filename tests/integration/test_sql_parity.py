@@ -20,10 +20,10 @@ from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Pool, TaskInstance
 from sluice.scheduler.core.queries.tis import FITS_ITS_POOL_FIRST, HAS_ROOM
 from sluice.scheduler.core.states import TI, TI_UNFINISHED
-from sluice.scheduler.scheduling.deps import upstream_counts
-from sluice.scheduler.scheduling.downstream_sql import FAN_IN_COUNTING, OTHERS_SUCCEEDED
-from sluice.scheduler.scheduling.plans import WAITS_FOR_ALL, Counted
-from sluice.scheduler.scheduling.queueing import Capacity
+from sluice.scheduler.decide.deps import upstream_counts
+from sluice.scheduler.decide.downstream_sql import FAN_IN_COUNTING, OTHERS_SUCCEEDED
+from sluice.scheduler.decide.plans import WAITS_FOR_ALL, Counted
+from sluice.scheduler.decide.queueing import Capacity
 from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
 from tests.integration import test_worker_downstream
 from tests.integration.test_worker_downstream import Harness

@@ -1,5 +1,5 @@
 """A worker decides and queues the direct downstream of what it finished (the "mini
-scheduler", `scheduler.scheduling.downstream`), against real PostgreSQL.
+scheduler", `scheduler.decide.downstream`), against real PostgreSQL.
 
 The scheduler's `tick(now)` and the worker's `run_task_instance` are called in this
 process; both `publish` callables record the messages they would send, so each test
@@ -375,7 +375,7 @@ def test_a_freed_slot_is_filled_after_the_pool_s_lock_holder_committed(
 def test_a_freed_slot_s_message_carries_the_waiting_ti_s_span(harness: Harness) -> None:
     """With tracing, the TI queued into a freed slot is sent with its span carrier (the
     worker's span nests under it), as a scheduler's queueing sends it."""
-    from sluice.scheduler.scheduling.downstream import fill_freed_slot
+    from sluice.scheduler.decide.downstream import fill_freed_slot
 
     harness.add_pool("one", 1)
     harness.write(
@@ -538,7 +538,7 @@ def test_a_real_worker_carries_a_chain_with_no_scheduler_running(sluice: Sluice)
 
 
 def test_a_wide_fan_out_is_left_to_the_scheduler(harness: Harness) -> None:
-    from sluice.scheduler.scheduling.plans import READ_LIMIT
+    from sluice.scheduler.decide.plans import READ_LIMIT
 
     harness.write(
         "wide",
@@ -564,7 +564,7 @@ def test_a_wide_fan_in_is_queued_by_its_last_upstream_without_a_scheduler(
     """A fan-in with more upstreams than a worker reads: each result's write says whether
     others are unfinished (and fills the slot it freed for a TI waiting in the pool); the
     last one queues the fan-in with one more query. No result wakes the schedulers."""
-    from sluice.scheduler.scheduling.plans import READ_LIMIT
+    from sluice.scheduler.decide.plans import READ_LIMIT
 
     harness.write(
         "wide_in",

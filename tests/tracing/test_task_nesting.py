@@ -17,7 +17,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, text
 
-from sluice.scheduler.scheduling.plans import READ_LIMIT
+from sluice.scheduler.decide.plans import READ_LIMIT
 from tests.celery_compat.test_celery_task import their_worker
 from tests.celery_compat.their_app import THEIR_QUEUE
 from tests.otlp_receiver import OtlpReceiver

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.deps import TiView, run_outcome
+from sluice.scheduler.decide.deps import TiView, run_outcome
 from sluice.scheduler.scheduling.run_decision import decide_run
 
 NOW = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)

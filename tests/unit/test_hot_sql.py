@@ -23,15 +23,15 @@ from sqlalchemy.dialects import postgresql
 import sluice.broker.worker.runner
 import sluice.scheduler.core.queries.runs
 import sluice.scheduler.core.queries.tis
+import sluice.scheduler.decide.downstream_sql as sql
 import sluice.scheduler.scheduling.dagrun
-import sluice.scheduler.scheduling.downstream_sql as sql
 import sluice.scheduler.scheduling.fresh_runs
 from sluice.broker.worker.runner import claim_statement
 from sluice.scheduler.core.hot_sql import Hot, registered
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import ti_move_returning
-from sluice.scheduler.scheduling.plans import Counted, FanIn, Plan
+from sluice.scheduler.decide.plans import Counted, FanIn, Plan
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "sql"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

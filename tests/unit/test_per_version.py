@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluice.scheduler.scheduling.per_version import PerVersion
+from sluice.scheduler.decide.per_version import PerVersion
 
 
 def test_a_value_is_worked_out_once_and_none_is_kept_too() -> None:

@@ -30,7 +30,7 @@ from sluice.broker.worker.result.paths import (
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.task_logs import LogSnapshot
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.plans import READ_LIMIT
+from sluice.scheduler.decide.plans import READ_LIMIT
 from sluice.tasks.serialize import serialize_dag, version_hash
 
 ARCHITECTURE = FilePath(__file__).resolve().parents[2] / "docs" / "architecture.md"

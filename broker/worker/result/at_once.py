@@ -70,15 +70,15 @@ from sluice.scheduler.core.db import (
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import ti_move_returning
-from sluice.scheduler.scheduling import spans
-from sluice.scheduler.scheduling.downstream import (
+from sluice.scheduler.decide import spans
+from sluice.scheduler.decide.downstream import (
     FollowUp,
     fill_freed_slot,
     locked_run,
     read_run,
     schedule_downstream,
 )
-from sluice.scheduler.scheduling.downstream_sql import (
+from sluice.scheduler.decide.downstream_sql import (
     IndexRow,
     PickedRow,
     PickedWithAttemptRow,
@@ -98,7 +98,7 @@ from sluice.scheduler.scheduling.downstream_sql import (
     leaf_write,
     run_lock,
 )
-from sluice.scheduler.scheduling.plans import Plan
+from sluice.scheduler.decide.plans import Plan
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.task_logs import LogSnapshot
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.downstream import FollowUp
-from sluice.scheduler.scheduling.plans import Plan
+from sluice.scheduler.decide.downstream import FollowUp
+from sluice.scheduler.decide.plans import Plan
 
 
 class Shape(StrEnum):

@@ -19,13 +19,13 @@ from sluice.scheduler.core.db import Pipeline, transaction, transaction_opened_b
 from sluice.scheduler.core.queries.task_logs import save_task_log
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import move_ti
-from sluice.scheduler.scheduling.downstream import (
+from sluice.scheduler.decide.downstream import (
     FollowUp,
     locked_run,
     schedule_downstream,
     write_result,
 )
-from sluice.scheduler.scheduling.downstream_sql import FanInRow, fan_in_write, run_lock
+from sluice.scheduler.decide.downstream_sql import FanInRow, fan_in_write, run_lock
 
 
 def decided(case: Case) -> Recorded:

@@ -18,8 +18,8 @@ from sluice.broker.worker.result.case import Case, Path, Recorded
 from sluice.broker.worker.retrying import retrying
 from sluice.scheduler.core.db import transaction_opened_by, utcnow
 from sluice.scheduler.core.queries.task_logs import save_task_log
-from sluice.scheduler.scheduling.downstream import FollowUp
-from sluice.scheduler.scheduling.downstream_sql import IndexRow, RunRow
+from sluice.scheduler.decide.downstream import FollowUp
+from sluice.scheduler.decide.downstream_sql import IndexRow, RunRow
 
 
 def index_written(case: Case) -> Recorded:

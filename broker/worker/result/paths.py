@@ -32,7 +32,7 @@ from sluice.broker.worker.result.in_transaction import decided, written
 from sluice.broker.worker.result.mapped_index import index_written
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.plans import (
+from sluice.scheduler.decide.plans import (
     Plan,
     decidable,
     waits_for_every_index,

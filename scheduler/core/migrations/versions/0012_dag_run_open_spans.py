@@ -2,7 +2,7 @@
 found without reading the history
 
 A scheduler that finds another job dead takes over the spans of the runs that job
-started and whose span is still open (`scheduling.spans.adopt_spans_of_dead`). Without
+started and whose span is still open (`decide.spans.adopt_spans_of_dead`). Without
 an index that read scanned every run (50,000 runs: 20-28 ms); the partial index holds
 only the runs whose span is open.
 

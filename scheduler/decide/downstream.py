@@ -56,10 +56,10 @@ from sluice.scheduler.core.transitions import (
     queue_tis,
     queue_waiting_if,
 )
-from sluice.scheduler.scheduling import spans
-from sluice.scheduler.scheduling.decisions import TiView
-from sluice.scheduler.scheduling.deps import decide_one
-from sluice.scheduler.scheduling.downstream_sql import (
+from sluice.scheduler.decide import spans
+from sluice.scheduler.decide.decisions import TiView
+from sluice.scheduler.decide.deps import decide_one
+from sluice.scheduler.decide.downstream_sql import (
     PICKED,
     UNCLAIMED,
     UNFINISHED,
@@ -70,8 +70,8 @@ from sluice.scheduler.scheduling.downstream_sql import (
     fill_message,
     read_statement,
 )
-from sluice.scheduler.scheduling.plans import FILL_LIMIT, Plan
-from sluice.scheduler.scheduling.queueing import Capacity, new_try_message, queue_scheduled
+from sluice.scheduler.decide.plans import FILL_LIMIT, Plan
+from sluice.scheduler.decide.queueing import Capacity, new_try_message, queue_scheduled
 
 
 @dataclass

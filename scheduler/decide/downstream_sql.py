@@ -39,8 +39,8 @@ from sluice.scheduler.core.transitions import (
     schedule_where_statement,
     ti_move_returning,
 )
-from sluice.scheduler.scheduling.plans import Counted, Plan
-from sluice.scheduler.scheduling.queueing import new_try_message
+from sluice.scheduler.decide.plans import Counted, Plan
+from sluice.scheduler.decide.queueing import new_try_message
 
 _TI = TaskInstance.__table__.c
 _RUN = DagRun.__table__.c

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.scheduler.core.states import TI, TaskInstanceState
-from sluice.scheduler.scheduling.decisions import TiView
-from sluice.scheduler.scheduling.per_version import PerVersion
+from sluice.scheduler.decide.decisions import TiView
+from sluice.scheduler.decide.per_version import PerVersion
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
 
 _DONE = frozenset({TI.SUCCESS, TI.FAILED, TI.UPSTREAM_FAILED, TI.SKIPPED, TI.REMOVED})

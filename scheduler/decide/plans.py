@@ -15,8 +15,8 @@ from typing import Any
 
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.states import TI, TaskInstanceState
-from sluice.scheduler.scheduling.deps import upstream_counts
-from sluice.scheduler.scheduling.per_version import PerVersion
+from sluice.scheduler.decide.deps import upstream_counts
+from sluice.scheduler.decide.per_version import PerVersion
 from sluice.tasks.mapping import per_index_of
 from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
 
