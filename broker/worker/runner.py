@@ -209,13 +209,10 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
     None if the claim lost: nothing was changed. A dropped database connection is
     retried (the claim is a compare-and-set, so a retry cannot claim twice).
     """
-    found: list[Claimed | None] = []
-
     spec_of = getattr(ctx.dags, "get_spec", None)
     pre = None if spec_of is not None else _upstream_read_with_claim(msg)
 
-    def attempt() -> bool:
-        found.clear()
+    def attempt() -> Claimed | None:
         move = claim_statement(msg, ctx.hostname, ctx.pid, utcnow())
         pre_read: PreRead | None = None
         if pre is None:
@@ -232,15 +229,12 @@ def claim(ctx: WorkerContext, msg: RunMessage) -> Claimed | None:
             rows = sent[claimed]
             pre_read = PreRead(upstream_ids, per_index, list(sent[read]), known)
         if not rows:
-            found.append(None)
-            return False
+            return None
         row = rows[0]._replace(logical_date=rows[0].logical_date.astimezone(dt.UTC))
         context = _read_context(_dag_reader(ctx.session_factory), msg, row, spec_of)
-        found.append(replace(context, pre_read=pre_read))
-        return True
+        return replace(context, pre_read=pre_read)
 
-    retrying(attempt)
-    return found[0] if found else None
+    return retrying(attempt)
 
 
 _DAGS = SerializedDagCache()
