@@ -1,18 +1,22 @@
 """The results: the targets, the RESULTS.md table and results.json.
 
-RESULTS.md is regenerated on every run; everything from the heading
-"## What dominates" on is hand-written analysis and is kept as it is.
+RESULTS.md is regenerated on every run; everything from its first level-2 heading
+("## What changed in the … run", "## What dominates …") on is hand-written analysis and
+is kept as it is.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-KEEP_FROM = "## What dominates"
+KEEP_FROM = re.compile(r"(?m)^## ")
+"""Where the hand-written part of RESULTS.md begins: its first level-2 heading (the
+generated part has none)."""
 
 
 @dataclass(frozen=True)
@@ -641,8 +645,8 @@ def kept_section(path: Path) -> str:
     if not path.exists():
         return ""
     text = path.read_text()
-    at = text.find(KEEP_FROM)
-    return text[at:] if at >= 0 else ""
+    found = KEEP_FROM.search(text)
+    return text[found.start() :] if found else ""
 
 
 def _clean(value: Any) -> Any:
