@@ -1,22 +1,29 @@
 """The results: the targets, the RESULTS.md table and results.json.
 
-RESULTS.md is regenerated on every run; everything from its first level-2 heading
-("## What changed in the … run", "## What dominates …") on is hand-written analysis and
-is kept as it is.
+RESULTS.md is regenerated on every run (its table, the runs behind the medians and a
+constant "## Methods"); everything from its next level-2 heading ("## What changed in the
+… run", "## What dominates …") on is hand-written analysis and is kept as it is.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-KEEP_FROM = re.compile(r"(?m)^## ")
-"""Where the hand-written part of RESULTS.md begins: its first level-2 heading (the
-generated part has none)."""
+BENCH_DIR = Path(__file__).resolve().parent
+
+METHODS = "## Methods"
+"""The generated part's one level-2 heading: how the bench runs and measures, the
+targets, the probe (`_methods_lines`)."""
+KEEP_FROM = re.compile(rf"(?m)^## (?!{re.escape(METHODS.removeprefix('## '))}$)")
+"""Where the hand-written part of RESULTS.md begins: its first level-2 heading other
+than METHODS."""
 
 
 @dataclass(frozen=True)
@@ -533,7 +540,7 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
         ]
     lines += _runs_lines(results)
     lines += ["", "Details per workload (every figure) are in `results.json`.", ""]
-    lines += _settings_lines(results)
+    lines += _methods_lines(results)
     body = "\n".join(lines) + "\n"
     return body + ("\n" + kept if kept else "")
 
@@ -568,12 +575,72 @@ def _runs_lines(results: dict[str, Any]) -> list[str]:
     return ["", f"Runs behind the medians: {'; '.join(parts)}."]
 
 
+def _methods_lines(results: dict[str, Any]) -> list[str]:
+    """RESULTS.md's "## Methods": how to run the bench, how it measures, the targets and
+    the probe. Constant but for the settings: a run's own figures are in the table above
+    and in the notes below."""
+    return [
+        METHODS,
+        "",
+        "### Running it",
+        "",
+        "`python -m bench` needs PostgreSQL and Redis (dbs 14 and 15) on 127.0.0.1, and",
+        "RabbitMQ with `rabbitmqctl` for W1R-W3R; `--quick` for a smoke run in under a minute,",
+        "`--only W1,W2` for some workloads, `--profile DIR` to record py-spy profiles, `--out",
+        "DIR` to write elsewhere than `bench/`. It starts its own `sluice scheduler` and",
+        "`sluice worker -c 4`, runs the workloads beside a bare Celery app (the floor, raw",
+        "Celery) on the same brokers, and writes this file (but for the notes from",
+        '"What changed" on, which it keeps) and `bench/results.json`. `python -m',
+        "bench.report` writes them again from `bench/results.json` without running anything.",
+        "",
+        "The workloads: W1, one run of a 200-wide fan-out (202 tasks); W2, runs of a 50-task",
+        "chain, a hop being one task's end to the next one's start; W3, 20 runs at once of",
+        "an 8-wide diamond (10 tasks); W4, a scheduler tick (in-process) with 10, 100 and",
+        "1,000 idle DAGs; W5, one scheduling pass over a 10,000-task run, then that run with",
+        "the workers; W6, PostgreSQL's commits a task over W1's runs; W8, `sluice standalone",
+        "--trigger` (SQLite, the embedded broker) on W1's and W2's shapes. The others below.",
+        "`--quick` makes them all small.",
+        "",
+        "### How it was measured",
+        "",
+        *_settings_lines(results),
+        "",
+        "### The targets",
+        "",
+        "Each is in the table's target column. A throughput is measured against raw Celery's",
+        "drain on the same broker: W1 and W1R ≥ 0.8×; W3, W3API, W3B, W3R and W11 ≥ 0.6×",
+        "(W3CLI has none: a `sluice` process takes seconds to start). A hop against raw",
+        "Celery's round trip (W2, W2R): its median ≤ 1.2× the round trip's, its p95 ≤ 2×.",
+        "The others: a tick that does not grow with idle DAGs (W4, the most against the",
+        "fewest ≤ 1.5×), a pass over W5's run ≤ 1.5 s, ≤ 3 commits a task (W6), two",
+        "schedulers alone ≥ 1.3× one (W7), standalone ≥ 0.5× PostgreSQL's W1 and ≤ 2× its W2",
+        "hop (W8), the API's reads < 200 ms (W9), a mark to its downstream's start ≤ 100 ms",
+        "(W10), W11's expansion in one transaction < 1 s, and with years of history ≤ 1.2×",
+        "worse than on a young database and no whole-table scan (W12). Raw Celery's drain",
+        "keeps both cores busy too, so a throughput's ratio is raw Celery's CPU a task over",
+        "Sluice's: where Sluice's goes, and what to scale first, is in",
+        "[docs/capacity.md](../docs/capacity.md).",
+        "",
+        "### Comparing two versions: the probe",
+        "",
+        "On this noisy machine, compare two versions of the code with `python -m bench.probe",
+        "--dag w1 --runs 10` run in a checkout of each alternately (A-B-B-A, each checkout with",
+        "its own venv: [CONTRIBUTING.md](../CONTRIBUTING.md)). It repeats one workload (`w1`,",
+        "`w2`, `w3`, `w5`, `w7`, `w11`, or `raw` for raw Celery's drains; `--schedulers 2`,",
+        "`--concurrency 1` for a worker that leaves a core to a profiler, `--per-trigger 100`",
+        "for a burst of 100 runs, `--slots N` for the default pool's slots, `--env NAME=VALUE`",
+        "for a setting such as `SLUICE_SCHEDULE_AFTER_TASK=false`, `--broker amqp://…` for",
+        "RabbitMQ; `--help` for the rest) and prints tasks/s, CPU per task of every process",
+        "(PostgreSQL's, Redis's and RabbitMQ's included), and lock waits.",
+    ]
+
+
 def _settings_lines(results: dict[str, Any]) -> list[str]:
     s = results["settings"]
     return [
-        "How it was measured: one `sluice scheduler` and one `sluice worker -c 4` (prefork) as",
-        "subprocesses on a fresh PostgreSQL database, broker Redis db 14; the floor is a bare",
-        "Celery app on Redis db 15 with the same worker settings (prefork -c 4, acks_late,",
+        "One `sluice scheduler` and one `sluice worker -c 4` (prefork) as subprocesses on a",
+        "fresh PostgreSQL database, broker Redis db 14; the floor is a bare Celery app on",
+        "Redis db 15 with the same worker settings (prefork -c 4, acks_late,",
         "prefetch 1, JSON) and a Redis result backend. Timings come from the database's own",
         "timestamps (task start_date/end_date), the floor's from the task's own clock.",
         "The floor's drain is measured before the Sluice workloads and again after them",
@@ -669,3 +736,27 @@ def write_reports(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
     md_path = out / "RESULTS.md"
     md_path.write_text(render_markdown(results, rows, kept_section(md_path)))
     return md_path, json_path
+
+
+def stored_results(out: Path = BENCH_DIR) -> dict[str, Any]:
+    """A run's results as it handed them to write_reports, from its results.json."""
+    results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    results.pop("rows", None)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Write RESULTS.md (and results.json) again from the stored "
+        "results.json, without running the bench: after a change to this module.",
+    )
+    p.add_argument("--out", default=str(BENCH_DIR), help="the results' directory (bench/)")
+    out = Path(p.parse_args(argv).out)
+    md, js = write_reports(stored_results(out), out)
+    print(f"bench: wrote {md} and {js} from {js}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

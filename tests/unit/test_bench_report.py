@@ -3,20 +3,18 @@ bench/results.json (the latest run's), and what a run keeps of the hand-written 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from bench.report import write_reports
+from bench.report import (
+    BENCH_DIR,
+    kept_section,
+    render_markdown,
+    rows_for,
+    stored_results,
+    write_reports,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def stored_results() -> dict[str, Any]:
-    """The latest run's results as the bench hands them to write_reports (no rows yet)."""
-    results: dict[str, Any] = json.loads((ROOT / "bench" / "results.json").read_text())
-    results.pop("rows", None)
-    return results
+RESULTS_MD = BENCH_DIR / "RESULTS.md"
 
 
 def test_a_run_keeps_every_hand_written_section_of_results_md(tmp_path: Path) -> None:
@@ -29,3 +27,14 @@ def test_a_run_keeps_every_hand_written_section_of_results_md(tmp_path: Path) ->
     text = md.read_text()
     assert text.endswith("\n" + notes)
     assert "Old table." not in text
+    assert text.count("## Methods\n") == 1
+    write_reports(stored_results(), tmp_path)  # the generated Methods is not kept twice
+    assert md.read_text() == text
+
+
+def test_results_md_is_what_report_py_writes_from_results_json() -> None:
+    """Its generated part (table, runs, methods) comes from results.json; an edit by hand
+    there, or a change to report.py without `python -m bench.report`, fails here."""
+    results = stored_results()
+    written = render_markdown(results, rows_for(results), kept_section(RESULTS_MD))
+    assert RESULTS_MD.read_text() == written
