@@ -1,4 +1,4 @@
-"""The results: the targets, the RESULTS.md table and results.json.
+"""The results: the targets, the RESULTS.md table, results.json and the README's table.
 
 RESULTS.md is regenerated on every run (its table, the runs behind the medians and a
 constant "## Methods"); everything from its next level-2 heading ("## What changed in the
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
+README = BENCH_DIR.parent / "README.md"
 
 METHODS = "## Methods"
 """The generated part's one level-2 heading: how the bench runs and measures, the
@@ -501,6 +502,85 @@ def _verdict(passed: bool | None) -> str:
     return {True: "pass", False: "**FAIL**", None: ""}[passed]
 
 
+def _table(header: str, rows: list[Row]) -> list[str]:
+    """A markdown table of `rows`, one line each: the same cells in RESULTS.md and the
+    README (only their header differs)."""
+    lines = [header, "|---|---|---:|---|---:|---|---|"]
+    for row in rows:
+        ref = f"{_fmt(row.reference)} ({row.reference_label})" if row.reference is not None else ""
+        lines.append(
+            f"| {row.workload} | {row.metric} | {_fmt(row.value)} | {ref} | "
+            f"{_fmt(row.ratio) + '×' if row.ratio is not None else ''} | {row.target} | "
+            f"{_verdict(row.passed)} |"
+        )
+    return lines
+
+
+def headline_rows(rows: list[Row]) -> list[Row]:
+    """The README's rows, in the full table's order: the floor's drain and round trip,
+    and every row with a target but W9's cold requests and W12's counts of rows scanned
+    (RESULTS.md has them, and the rows that only inform)."""
+    return [row for row in rows if _headline(row)]
+
+
+def _headline(row: Row) -> bool:
+    if row.workload == "floor":
+        return row.metric in ("drain, tasks/s", "round trip median, ms")
+    if not row.target or row.target.startswith("("):  # "(no target)", "(reference: …)"
+        return False
+    if row.workload == "W9":
+        return ", warm, " in row.metric
+    if row.workload == "W12":
+        return row.reference_label == "young database"
+    return True
+
+
+README_TABLE = ("<!-- bench:table -->\n", "<!-- /bench:table -->\n")
+"""The markers around the README's table, which `write_readme_table` rewrites."""
+
+
+def readme_table(results: dict[str, Any], rows: list[Row]) -> str:
+    """What goes between README_TABLE's markers: the run's date and mode, and the
+    headline rows of the full table."""
+    m = results["machine"]
+    lines = [
+        f"Latest run: {results['date']}, {results['mode']} mode, {m['nproc']} CPUs ({m['cpu']}).",
+        "",
+        *_table(
+            "| workload | what | Sluice | raw Celery / reference | ratio | target | result |",
+            headline_rows(rows),
+        ),
+        "",  # the end marker is not read as a row
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _around_table(readme: str) -> tuple[str, str, str]:
+    """`readme` up to its table's start marker (included), the table, and the rest from
+    its end marker on; ValueError without the markers."""
+    start, end = README_TABLE
+    before, found, rest = readme.partition(start)
+    table, found_end, after = rest.partition(end)
+    if not found or not found_end:
+        raise ValueError(f"the README has no {start.strip()} … {end.strip()} markers")
+    return before + start, table, end + after
+
+
+def with_readme_table(readme: str, table: str) -> str:
+    """`readme` with `table` between README_TABLE's markers."""
+    before, _, after = _around_table(readme)
+    return before + table + after
+
+
+def readme_table_in(readme: str) -> str:
+    """What stands between README_TABLE's markers in `readme`."""
+    return _around_table(readme)[1]
+
+
+def write_readme_table(results: dict[str, Any], rows: list[Row], path: Path = README) -> None:
+    path.write_text(with_readme_table(path.read_text(), readme_table(results, rows)))
+
+
 def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
     m = results["machine"]
     lines = [
@@ -514,16 +594,8 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
         f"load average {m.get('load_start', '?')} at the start, "
         f"{m.get('load_end', '?')} at the end (other work shares this machine: numbers are noisy).",
         "",
-        "| workload | metric | Sluice | reference | ratio | target | result |",
-        "|---|---|---:|---|---:|---|---|",
+        *_table("| workload | metric | Sluice | reference | ratio | target | result |", rows),
     ]
-    for row in rows:
-        ref = f"{_fmt(row.reference)} ({row.reference_label})" if row.reference is not None else ""
-        lines.append(
-            f"| {row.workload} | {row.metric} | {_fmt(row.value)} | {ref} | "
-            f"{_fmt(row.ratio) + '×' if row.ratio is not None else ''} | {row.target} | "
-            f"{_verdict(row.passed)} |"
-        )
     errors = {w: e["error"] for w, e in results["workloads"].items() if e.get("error")}
     if errors:
         lines += ["", "Errors:", ""] + [f"- {w}: `{e.splitlines()[0]}`" for w, e in errors.items()]
@@ -590,8 +662,10 @@ def _methods_lines(results: dict[str, Any]) -> list[str]:
         "DIR` to write elsewhere than `bench/`. It starts its own `sluice scheduler` and",
         "`sluice worker -c 4`, runs the workloads beside a bare Celery app (the floor, raw",
         "Celery) on the same brokers, and writes this file (but for the notes from",
-        '"What changed" on, which it keeps) and `bench/results.json`. `python -m',
-        "bench.report` writes them again from `bench/results.json` without running anything.",
+        '"What changed" on, which it keeps), `bench/results.json` and the table of the',
+        "README's Benchmarks section (the table above's headline rows). `python -m",
+        "bench.report` writes the three again from `bench/results.json` without running",
+        "anything.",
         "",
         "The workloads: W1, one run of a 200-wide fan-out (202 tasks); W2, runs of a 50-task",
         "chain, a hop being one task's end to the next one's start; W3, 20 runs at once of",
@@ -728,6 +802,8 @@ def _clean(value: Any) -> Any:
 
 
 def write_reports(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """results.json and RESULTS.md in `out`; in bench/ (the default), also the README's
+    table, which shows bench/results.json (elsewhere the README is left alone)."""
     out.mkdir(parents=True, exist_ok=True)
     rows = rows_for(results)
     results = {**results, "rows": [asdict(r) for r in rows]}
@@ -735,6 +811,8 @@ def write_reports(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
     json_path.write_text(json.dumps(_clean(results), indent=2, allow_nan=False) + "\n")
     md_path = out / "RESULTS.md"
     md_path.write_text(render_markdown(results, rows, kept_section(md_path)))
+    if out.resolve() == BENCH_DIR:
+        write_readme_table(results, rows)
     return md_path, json_path
 
 
@@ -748,13 +826,14 @@ def stored_results(out: Path = BENCH_DIR) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.report",
-        description="Write RESULTS.md (and results.json) again from the stored "
-        "results.json, without running the bench: after a change to this module.",
+        description="Write RESULTS.md, results.json and the README's table again from "
+        "the stored results.json, without running the bench: after a change to this module.",
     )
     p.add_argument("--out", default=str(BENCH_DIR), help="the results' directory (bench/)")
     out = Path(p.parse_args(argv).out)
     md, js = write_reports(stored_results(out), out)
-    print(f"bench: wrote {md} and {js} from {js}")
+    readme = f" and the table of {README}" if out.resolve() == BENCH_DIR else ""
+    print(f"bench: wrote {md}, {js}{readme} from {js}")
     return 0
 
 
