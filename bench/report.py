@@ -1,18 +1,30 @@
-"""The results: the targets, the RESULTS.md table and results.json.
+"""The results: the targets, the RESULTS.md table, results.json and the README's table.
 
-RESULTS.md is regenerated on every run; everything from the heading
-"## What dominates" on is hand-written analysis and is kept as it is.
+RESULTS.md is regenerated on every run (its table, the runs behind the medians and a
+constant "## Methods"); everything from its next level-2 heading ("## What changed in the
+… run", "## What dominates …") on is hand-written analysis and is kept as it is.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import re
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-KEEP_FROM = "## What dominates"
+BENCH_DIR = Path(__file__).resolve().parent
+README = BENCH_DIR.parent / "README.md"
+
+METHODS = "## Methods"
+"""The generated part's one level-2 heading: how the bench runs and measures, the
+targets, the probe (`_methods_lines`)."""
+KEEP_FROM = re.compile(rf"(?m)^## (?!{re.escape(METHODS.removeprefix('## '))}$)")
+"""Where the hand-written part of RESULTS.md begins: its first level-2 heading other
+than METHODS."""
 
 
 @dataclass(frozen=True)
@@ -490,6 +502,85 @@ def _verdict(passed: bool | None) -> str:
     return {True: "pass", False: "**FAIL**", None: ""}[passed]
 
 
+def _table(header: str, rows: list[Row]) -> list[str]:
+    """A markdown table of `rows`, one line each: the same cells in RESULTS.md and the
+    README (only their header differs)."""
+    lines = [header, "|---|---|---:|---|---:|---|---|"]
+    for row in rows:
+        ref = f"{_fmt(row.reference)} ({row.reference_label})" if row.reference is not None else ""
+        lines.append(
+            f"| {row.workload} | {row.metric} | {_fmt(row.value)} | {ref} | "
+            f"{_fmt(row.ratio) + '×' if row.ratio is not None else ''} | {row.target} | "
+            f"{_verdict(row.passed)} |"
+        )
+    return lines
+
+
+def headline_rows(rows: list[Row]) -> list[Row]:
+    """The README's rows, in the full table's order: the floor's drain and round trip,
+    and every row with a target but W9's cold requests and W12's counts of rows scanned
+    (RESULTS.md has them, and the rows that only inform)."""
+    return [row for row in rows if _headline(row)]
+
+
+def _headline(row: Row) -> bool:
+    if row.workload == "floor":
+        return row.metric in ("drain, tasks/s", "round trip median, ms")
+    if not row.target or row.target.startswith("("):  # "(no target)", "(reference: …)"
+        return False
+    if row.workload == "W9":
+        return ", warm, " in row.metric
+    if row.workload == "W12":
+        return row.reference_label == "young database"
+    return True
+
+
+README_TABLE = ("<!-- bench:table -->\n", "<!-- /bench:table -->\n")
+"""The markers around the README's table, which `write_readme_table` rewrites."""
+
+
+def readme_table(results: dict[str, Any], rows: list[Row]) -> str:
+    """What goes between README_TABLE's markers: the run's date and mode, and the
+    headline rows of the full table."""
+    m = results["machine"]
+    lines = [
+        f"Latest run: {results['date']}, {results['mode']} mode, {m['nproc']} CPUs ({m['cpu']}).",
+        "",
+        *_table(
+            "| workload | what | Sluice | raw Celery / reference | ratio | target | result |",
+            headline_rows(rows),
+        ),
+        "",  # the end marker is not read as a row
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _around_table(readme: str) -> tuple[str, str, str]:
+    """`readme` up to its table's start marker (included), the table, and the rest from
+    its end marker on; ValueError without the markers."""
+    start, end = README_TABLE
+    before, found, rest = readme.partition(start)
+    table, found_end, after = rest.partition(end)
+    if not found or not found_end:
+        raise ValueError(f"the README has no {start.strip()} … {end.strip()} markers")
+    return before + start, table, end + after
+
+
+def with_readme_table(readme: str, table: str) -> str:
+    """`readme` with `table` between README_TABLE's markers."""
+    before, _, after = _around_table(readme)
+    return before + table + after
+
+
+def readme_table_in(readme: str) -> str:
+    """What stands between README_TABLE's markers in `readme`."""
+    return _around_table(readme)[1]
+
+
+def write_readme_table(results: dict[str, Any], rows: list[Row], path: Path = README) -> None:
+    path.write_text(with_readme_table(path.read_text(), readme_table(results, rows)))
+
+
 def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
     m = results["machine"]
     lines = [
@@ -503,16 +594,8 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
         f"load average {m.get('load_start', '?')} at the start, "
         f"{m.get('load_end', '?')} at the end (other work shares this machine: numbers are noisy).",
         "",
-        "| workload | metric | Sluice | reference | ratio | target | result |",
-        "|---|---|---:|---|---:|---|---|",
+        *_table("| workload | metric | Sluice | reference | ratio | target | result |", rows),
     ]
-    for row in rows:
-        ref = f"{_fmt(row.reference)} ({row.reference_label})" if row.reference is not None else ""
-        lines.append(
-            f"| {row.workload} | {row.metric} | {_fmt(row.value)} | {ref} | "
-            f"{_fmt(row.ratio) + '×' if row.ratio is not None else ''} | {row.target} | "
-            f"{_verdict(row.passed)} |"
-        )
     errors = {w: e["error"] for w, e in results["workloads"].items() if e.get("error")}
     if errors:
         lines += ["", "Errors:", ""] + [f"- {w}: `{e.splitlines()[0]}`" for w, e in errors.items()]
@@ -529,7 +612,7 @@ def render_markdown(results: dict[str, Any], rows: list[Row], kept: str) -> str:
         ]
     lines += _runs_lines(results)
     lines += ["", "Details per workload (every figure) are in `results.json`.", ""]
-    lines += _settings_lines(results)
+    lines += _methods_lines(results)
     body = "\n".join(lines) + "\n"
     return body + ("\n" + kept if kept else "")
 
@@ -564,12 +647,74 @@ def _runs_lines(results: dict[str, Any]) -> list[str]:
     return ["", f"Runs behind the medians: {'; '.join(parts)}."]
 
 
+def _methods_lines(results: dict[str, Any]) -> list[str]:
+    """RESULTS.md's "## Methods": how to run the bench, how it measures, the targets and
+    the probe. Constant but for the settings: a run's own figures are in the table above
+    and in the notes below."""
+    return [
+        METHODS,
+        "",
+        "### Running it",
+        "",
+        "`python -m bench` needs PostgreSQL and Redis (dbs 14 and 15) on 127.0.0.1, and",
+        "RabbitMQ with `rabbitmqctl` for W1R-W3R; `--quick` for a smoke run in under a minute,",
+        "`--only W1,W2` for some workloads, `--profile DIR` to record py-spy profiles, `--out",
+        "DIR` to write elsewhere than `bench/`. It starts its own `sluice scheduler` and",
+        "`sluice worker -c 4`, runs the workloads beside a bare Celery app (the floor, raw",
+        "Celery) on the same brokers, and writes this file (but for the notes from",
+        '"What changed" on, which it keeps), `bench/results.json` and the table of the',
+        "README's Benchmarks section (the table above's headline rows). `python -m",
+        "bench.report` writes the three again from `bench/results.json` without running",
+        "anything.",
+        "",
+        "The workloads: W1, one run of a 200-wide fan-out (202 tasks); W2, runs of a 50-task",
+        "chain, a hop being one task's end to the next one's start; W3, 20 runs at once of",
+        "an 8-wide diamond (10 tasks); W4, a scheduler tick (in-process) with 10, 100 and",
+        "1,000 idle DAGs; W5, one scheduling pass over a 10,000-task run, then that run with",
+        "the workers; W6, PostgreSQL's commits a task over W1's runs; W8, `sluice standalone",
+        "--trigger` (SQLite, the embedded broker) on W1's and W2's shapes. The others below.",
+        "`--quick` makes them all small.",
+        "",
+        "### How it was measured",
+        "",
+        *_settings_lines(results),
+        "",
+        "### The targets",
+        "",
+        "Each is in the table's target column. A throughput is measured against raw Celery's",
+        "drain on the same broker: W1 and W1R ≥ 0.8×; W3, W3API, W3B, W3R and W11 ≥ 0.6×",
+        "(W3CLI has none: a `sluice` process takes seconds to start). A hop against raw",
+        "Celery's round trip (W2, W2R): its median ≤ 1.2× the round trip's, its p95 ≤ 2×.",
+        "The others: a tick that does not grow with idle DAGs (W4, the most against the",
+        "fewest ≤ 1.5×), a pass over W5's run ≤ 1.5 s, ≤ 3 commits a task (W6), two",
+        "schedulers alone ≥ 1.3× one (W7), standalone ≥ 0.5× PostgreSQL's W1 and ≤ 2× its W2",
+        "hop (W8), the API's reads < 200 ms (W9), a mark to its downstream's start ≤ 100 ms",
+        "(W10), W11's expansion in one transaction < 1 s, and with years of history ≤ 1.2×",
+        "worse than on a young database and no whole-table scan (W12). Raw Celery's drain",
+        "keeps both cores busy too, so a throughput's ratio is raw Celery's CPU a task over",
+        "Sluice's: where Sluice's goes, and what to scale first, is in",
+        "[docs/capacity.md](../docs/capacity.md).",
+        "",
+        "### Comparing two versions: the probe",
+        "",
+        "On this noisy machine, compare two versions of the code with `python -m bench.probe",
+        "--dag w1 --runs 10` run in a checkout of each alternately (A-B-B-A, each checkout with",
+        "its own venv: [CONTRIBUTING.md](../CONTRIBUTING.md)). It repeats one workload (`w1`,",
+        "`w2`, `w3`, `w5`, `w7`, `w11`, or `raw` for raw Celery's drains; `--schedulers 2`,",
+        "`--concurrency 1` for a worker that leaves a core to a profiler, `--per-trigger 100`",
+        "for a burst of 100 runs, `--slots N` for the default pool's slots, `--env NAME=VALUE`",
+        "for a setting such as `SLUICE_SCHEDULE_AFTER_TASK=false`, `--broker amqp://…` for",
+        "RabbitMQ; `--help` for the rest) and prints tasks/s, CPU per task of every process",
+        "(PostgreSQL's, Redis's and RabbitMQ's included), and lock waits.",
+    ]
+
+
 def _settings_lines(results: dict[str, Any]) -> list[str]:
     s = results["settings"]
     return [
-        "How it was measured: one `sluice scheduler` and one `sluice worker -c 4` (prefork) as",
-        "subprocesses on a fresh PostgreSQL database, broker Redis db 14; the floor is a bare",
-        "Celery app on Redis db 15 with the same worker settings (prefork -c 4, acks_late,",
+        "One `sluice scheduler` and one `sluice worker -c 4` (prefork) as subprocesses on a",
+        "fresh PostgreSQL database, broker Redis db 14; the floor is a bare Celery app on",
+        "Redis db 15 with the same worker settings (prefork -c 4, acks_late,",
         "prefetch 1, JSON) and a Redis result backend. Timings come from the database's own",
         "timestamps (task start_date/end_date), the floor's from the task's own clock.",
         "The floor's drain is measured before the Sluice workloads and again after them",
@@ -641,8 +786,8 @@ def kept_section(path: Path) -> str:
     if not path.exists():
         return ""
     text = path.read_text()
-    at = text.find(KEEP_FROM)
-    return text[at:] if at >= 0 else ""
+    found = KEEP_FROM.search(text)
+    return text[found.start() :] if found else ""
 
 
 def _clean(value: Any) -> Any:
@@ -657,6 +802,8 @@ def _clean(value: Any) -> Any:
 
 
 def write_reports(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """results.json and RESULTS.md in `out`; in bench/ (the default), also the README's
+    table, which shows bench/results.json (elsewhere the README is left alone)."""
     out.mkdir(parents=True, exist_ok=True)
     rows = rows_for(results)
     results = {**results, "rows": [asdict(r) for r in rows]}
@@ -664,4 +811,31 @@ def write_reports(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
     json_path.write_text(json.dumps(_clean(results), indent=2, allow_nan=False) + "\n")
     md_path = out / "RESULTS.md"
     md_path.write_text(render_markdown(results, rows, kept_section(md_path)))
+    if out.resolve() == BENCH_DIR:
+        write_readme_table(results, rows)
     return md_path, json_path
+
+
+def stored_results(out: Path = BENCH_DIR) -> dict[str, Any]:
+    """A run's results as it handed them to write_reports, from its results.json."""
+    results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    results.pop("rows", None)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description="Write RESULTS.md, results.json and the README's table again from "
+        "the stored results.json, without running the bench: after a change to this module.",
+    )
+    p.add_argument("--out", default=str(BENCH_DIR), help="the results' directory (bench/)")
+    out = Path(p.parse_args(argv).out)
+    md, js = write_reports(stored_results(out), out)
+    readme = f" and the table of {README}" if out.resolve() == BENCH_DIR else ""
+    print(f"bench: wrote {md}, {js}{readme} from {js}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
