@@ -36,7 +36,7 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -67,6 +67,7 @@ from sluice.scheduler.core.db import (
     Pipeline,
     Sent,
     committed_at_once,
+    executed,
     executed_alone,
     single_statement_factory,
     transaction,
@@ -75,6 +76,7 @@ from sluice.scheduler.core.db import (
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.named_sql import hot_statement
 from sluice.scheduler.core.queries.sql import unindexed
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.settings import Settings
@@ -271,6 +273,7 @@ _CLAIMED = hot(
     ),
     "What the claim's UPDATE returns: the run's and the DAG's columns by scalar "
     "subqueries on their keys, so the claim is one statement.",
+    twin=True,
 )
 _RUN_CONF = hot("run conf", select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk")))
 """What the claim's UPDATE returns: built once
@@ -288,30 +291,50 @@ _AS_SENT = hot(
     "TI's claims nothing (stale), whatever its ti_id and attempt_id. Each id is compared "
     "through `|| ''`: on `dag_id` itself a plan made while the table was small reads the "
     "DAG's every TI by ix_task_instance_dag_state to claim one.",
+    twin=True,
 )
 
 
 def claim_statement(msg: RunMessage, hostname: str, pid: int, now: dt.datetime) -> Sent:
-    """The claim of `msg`: queued → running for its `attempt_id`, by `hostname`/`pid`,
-    only if the TI is the one the message names (dag, run, task), returning the run's
-    context (`_CLAIMED`); one statement."""
+    """The claim of `msg` (`claim_try`): queued → running for its `attempt_id`, by
+    `hostname`/`pid`, only if the TI is the one the message names (dag, run, task),
+    returning the run's context; one statement."""
+    values = {
+        "ti_id": msg.ti_id,
+        "attempt_id": msg.attempt_id,
+        "dag_id": msg.dag_id,
+        "run_id": msg.run_id,
+        "task_id": msg.task_id,
+        "hostname": hostname,
+        "pid": pid,
+        "now": now,
+    }
+    return CLAIM_TRY, values
+
+
+def _claim_on_sqlite(values: Mapping[str, Any]) -> tuple[Update, dict[str, Any]]:
+    """`claim_try`'s SQLite twin: the compare-and-set `ti_move_returning` builds."""
     move, params = ti_move_returning(
-        msg.ti_id,
+        values["ti_id"],
         TI.RUNNING,
         expect=[TI.QUEUED],
-        attempt_id=msg.attempt_id,
-        now=now,
-        values={"hostname": hostname, "pid": pid},
+        attempt_id=values["attempt_id"],
+        now=values["now"],
+        values={"hostname": values["hostname"], "pid": values["pid"]},
         returning=_CLAIMED,
     )
-    names = {"m_dag": msg.dag_id, "m_run": msg.run_id, "m_task": msg.task_id}
+    names = {"m_dag": values["dag_id"], "m_run": values["run_id"], "m_task": values["task_id"]}
     return _as_sent(move), {**params, **names}
+
+
+CLAIM_TRY = hot_statement("claim_try", _claim_on_sqlite)
+"""scheduler/core/sql/claim.sql."""
 
 
 @functools.lru_cache(maxsize=4)
 def _as_sent(move: Update) -> Update:
     check_registered(move, "the claim's statement cache")
-    return built(f"{name_of(move)}, as sent", move.where(_AS_SENT))
+    return built(f"{name_of(move)}, as sent", move.where(_AS_SENT), twin=True)
 
 
 DagRows = Callable[[str, str, "str | None"], "Dag | None"]
@@ -403,7 +426,7 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
                 run_pk=claimed.run_pk,
                 map_index=claimed.map_index,
             )
-            rows = session.execute(UPSTREAM_RESULTS, params)
+            rows = executed(session, (UPSTREAM_RESULTS, params))
             _fill_upstream(claimed, upstream, rows, known)
         if conf:
             stored = session.execute(_RUN_CONF, {"run_pk": claimed.run_pk}).scalar()

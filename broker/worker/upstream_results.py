@@ -28,6 +28,7 @@ from sqlalchemy import String, bindparam, case, literal_column, or_, select
 
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import TaskInstance
+from sluice.scheduler.core.named_sql import hot_statement
 from sluice.scheduler.core.states import TI
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ KNOWN_ATTEMPTS = hot(
     "A success's result is left out when its attempt id is in the process's list of "
     "attempts whose result it holds (',a1,a2,': each id matched whole, between commas; "
     "at most COPIES of them).",
+    twin=True,
 )
 _COLUMNS = (_TI.c.task_id, _TI.c.map_index, _TI.c.state, _TI.c.attempt_id, KNOWN_ATTEMPTS)
 _BY_TASK = (_TI.c.task_id, _TI.c.map_index)
@@ -70,22 +72,31 @@ def _rows_of(index: Any) -> Any:
     )
 
 
-UPSTREAM_OF_TI = hot(
-    "upstream results of the claimed TI",
+_UPSTREAM_OF_TI = hot(
+    "upstream results of the claimed TI (SQLite)",
     select(*_COLUMNS)
     .where(_TI.c.dag_run_id == _CLAIMED_RUN, _rows_of(_CLAIMED_INDEX))
     .order_by(*_BY_TASK),
     "The upstream results, read in the claim's query (after its UPDATE) for a task whose "
     "arguments take them: its run and its map index found by the claimed TI's key.",
+    twin=True,
 )
-UPSTREAM_RESULTS = hot(
-    "upstream results",
+_UPSTREAM_RESULTS = hot(
+    "upstream results (SQLite)",
     select(*_COLUMNS)
     .where(_TI.c.dag_run_id == bindparam("run_pk"), _rows_of(bindparam("map_index")))
     .order_by(*_BY_TASK),
     "The upstream tasks' TIs, a mapped task's indexes in map-index order (its results "
     "are passed as a list, of the indexes that succeeded).",
+    twin=True,
 )
+
+UPSTREAM_OF_TI = hot_statement(
+    "upstream_results_of_the_claimed_ti", lambda values: (_UPSTREAM_OF_TI, values)
+)
+"""scheduler/core/sql/claim.sql; on SQLite its twin, the same parameters."""
+UPSTREAM_RESULTS = hot_statement("upstream_results", lambda values: (_UPSTREAM_RESULTS, values))
+"""scheduler/core/sql/claim.sql; on SQLite its twin, the same parameters."""
 
 COPIES = 16
 """Results a process keeps (the attempts it names in every upstream read)."""

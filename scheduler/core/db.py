@@ -42,6 +42,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from sluice.scheduler.core.hot_sql import check_registered
+from sluice.scheduler.core.named_sql import HotStatement, Named
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +225,9 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
-Sent = str | tuple[Executable, Mapping[str, Any]]
-"""A statement sent with a BEGIN: plain SQL text, or a statement and its parameters."""
+Sent = str | tuple[Executable | HotStatement, Mapping[str, Any]]
+"""A statement sent with a BEGIN: plain SQL text, or a statement and its parameters (a
+`Hot` statement of the `.sql` files: its SQLite twin on SQLite)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -282,15 +284,24 @@ def _row_type(fields: tuple[str, ...]) -> Any:
     return namedtuple("Row", fields, rename=True)  # noqa: PYI024 - fields known at run time
 
 
-def _executed(session: Session, statement: Sent) -> list[Any]:
-    """`statement` run in `session`'s transaction: its rows as named tuples (what the
-    one-query path gives on PostgreSQL), [] for a statement that returns none."""
-    connection = session.connection()  # Core execution: a CursorResult, rows as they are
+def executed(session: Session | Connection, statement: Sent) -> list[Any]:
+    """`statement` run in `session`'s transaction (or a connection's): its rows as named
+    tuples (what the one-query path gives on PostgreSQL), [] for one that returns none. A
+    `HotStatement` runs as its `.sql` file says on PostgreSQL (through psycopg's own
+    binding: its values as psycopg gives them back), as its twin on SQLite."""
+    # Core execution: a CursorResult, rows as they are
+    connection = session.connection() if isinstance(session, Session) else session
+    result: CursorResult[Any]
     if isinstance(statement, str):
-        result: CursorResult[Any] = connection.execute(sql_text(statement))
+        result = connection.execute(sql_text(statement))
     else:
         stmt, params = statement
-        result = connection.execute(stmt, dict(params))
+        if isinstance(stmt, HotStatement) and connection.dialect.name == "postgresql":
+            result = connection.exec_driver_sql(stmt.named.pyformat, dict(params))
+        else:
+            if isinstance(stmt, HotStatement):
+                stmt, params = stmt.twin(params)
+            result = connection.execute(stmt, dict(params))
     if not result.returns_rows:
         return []
     row_type = _row_type(tuple(result.keys()))
@@ -317,7 +328,7 @@ def transaction_opened_by(
     single = single_statement_factory(factory)
     if opener is None or not len(opener) or single is factory:
         with transaction(factory) as session:
-            rows = [_executed(session, s) for s in opener.statements] if opener else []
+            rows = [executed(session, s) for s in opener.statements] if opener else []
             yield session, Results(opener, rows)
         return
     connection = held_connection(cast(Engine, single.kw["bind"]))
@@ -351,7 +362,7 @@ def committed_at_once(factory: sessionmaker[Session], pipeline: Pipeline) -> Res
     engine = _autocommit_engine(factory)
     if engine is None:
         with transaction(factory) as session:
-            return Results(pipeline, [_executed(session, s) for s in pipeline.statements])
+            return Results(pipeline, [executed(session, s) for s in pipeline.statements])
     return Results(pipeline, _send(held_connection(engine), pipeline.statements, begin=False))
 
 
@@ -362,7 +373,7 @@ def executed_alone(factory: sessionmaker[Session], statement: Sent) -> list[Any]
     engine = _autocommit_engine(factory)
     if engine is None:
         with transaction(factory) as session:
-            return _executed(session, statement)
+            return executed(session, statement)
     return list(_send(held_connection(engine), [statement], begin=False)[0])
 
 
@@ -506,6 +517,8 @@ def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
     if isinstance(statement, str):
         return statement
     stmt, values = statement
+    if isinstance(stmt, HotStatement):
+        return _bound_named(cursor, connection, stmt.named, values)
     sql, bound = _binding(_compiled(stmt, connection.dialect), values).bind(values)
     if not _preparing:
         return str(cursor.mogrify(sql, bound))
@@ -515,6 +528,23 @@ def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
     if not args:
         return f"EXECUTE {name}"
     return str(cursor.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args))
+
+
+def _bound_named(
+    cursor: Any, connection: Connection, named: Named, values: Mapping[str, Any]
+) -> str:
+    """A statement of the `.sql` files as `EXECUTE` of its prepared statement, its values
+    bound client-side by psycopg (inline when preparing is off)."""
+    if not _preparing:
+        return str(cursor.mogrify(named.pyformat, values))
+    _ensure_prepared(
+        cursor, connection, named.server_name, f"PREPARE {named.server_name} AS {named.prepared}"
+    )
+    args = named.arguments(values)
+    if not args:
+        return f"EXECUTE {named.server_name}"
+    placeholders = ", ".join(["%s"] * len(args))
+    return str(cursor.mogrify(f"EXECUTE {named.server_name}({placeholders})", args))
 
 
 @dataclass(frozen=True)

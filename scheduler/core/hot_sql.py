@@ -37,22 +37,25 @@ class Hot:
     note: str
     built: bool
     """Made by a cached builder from registered parts (not written by hand)."""
+    twin: bool = False
+    """The SQLite twin of a statement of the `.sql` files (or a part of one): on
+    PostgreSQL the file's text runs instead (`scheduler.core.named_sql`)."""
 
 
 _BY_ID: dict[int, Hot] = {}
 _BY_NAME: dict[str, Hot] = {}
 
 
-def hot(name: str, element: T, note: str = "") -> T:
+def hot(name: str, element: T, note: str = "", *, twin: bool = False) -> T:
     """Register `element` (a statement, a condition or a tuple of columns, built once at
-    module level) as `name`; returns it."""
-    _register(Hot(name, element, note, built=False))
+    module level) as `name` (`twin`: a SQLite twin's); returns it."""
+    _register(Hot(name, element, note, built=False, twin=twin))
     return element
 
 
-def built(name: str, element: T) -> T:
+def built(name: str, element: T, *, twin: bool = False) -> T:
     """Register what a cached builder made (`name` says from what); returns it."""
-    _register(Hot(name, element, "", built=True))
+    _register(Hot(name, element, "", built=True, twin=twin))
     return element
 
 

@@ -11,6 +11,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from sluice.broker.worker.upstream_results import UPSTREAM_RESULTS, read_params
+from sluice.scheduler.core.db import executed
 from tests.integration.test_cancel_run import logs, rows
 from tests.procs import Sluice
 
@@ -66,7 +67,7 @@ def test_a_wide_map_reads_its_upstream_list_once_per_worker_process(sluice: Slui
                 f"SELECT id FROM dag_run WHERE run_id = '{run_id}'"
             ).scalar_one()
             params = read_params({}, ["echo"], "echo", run_pk=run_pk, map_index=7)
-            read = conn.execute(UPSTREAM_RESULTS, params).all()
+            read = executed(conn, (UPSTREAM_RESULTS, params))
             attempt = conn.exec_driver_sql(
                 f"SELECT attempt_id FROM task_instance WHERE dag_run_id = {run_pk} "
                 "AND task_id = 'items'"
@@ -74,7 +75,7 @@ def test_a_wide_map_reads_its_upstream_list_once_per_worker_process(sluice: Slui
 
             def items_result(known: dict[str, str]) -> str | None:
                 params = read_params(known, ["items"], None, run_pk=run_pk, map_index=-1)
-                (row,) = conn.execute(UPSTREAM_RESULTS, params).all()
+                (row,) = executed(conn, (UPSTREAM_RESULTS, params))
                 return row.result
 
             named = items_result({"other": "", attempt: ""})

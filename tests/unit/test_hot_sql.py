@@ -26,9 +26,7 @@ import sluice.scheduler.core.queries.tis
 import sluice.scheduler.decide.downstream_sql as sql
 import sluice.scheduler.scheduling.dagrun
 import sluice.scheduler.scheduling.fresh_runs
-from sluice.broker.worker.runner import claim_statement
 from sluice.scheduler.core.hot_sql import Hot, registered
-from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import ti_move_returning
 from sluice.scheduler.decide.plans import Counted, FanIn, Plan
@@ -62,8 +60,7 @@ def _plan(counted: Counted) -> Plan:
 def hot_path_builds() -> dict[str, Any]:
     """What the builders make on every task's path, by the name they register it under."""
     dag: Any = SimpleNamespace(dag_id="dag", version_hash="v", max_active_tasks=16)
-    message = RunMessage(1, "attempt", "dag", "run", "task", 0, "default")
-    made: list[Any] = [claim_statement(message, "host", 1, NOW)]
+    made: list[Any] = []
     for counted in Counted:
         plan = _plan(counted)
         made.append(
@@ -118,12 +115,15 @@ def hot_path_builds() -> dict[str, Any]:
 
 
 def snapshotted() -> dict[str, Hot]:
-    """The hand-written hot statements and the hot-path builds, by name."""
+    """The hand-written hot statements and the hot-path builds, by name (not the SQLite
+    twins of the statements in scheduler/core/sql/, whose files are the source)."""
     builds = hot_path_builds()
     return {
         h.name: h
         for h in registered()
-        if not h.name.startswith("test:") and (not h.built or h.name in builds)
+        if not h.name.startswith("test:")
+        and not h.twin  # its statement's text is in scheduler/core/sql/*.sql
+        and (not h.built or h.name in builds)
     }
 
 
