@@ -12,15 +12,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-import hashlib
 import logging
 import os
-import re
 import threading
 import time
 import weakref
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -39,9 +37,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.engine import CursorResult, Dialect, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.sql.compiler import SQLCompiler
 
-from sluice.scheduler.core.hot_sql import check_registered
 from sluice.scheduler.core.named_sql import HotStatement, Named
 
 log = logging.getLogger(__name__)
@@ -508,26 +504,18 @@ def _stop_preparing(connection: Connection) -> None:
 
 
 def _bound(cursor: Any, connection: Connection, statement: Sent) -> str:
-    """`statement` as SQL text for a multi-statement query: plain text as is; a statement
-    with parameters as `EXECUTE` of a server-side prepared statement (prepared on this
-    connection the first time, in a query of its own: a simple-protocol query is planned
-    at every execution otherwise), its arguments inlined by psycopg's client-side binding
-    after SQLAlchemy's type processing, as an execution would do; inline when preparing
-    is off (`_stop_preparing`)."""
+    """`statement` as SQL text for a multi-statement query: plain text as is; a
+    `HotStatement` as `EXECUTE` of its server-side prepared statement (`_bound_named`).
+    A SQLAlchemy statement is refused: it runs in a session (`executed`)."""
     if isinstance(statement, str):
         return statement
     stmt, values = statement
-    if isinstance(stmt, HotStatement):
-        return _bound_named(cursor, connection, stmt.named, values)
-    sql, bound = _binding(_compiled(stmt, connection.dialect), values).bind(values)
-    if not _preparing:
-        return str(cursor.mogrify(sql, bound))
-    name, order, prepare = _prepared(sql)
-    _ensure_prepared(cursor, connection, name, prepare)
-    args = [bound[k] for k in order]
-    if not args:
-        return f"EXECUTE {name}"
-    return str(cursor.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args))
+    if not isinstance(stmt, HotStatement):
+        raise TypeError(
+            "a statement sent in one query is a named statement of scheduler/core/sql/ "
+            "(a HotStatement); run a SQLAlchemy statement in a session"
+        )
+    return _bound_named(cursor, connection, stmt.named, values)
 
 
 def _bound_named(
@@ -547,77 +535,9 @@ def _bound_named(
     return str(cursor.mogrify(f"EXECUTE {named.server_name}({placeholders})", args))
 
 
-@dataclass(frozen=True)
-class _Binding:
-    """How one compiled statement's text and processed parameters come from the values
-    of a call, for calls with the same value names and the same list lengths (what
-    SQLAlchemy's parameter construction and IN expansion would give, worked out once)."""
-
-    sql: str
-    constants: dict[str, Any]
-    """Parameters whose values are the statement's own (processed)."""
-    direct: tuple[tuple[str, Callable[[Any], Any] | None], ...]
-    """Parameters given by name: (name, processor)."""
-    expanded: tuple[tuple[str, str, int, Callable[[Any], Any] | None], ...]
-    """An expanding IN's parameters: (name, the list's name, index, processor)."""
-
-    def bind(self, values: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        bound = dict(self.constants)
-        for name, process in self.direct:
-            value = values[name]
-            bound[name] = value if process is None else process(value)
-        for name, source, i, process in self.expanded:
-            value = values[source][i]
-            bound[name] = value if process is None else process(value)
-        return self.sql, bound
-
-
-_BINDINGS = "sluice_bindings"
-
-
-def _binding(compiled: SQLCompiler, values: Mapping[str, Any]) -> _Binding:
-    """The `_Binding` of `compiled` for calls shaped like `values` (kept on the compiled
-    statement, which `_compiled` caches by the statement's identity)."""
-    expanding = [compiled.bind_names[b] for b in compiled.post_compile_params]
-    lengths = tuple(len(values[n]) if n in values else -1 for n in expanding)
-    key = (frozenset(values), lengths)
-    cache: dict[Any, _Binding] = compiled.__dict__.setdefault(_BINDINGS, {})
-    found = cache.get(key)
-    if found is not None:
-        return found
-    if compiled.post_compile_params or compiled.literal_execute_params:  # an expanding IN
-        state = compiled.construct_expanded_state(dict(values))
-        sql, params, processors = state.statement, state.parameters, state.processors
-        expansion = state.parameter_expansion
-    else:  # the same text every time: no expansion step
-        sql, params = compiled.string, compiled.construct_params(dict(values))
-        processors = cast(Mapping[str, Any], compiled._bind_processors)  # as the expansion
-        expansion = {}
-    made = {  # an expanded name → its list and index (one name per item: not a tuple IN)
-        name: (source, i)
-        for source, names in expansion.items()
-        if source in values and len(names) == len(values[source])
-        for i, name in enumerate(names)
-    }
-    constants: dict[str, Any] = {}
-    direct, expanded = [], []
-    for name, value in params.items():
-        process = processors.get(name)
-        if name in made:
-            expanded.append((name, *made[name], process))
-        elif name in values:
-            direct.append((name, process))
-        else:
-            constants[name] = value if process is None else process(value)
-    binding = _Binding(sql, constants, tuple(direct), tuple(expanded))
-    if not compiled.literal_execute_params and len(made) == sum(map(len, expansion.values())):
-        cache[key] = binding  # else its text, or where its values come from, varies
-    return binding
-
-
 PREPARED_PER_CONNECTION = 64
 """Most statements prepared on one connection; the least recently used is deallocated
-(statements with an expanding IN have one text per list length)."""
+(the named statements of scheduler/core/sql/ are fewer: none leaves in practice)."""
 
 
 class PreparedNames(LRUCache[str, None]):
@@ -651,33 +571,3 @@ def _ensure_prepared(cursor: Any, connection: Connection, name: str, prepare: st
     with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
         cursor.execute(prepare)
     known[name] = None
-
-
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
-
-
-@functools.lru_cache(maxsize=256)
-def _prepared(sql: str) -> tuple[str, tuple[str, ...], str]:
-    """For `sql` with pyformat placeholders: a statement name made from its text (the same
-    in every process, so a server connection shared through a pooler never holds another
-    text under it), its parameter names in `$n` order, and the PREPARE statement."""
-    order: list[str] = []
-
-    def numbered(match: re.Match[str]) -> str:
-        if match[0] == "%%":
-            return "%"
-        if match[1] not in order:
-            order.append(match[1])
-        return f"${order.index(match[1]) + 1}"
-
-    numbered_sql = _PLACEHOLDER.sub(numbered, sql)
-    name = "sluice_" + hashlib.sha1(sql.encode("utf-8")).hexdigest()[:20]
-    return name, tuple(order), f"PREPARE {name} AS {numbered_sql}"
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled(stmt: Executable, dialect: Dialect) -> SQLCompiler:
-    """`stmt` compiled once for `dialect`: its identity is the key, so it must be a
-    registered hot statement (`hot_sql`), built once."""
-    check_registered(stmt, "a pipeline's compiled statements")
-    return cast(SQLCompiler, stmt.compile(dialect=dialect))  # type: ignore[attr-defined]

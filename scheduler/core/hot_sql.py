@@ -1,16 +1,19 @@
-"""The registry of hot statements: the SQL on every task's path, built once.
+"""The registry of the hot statements built with SQLAlchemy, once: those run in a session
+(a scheduler's pass, a worker's decision in a transaction) and the SQLite twins of the
+named statements of scheduler/core/sql/ (`twin=True`), which PostgreSQL runs instead.
 
 Several caches key a statement, or a part of one (a condition, the columns a write
-returns), by its identity: the compiled text a pipeline sends (`db._compiled`), the
-fused write-and-read and the queueing writes (`transitions`), the claims of runs and
-TIs (`queries`). A statement made afresh at each call would miss those caches every
+returns), by its identity: the fused write-and-read and the queueing writes
+(`transitions`), the claims of runs and TIs (`queries`). A statement made afresh at each call would miss those caches every
 time (and grow them). So every such part is registered once, under a name, where it is
 defined (`hot`), and the caches refuse a part that is not (`check_registered`); what a
 cached builder makes from registered parts is registered too (`built`).
 
-The registered statements are also the documentation of the hot SQL: tests/sql/ holds
-each one rendered for PostgreSQL, its `note` (why it is shaped so: the planner
-workarounds) as a comment above it, and a test compares them (tests/unit/test_hot_sql.py).
+The registered statements that PostgreSQL runs as they are built are also documented as
+SQL: tests/sql/ holds each one rendered for PostgreSQL, its `note` (why it is shaped so:
+the planner workarounds) as a comment above it, and a test compares them
+(tests/unit/test_hot_sql.py). The twins are left out: their statements' files are the
+source.
 
 Invariant: a registered element is kept alive by the registry, so its identity is never
 reused by another object.

@@ -1,8 +1,12 @@
 """The statements a worker's result sends to decide and queue its downstream.
 
-Each is built once, at import (building a statement costs as much as running it), and
-sent with its parameters (`Sent`) in a `Pipeline` or a session. Which of them a result
-sends, and in what order, is its path's (`sluice.broker.worker.result`).
+The ones its one-query paths send are named statements of scheduler/core/sql/result.sql
+(`HotStatement`s: `run_lock`, `write_success*`, `queue_*`, `schedule_*`), made here with
+their values; each has a SQLite twin built below from SQLAlchemy Core parts, once, at
+import (building a statement costs as much as running it). The reads and the parts a
+decision in a session uses (`read_statement`, `UNFINISHED`, `UNCLAIMED`, `PICKED`) are
+SQLAlchemy statements run in that session. Which of them a result sends, and in what
+order, is its path's (`sluice.broker.worker.result`).
 
 Lock order, as everywhere: the run's row (`run_lock`), then its TIs, then pool rows.
 """
@@ -13,12 +17,24 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Label, Select, and_, bindparam, case, exists, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    Label,
+    Select,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    select,
+)
 
 from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.core.named_sql import Twin, hot_statement
 from sluice.scheduler.core.queries.sql import expected_state, is_scheduled, one_of
 from sluice.scheduler.core.queries.tis import (
     FITS_ITS_POOL_FIRST,
@@ -66,15 +82,19 @@ LOCK_RUN = hot(
     "it, so the row is reached by its key whatever the statistics (a generic plan made on "
     "a small table read the index on state). FOR NO KEY UPDATE: a TI's foreign-key check "
     "(FOR KEY SHARE) never waits on it.",
+    twin=True,
 )
-"""Its own statement: a statement that waits for a row lock keeps the snapshot it
-started with for its other rows, so TIs read in it could miss the holder's result."""
+"""`run_lock`'s SQLite twin."""
+RUN_LOCK = hot_statement("run_lock", lambda values: (LOCK_RUN, values))
+"""scheduler/core/sql/result.sql: its own statement (a statement that waits for a row
+lock keeps the snapshot it started with for its other rows, so TIs read in it could
+miss the holder's result)."""
 
 
 def run_lock(run_pk: int) -> Sent:
-    """`LOCK_RUN` of `run_pk`: the first statement of every result that decides its run's
+    """`run_lock` of `run_pk`: the first statement of every result that decides its run's
     downstream (sent with its BEGIN)."""
-    return LOCK_RUN, {"run_pk": run_pk}
+    return RUN_LOCK, {"run_pk": run_pk}
 
 
 class RunRow(Protocol):
@@ -242,11 +262,13 @@ FAN_IN_COUNTING = {
         "fan-in counting: named others",
         _fan_in_columns(_OTHER.c.task_id.in_(bindparam("fan_in", expanding=True))),
         _FAN_IN_NOTE,
+        twin=True,
     ),
     Counted.ALL_BUT: hot(
         "fan-in counting: all but the named",
         _fan_in_columns(_OTHER.c.task_id.not_in(bindparam("fan_in", expanding=True))),
         _FAN_IN_NOTE + " A wide fan-in names the few TIs that are not its upstreams.",
+        twin=True,
     ),
 }
 """Returned by the result's own UPDATE: whether any of a fan-in's other upstreams is
@@ -254,6 +276,61 @@ unfinished (named, or as all the run's TIs but the fewer others), whether TIs wa
 the pools, and the freed pool's slots with its row locked if TIs wait in it. One round
 trip under the run's lock, whatever the fan-in's width (waiting there for the pool's
 lock is safe, as for `_READ_LOCKING`)."""
+
+
+SUCCESS_VALUES = frozenset({"result", "error", "next_retry_at"})
+"""What a try's success writes besides its state and end_date (the runner's values)."""
+
+
+def _success_values(
+    ti_id: int, attempt_id: str, now: dt.datetime, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The values of a `write_success*` statement (scheduler/core/sql/result.sql)."""
+    if set(values) != SUCCESS_VALUES:
+        raise ValueError(f"a success writes {sorted(SUCCESS_VALUES)}, not {sorted(values)}")
+    return {"ti_id": ti_id, "attempt_id": attempt_id, "now": now, **values}
+
+
+def _success_on_sqlite(returning: tuple[ColumnElement[Any], ...], *names: str) -> Twin:
+    """The SQLite twin of a `write_success*` statement: `ti_move_returning`'s
+    compare-and-set, returning `returning` (bound by the values `names`)."""
+
+    def twin(values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+        return ti_move_returning(
+            values["ti_id"],
+            TI.SUCCESS,
+            expect=[TI.RUNNING],
+            now=values["now"],
+            returning=returning,
+            attempt_id=values["attempt_id"],
+            values={key: values[key] for key in SUCCESS_VALUES},
+            params={name: values[name] for name in names},
+        )
+
+    return twin
+
+
+WRITE_SUCCESS = hot_statement("write_success", _success_on_sqlite(()))
+_FAN_IN_NAMES = ("run_pk", "pools", "fan_in", "lock_pool")
+WRITE_SUCCESS_COUNTING = {
+    Counted.OTHERS: hot_statement(
+        "write_success_counting_named_upstreams",
+        _success_on_sqlite(FAN_IN_COUNTING[Counted.OTHERS], *_FAN_IN_NAMES),
+    ),
+    Counted.ALL_BUT: hot_statement(
+        "write_success_counting_all_but_named",
+        _success_on_sqlite(FAN_IN_COUNTING[Counted.ALL_BUT], *_FAN_IN_NAMES),
+    ),
+}
+"""scheduler/core/sql/result.sql: a fan-in upstream's success that counts the others."""
+
+
+def success_write(
+    *, ti_id: int, attempt_id: str, now: dt.datetime, values: Mapping[str, Any]
+) -> Sent:
+    """A try's success, running → success for `attempt_id` (`write_success`); one row
+    if it won."""
+    return WRITE_SUCCESS, _success_values(ti_id, attempt_id, now, values)
 
 
 def fan_in_write(
@@ -267,26 +344,21 @@ def fan_in_write(
     now: dt.datetime,
     values: Mapping[str, Any],
 ) -> Sent:
-    """The result's UPDATE running → `new` that also counts `plan`'s fan-in's other
-    upstreams still unfinished (`plan.fan_in`, which must be set); its rows (one if it
-    won) have `unfinished`, `backlog` and `pool_total`. To run under the run's lock."""
+    """The result's UPDATE running → `new` (a success: a plan has a fan-in only then)
+    that also counts `plan`'s fan-in's other upstreams still unfinished (`plan.fan_in`,
+    which must be set); its rows (one if it won) have `unfinished`, `backlog` and
+    `pool_total`. To run under the run's lock."""
     assert plan.fan_in is not None
+    if new is not TI.SUCCESS:
+        raise ValueError(f"a fan-in's counting write is a success's, not {new}'s")
     check = {
         "run_pk": run_pk,
         "pools": list(plan.pools),
         "fan_in": list(plan.fan_in.names),
         "lock_pool": pool,
     }
-    return ti_move_returning(
-        ti_id,
-        new,
-        expect=[TI.RUNNING],
-        now=now,
-        returning=FAN_IN_COUNTING[plan.fan_in.counted],
-        attempt_id=attempt_id,
-        values=values,
-        params=check,
-    )
+    statement = WRITE_SUCCESS_COUNTING[plan.fan_in.counted]
+    return statement, {**check, **_success_values(ti_id, attempt_id, now, values)}
 
 
 _ME = TaskInstance.__table__.alias("finished")
@@ -322,6 +394,7 @@ _CHAIN_NEXT = hot(
     and_(*_THE_NEXT, _RUN_DRIVEN, _FINISHED_SUCCEEDED, FITS_ITS_POOL_FIRST),
     "In the query that writes its upstream's success: the run is a worker's to drive, "
     "the upstream succeeded (the write before it won), nobody waits in the pool, room.",
+    twin=True,
 )
 """A chain's next TI, to queue in the query that writes its only upstream's success: of a
 run a worker drives (as `drives` checks), that upstream succeeded (the write
@@ -341,6 +414,7 @@ OTHERS_SUCCEEDED = {
         ),
         "The all_success rule in SQL (a twin of tasks.trigger_rules.decide, checked by a "
         "parity test): no other upstream anything but a success.",
+        twin=True,
     )
     for counted in Counted
 }
@@ -350,6 +424,7 @@ _JOIN_NEXT = {
         and_(_CHAIN_NEXT, OTHERS_SUCCEEDED[counted]),
         "After its last upstream's result, under the run's lock: as for a chain's next, "
         "and every other upstream succeeded.",
+        twin=True,
     )
     for counted in Counted
 }
@@ -365,6 +440,7 @@ JOIN_READY = {
         and_(*_THE_NEXT, _RUN_DRIVEN, _FINISHED_SUCCEEDED, OTHERS_SUCCEEDED[counted]),
         "After its last upstream's result, under the run's lock: the join may run (as "
         "for its queueing, but whether it fits): it joins the TIs waiting in its pool.",
+        twin=True,
     )
     for counted in Counted
 }
@@ -380,6 +456,7 @@ FAN_OUT_READY = hot(
     ),
     "In the query that writes the success of their only upstream: the run is a worker's "
     "to drive and that upstream succeeded; by (dag_run_id, task_id), the unique index.",
+    twin=True,
 )
 """The downstream of a task whose success makes them all ready (`Plan.fan_out`): of a run
 a worker drives, their upstream succeeded (the write before it won)."""
@@ -395,6 +472,7 @@ OTHER_RUNS_WAIT = hot(
     "Returned by the write that schedules a run's ready TIs, from the statement's "
     "snapshot (before its own write): TIs of other runs wait in the pool, from the "
     "partial index ix_task_instance_waiting.",
+    twin=True,
 )
 PICKED = hot(
     "picked TI's message",
@@ -419,7 +497,7 @@ def fill_message(row: PickedRow, attempt_id: str, with_trace: bool = False) -> R
 
 
 PICKED_WITH_ATTEMPT = hot(
-    "picked TI's message and attempt", (*PICKED, _TI.attempt_id.label("attempt_id"))
+    "picked TI's message and attempt", (*PICKED, _TI.attempt_id.label("attempt_id")), twin=True
 )
 """PICKED with the attempt id the queueing gave (several TIs queued by one statement)."""
 
@@ -439,7 +517,7 @@ _RANKED = (
     )
     .subquery("ready")
 )
-FAN_OUT_RANK = hot("fan-out downstream's rank", _RANKED.c.rank)
+FAN_OUT_RANK = hot("fan-out downstream's rank", _RANKED.c.rank, twin=True)
 _POOL_ROOM, _DAG_ROOM = room_left(
     bindparam("r_pool"), bindparam("r_dag"), bindparam("r_max_active")
 )
@@ -457,6 +535,7 @@ FAN_OUT_FITS = hot(
     "total of slots: those within the pool's free slots and their DAG's room, when nobody "
     "waits in the pool (they would come first). The room is counted once, after the "
     "pool's lock, not once per TI.",
+    twin=True,
 )
 """A fan-out's ready downstream that go straight to `queued`: by priority, those whose
 running total of slots fits the pool's free slots and whose rank fits their DAG's room
@@ -464,15 +543,50 @@ running total of slots fits the pool's free slots and whose rank fits their DAG'
 succeeded."""
 
 
+def _queue_next_on_sqlite(condition: ColumnElement[bool], *names: str) -> Twin:
+    """The SQLite twin of a `queue_chain_next`/`queue_join_next*` statement."""
+
+    def twin(values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+        params = {name: values[name] for name in names}
+        params["r_max_active"] = values["max_active"]
+        return queue_picked_statement(
+            values["attempt_id"],
+            now=values["now"],
+            condition=condition,
+            params=params,
+            returning=PICKED,
+            decided=True,
+        )
+
+    return twin
+
+
+_NEXT_NAMES = ("run_pk", "next_task", "dag_hash", "finished_id")
+QUEUE_CHAIN_NEXT = hot_statement(
+    "queue_chain_next", _queue_next_on_sqlite(_CHAIN_NEXT, *_NEXT_NAMES)
+)
+QUEUE_JOIN_NEXT = {
+    Counted.OTHERS: hot_statement(
+        "queue_join_next_named",
+        _queue_next_on_sqlite(_JOIN_NEXT[Counted.OTHERS], *_NEXT_NAMES, "fan_in"),
+    ),
+    Counted.ALL_BUT: hot_statement(
+        "queue_join_next_all_but_named",
+        _queue_next_on_sqlite(_JOIN_NEXT[Counted.ALL_BUT], *_NEXT_NAMES, "fan_in"),
+    ),
+}
+"""scheduler/core/sql/result.sql: a chain's next TI, a fan-in, queued by a worker."""
+
+
 def chain_next_statements(
     plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, attempt_id: str, now: dt.datetime
 ) -> tuple[Sent, Sent]:
     """After the statement that writes a success of a task with `plan.chain_next`: its
     pool's row locked, then that next TI queued as `attempt_id` if it may be
-    (`_CHAIN_NEXT`); the queueing's row (`PICKED`) makes the message."""
+    (`queue_chain_next`); the queueing's row (`PICKED`) makes the message."""
     assert plan.chain_next is not None
-    found = (run_pk, finished_id, attempt_id, now)
-    return _next_statements(plan, dag, plan.chain_next, _CHAIN_NEXT, *found)
+    values = _next_values(dag, plan.chain_next, run_pk, finished_id, attempt_id, now)
+    return pool_lock(plan.pools[0]), (QUEUE_CHAIN_NEXT, values)
 
 
 def join_next_statements(
@@ -480,39 +594,40 @@ def join_next_statements(
 ) -> tuple[Sent, Sent]:
     """After the run's lock, once the last upstream (a task with `plan.join_next`) wrote
     its success: the fan-in's pool's row locked, then the fan-in queued as `attempt_id`
-    if every upstream succeeded and it may be (`_JOIN_NEXT`)."""
+    if every upstream succeeded and it may be (`queue_join_next*`)."""
     assert plan.join_next is not None and plan.fan_in is not None
-    condition = _JOIN_NEXT[plan.fan_in.counted]
-    found = (run_pk, finished_id, attempt_id, now)
-    return _next_statements(
-        plan, dag, plan.join_next, condition, *found, fan_in=list(plan.fan_in.names)
-    )
+    values = _next_values(dag, plan.join_next, run_pk, finished_id, attempt_id, now)
+    values["fan_in"] = list(plan.fan_in.names)
+    return pool_lock(plan.pools[0]), (QUEUE_JOIN_NEXT[plan.fan_in.counted], values)
 
 
-def _next_statements(
-    plan: Plan,
-    dag: Dag,
-    next_task: str,
-    condition: ColumnElement[bool],
-    run_pk: int,
-    finished_id: int,
-    attempt_id: str,
-    now: dt.datetime,
-    **more: Any,
-) -> tuple[Sent, Sent]:
-    """The pool lock, then the queueing of `next_task` where `condition` holds."""
-    params = {
+def _next_values(
+    dag: Dag, next_task: str, run_pk: int, finished_id: int, attempt_id: str, now: dt.datetime
+) -> dict[str, Any]:
+    return {
         "run_pk": run_pk,
         "next_task": next_task,
         "dag_hash": dag.version_hash,
         "finished_id": finished_id,
-        "r_max_active": dag.max_active_tasks,
-        **more,
+        "max_active": dag.max_active_tasks,
+        "attempt_id": attempt_id,
+        "now": now,
     }
-    queue = queue_picked_statement(
-        attempt_id, now=now, condition=condition, params=params, returning=PICKED, decided=True
+
+
+def _fill_on_sqlite(values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+    """`queue_next_waiting`'s SQLite twin."""
+    return queue_picked_statement(
+        values["attempt_id"],
+        now=values["now"],
+        condition=NEXT_WAITING_FITS_ITS_POOL,
+        params={"r_pool": values["pool"]},
+        returning=PICKED,
     )
-    return pool_lock(plan.pools[0]), queue
+
+
+QUEUE_NEXT_WAITING = hot_statement("queue_next_waiting", _fill_on_sqlite)
+"""scheduler/core/sql/result.sql: the slot a result freed, given to the first TI waiting."""
 
 
 def fill_statements(pool: str, attempt_id: str, now: dt.datetime) -> tuple[Sent, Sent]:
@@ -526,13 +641,7 @@ def fill_statements(pool: str, attempt_id: str, now: dt.datetime) -> tuple[Sent,
 def fill_statement(pool: str, attempt_id: str, now: dt.datetime) -> Sent:
     """The queueing of `fill_statements` alone, for a query that locked `pool`'s row in
     an earlier statement."""
-    return queue_picked_statement(
-        attempt_id,
-        now=now,
-        condition=NEXT_WAITING_FITS_ITS_POOL,
-        params={"r_pool": pool},
-        returning=PICKED,
-    )
+    return QUEUE_NEXT_WAITING, {"pool": pool, "attempt_id": attempt_id, "now": now}
 
 
 UNFINISHED = hot(
@@ -558,7 +667,15 @@ LEAF_COUNTING = hot(
     "another TI of the run is unfinished (the first found is enough; one equality per "
     "state on (dag_run_id, state)), and the freed pool's slots, its row locked, if TIs "
     "wait in it.",
+    twin=True,
 )
+
+
+WRITE_SUCCESS_COUNTING_THE_RUN = hot_statement(
+    "write_success_counting_the_run",
+    _success_on_sqlite(LEAF_COUNTING, "run_pk", "lock_pool"),
+)
+"""scheduler/core/sql/result.sql: a leaf's success, counting the run's other TIs."""
 
 
 def leaf_write(
@@ -576,32 +693,10 @@ def leaf_write(
     transaction: the lock serialises the run's results, so exactly one of the last two
     counts no other unfinished."""
     params = {"run_pk": run_pk, "lock_pool": pool}
-    return _success(
-        LEAF_COUNTING, params, ti_id=ti_id, attempt_id=attempt_id, now=now, values=values
-    )
-
-
-def _success(
-    returning: tuple[ColumnElement[Any], ...],
-    params: dict[str, Any],
-    *,
-    ti_id: int,
-    attempt_id: str,
-    now: dt.datetime,
-    values: Mapping[str, Any],
-) -> Sent:
-    """A try's success, running → success for `attempt_id`, returning `returning` (bound
-    by `params`)."""
-    return ti_move_returning(
-        ti_id,
-        TI.SUCCESS,
-        expect=[TI.RUNNING],
-        now=now,
-        returning=returning,
-        attempt_id=attempt_id,
-        values=values,
-        params=params,
-    )
+    return WRITE_SUCCESS_COUNTING_THE_RUN, {
+        **params,
+        **_success_values(ti_id, attempt_id, now, values),
+    }
 
 
 _SIBLING = TaskInstance.__table__.alias("sibling")
@@ -624,7 +719,15 @@ INDEX_COUNTING = hot(
     "What the result of a mapped task's index returns, under the run's lock: whether "
     "another index of the task is unfinished (by (dag_run_id, state)), and whether TIs "
     "wait in its pool for the slot it frees.",
+    twin=True,
 )
+
+
+WRITE_SUCCESS_COUNTING_THE_INDEXES = hot_statement(
+    "write_success_counting_the_indexes",
+    _success_on_sqlite(INDEX_COUNTING, "run_pk", "counted_task", "lock_pool"),
+)
+"""scheduler/core/sql/result.sql: an index's success, counting the task's other indexes."""
 
 
 def index_write(
@@ -641,32 +744,83 @@ def index_write(
     `unfinished` (another index is) and `backlog` (TIs wait in `pool`). To send after the
     run's lock, in the same transaction."""
     params = {"run_pk": run_pk, "counted_task": task_id, "lock_pool": pool}
-    return _success(
-        INDEX_COUNTING, params, ti_id=ti_id, attempt_id=attempt_id, now=now, values=values
+    return WRITE_SUCCESS_COUNTING_THE_INDEXES, {
+        **params,
+        **_success_values(ti_id, attempt_id, now, values),
+    }
+
+
+def _schedule_on_sqlite(condition: ColumnElement[bool], *names: str) -> Twin:
+    """The SQLite twin of a `schedule_join_ready*`/`schedule_fan_out_ready` statement."""
+
+    def twin(values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+        params = {name: values[name] for name in names}
+        params["r_pool"] = values["pool"]
+        return schedule_where_statement(
+            now=values["now"], condition=condition, params=params, returning=OTHER_RUNS_WAIT
+        )
+
+    return twin
+
+
+_READY_NAMES = ("run_pk", "next_task", "dag_hash", "finished_id", "fan_in")
+SCHEDULE_JOIN_READY = {
+    counted: hot_statement(
+        f"schedule_join_ready_{'named' if counted is Counted.OTHERS else 'all_but_named'}",
+        _schedule_on_sqlite(JOIN_READY[counted], *_READY_NAMES),
     )
+    for counted in Counted
+}
+"""scheduler/core/sql/result.sql: a fan-in its last upstream could not queue, scheduled."""
 
 
 def join_ready_statement(
     plan: Plan, dag: Dag, *, run_pk: int, finished_id: int, now: dt.datetime
 ) -> Sent:
     """After `join_next_statements` in the same query: the fan-in, if that did not queue
-    it and it may run (`JOIN_READY`), moved to `scheduled`; returns its id and `backlog`
-    (TIs of other runs wait in its pool)."""
+    it and it may run (`schedule_join_ready*`), moved to `scheduled`; returns its id and
+    `backlog` (TIs of other runs wait in its pool)."""
     assert plan.join_next is not None and plan.fan_in is not None
-    params = {
+    values = {
         "run_pk": run_pk,
         "next_task": plan.join_next,
         "dag_hash": dag.version_hash,
         "finished_id": finished_id,
         "fan_in": list(plan.fan_in.names),
-        "r_pool": plan.pools[0],
+        "pool": plan.pools[0],
+        "now": now,
     }
-    return schedule_where_statement(
-        now=now,
-        condition=JOIN_READY[plan.fan_in.counted],
+    return SCHEDULE_JOIN_READY[plan.fan_in.counted], values
+
+
+def _fan_out_on_sqlite(values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+    """`queue_fan_out`'s SQLite twin."""
+    params = {
+        "run_pk": values["run_pk"],
+        "downstream": values["downstream"],
+        "dag_hash": values["dag_hash"],
+        "finished_id": values["finished_id"],
+        "r_pool": values["pool"],
+        "r_dag": values["dag_id"],
+        "r_max_active": values["max_active"],
+    }
+    return queue_ranked_statement(
+        values["attempt_ids"],
+        now=values["now"],
+        condition=FAN_OUT_FITS,
+        rank=FAN_OUT_RANK,
         params=params,
-        returning=OTHER_RUNS_WAIT,
+        returning=PICKED_WITH_ATTEMPT,
     )
+
+
+QUEUE_FAN_OUT = hot_statement("queue_fan_out", _fan_out_on_sqlite)
+SCHEDULE_FAN_OUT_READY = hot_statement(
+    "schedule_fan_out_ready",
+    _schedule_on_sqlite(FAN_OUT_READY, "run_pk", "downstream", "dag_hash", "finished_id"),
+)
+"""scheduler/core/sql/result.sql: a fan-out's ready downstream, queued by priority while
+they fit, the others scheduled."""
 
 
 def fan_out_statements(
@@ -687,22 +841,23 @@ def fan_out_statements(
     in the pool (`fill_statement`, as `fill_attempt`)."""
     assert plan.fan_out is not None and len(attempt_ids) == len(plan.fan_out)
     pool = plan.pools[0]
-    params = {
+    values = {
         "run_pk": run_pk,
         "downstream": list(plan.fan_out),
         "dag_hash": dag.version_hash,
         "finished_id": finished_id,
-        "r_pool": pool,
+        "pool": pool,
+        "now": now,
     }
-    queued = queue_ranked_statement(
-        attempt_ids,
-        now=now,
-        condition=FAN_OUT_FITS,
-        rank=FAN_OUT_RANK,
-        params={**params, "r_dag": dag.dag_id, "r_max_active": dag.max_active_tasks},
-        returning=PICKED_WITH_ATTEMPT,
+    queued = {
+        **values,
+        "dag_id": dag.dag_id,
+        "max_active": dag.max_active_tasks,
+        "attempt_ids": list(attempt_ids),
+    }
+    return (
+        pool_lock(pool),
+        (QUEUE_FAN_OUT, queued),
+        (SCHEDULE_FAN_OUT_READY, values),
+        fill_statement(pool, fill_attempt, now),
     )
-    ready = schedule_where_statement(
-        now=now, condition=FAN_OUT_READY, params=params, returning=OTHER_RUNS_WAIT
-    )
-    return pool_lock(pool), queued, ready, fill_statement(pool, fill_attempt, now)

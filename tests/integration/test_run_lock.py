@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.core.db import transaction
+from sluice.scheduler.core.db import executed, transaction
 from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.runs import claim_runs_to_examine
 from sluice.scheduler.decide.downstream_sql import UNCLAIMED, run_lock
@@ -32,7 +32,7 @@ with DAG("one", schedule=None) as dag:
 
 
 def worker_lock(session: Session, run_pk: int) -> None:
-    assert session.execute(*run_lock(run_pk)).first() is not None
+    assert executed(session, run_lock(run_pk))
 
 
 def scheduler_claim(session: Session, run_pk: int) -> None:

@@ -12,9 +12,7 @@ import datetime as dt
 import os
 import re
 import textwrap
-from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,12 +21,9 @@ from sqlalchemy.dialects import postgresql
 import sluice.broker.worker.runner
 import sluice.scheduler.core.queries.runs
 import sluice.scheduler.core.queries.tis
-import sluice.scheduler.decide.downstream_sql as sql
 import sluice.scheduler.scheduling.dagrun
 import sluice.scheduler.scheduling.fresh_runs
 from sluice.scheduler.core.hot_sql import Hot, registered
-from sluice.scheduler.core.states import TI
-from sluice.scheduler.core.transitions import ti_move_returning
 from sluice.scheduler.decide.plans import Counted, FanIn, Plan
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "sql"
@@ -58,60 +53,15 @@ def _plan(counted: Counted) -> Plan:
 
 
 def hot_path_builds() -> dict[str, Any]:
-    """What the builders make on every task's path, by the name they register it under."""
-    dag: Any = SimpleNamespace(dag_id="dag", version_hash="v", max_active_tasks=16)
-    made: list[Any] = []
-    for counted in Counted:
-        plan = _plan(counted)
-        made.append(
-            sql.fan_in_write(
-                plan,
-                run_pk=1,
-                pool="default_pool",
-                ti_id=1,
-                new=TI.SUCCESS,
-                attempt_id="attempt",
-                now=NOW,
-                values={"result": "1", "error": None, "next_retry_at": None},
-            )
-        )
-        made.extend(
-            sql.join_next_statements(plan, dag, run_pk=1, finished_id=1, attempt_id="a", now=NOW)
-        )
-        made.append(sql.join_ready_statement(plan, dag, run_pk=1, finished_id=1, now=NOW))
-    fan_out = replace(_plan(Counted.OTHERS), fan_out=("b", "c"))
-    made.extend(
-        sql.fan_out_statements(
-            fan_out,
-            dag,
-            run_pk=1,
-            finished_id=1,
-            attempt_ids=["a", "b"],
-            fill_attempt="c",
-            now=NOW,
-        )
-    )
-    made.extend(
-        sql.chain_next_statements(
-            _plan(Counted.OTHERS), dag, run_pk=1, finished_id=1, attempt_id="a", now=NOW
-        )
-    )
-    made.extend(sql.fill_statements("default_pool", "a", NOW))
-    made.append(sluice.scheduler.scheduling.fresh_runs.roots_statement([1], ["root"], NOW))
-    made.append(
-        ti_move_returning(
-            1,
-            TI.SUCCESS,
-            expect=[TI.RUNNING],
-            now=NOW,
-            returning=(),
-            attempt_id="attempt",
-            values={"result": "1", "error": None, "next_retry_at": None},
-        )
-    )
+    """What the builders still make on a hot path that runs in a session on PostgreSQL
+    (the scheduler's fresh runs), by the name they register it under. The worker's
+    one-query statements are named statements of scheduler/core/sql/: their files are
+    the source, prepared and explained by tests/integration/test_named_sql_explain.py."""
+    sent = sluice.scheduler.scheduling.fresh_runs.roots_statement([1], ["root"], NOW)
+    assert not isinstance(sent, str)
     by_name = {h.name: h for h in registered()}
     names = {id(h.element): h.name for h in by_name.values()}
-    return {names[id(statement)]: statement for statement, _ in made}
+    return {names[id(sent[0])]: sent[0]}
 
 
 def snapshotted() -> dict[str, Hot]:
@@ -170,5 +120,5 @@ def test_every_snapshot_belongs_to_a_hot_statement() -> None:
 def test_the_hand_written_statements_each_say_why_they_are_shaped_so() -> None:
     """The statements the planner notes are about carry their note (the rest are plain)."""
     noted = {h.name for h in STATEMENTS.values() if h.note}
-    for name in ("run lock", "has room", "next waiting TI fits", "fan-in counting: named others"):
+    for name in ("has room", "next waiting TI fits", "active usage by pool and DAG"):
         assert name in noted

@@ -69,7 +69,6 @@ from sluice.scheduler.core.db import (
 )
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.core.transitions import ti_move_returning
 from sluice.scheduler.decide import spans
 from sluice.scheduler.decide.downstream import (
     FollowUp,
@@ -97,6 +96,7 @@ from sluice.scheduler.decide.downstream_sql import (
     join_ready_statement,
     leaf_write,
     run_lock,
+    success_write,
 )
 from sluice.scheduler.decide.plans import Plan
 
@@ -389,15 +389,7 @@ def success_pipeline(case: Case, now: dt.datetime) -> tuple[Pipeline, Handle, Ha
     pipeline = Pipeline()
     lock = pipeline.add(run_lock(case.run_pk), "run lock")
     result = pipeline.add(
-        ti_move_returning(
-            case.ti_id,
-            TI.SUCCESS,
-            expect=[TI.RUNNING],
-            now=now,
-            returning=(),
-            attempt_id=case.attempt_id,
-            values=case.values,
-        ),
+        success_write(ti_id=case.ti_id, attempt_id=case.attempt_id, now=now, values=case.values),
         "result",
     )
     return pipeline, lock, result

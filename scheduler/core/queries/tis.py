@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
+from sluice.scheduler.core.named_sql import HotStatement, hot_statement
 from sluice.scheduler.core.queries.sql import is_scheduled, one_of
 from sluice.scheduler.core.states import TI, TI_ACTIVE, DagRunState
 
@@ -155,10 +156,14 @@ def used_slots_by_pool(session: Session) -> dict[str, int]:
     return {pool: int(n) for pool, n in session.execute(stmt).all()}
 
 
-def pool_lock(name: str) -> tuple[Select[Any], dict[str, Any]]:
+LOCK_POOL = hot_statement("lock_pool", lambda v: (_LOCK_ONE_POOL, {"name": v["pool"]}))
+"""scheduler/core/sql/result.sql; on SQLite `lock one pool`."""
+
+
+def pool_lock(name: str) -> tuple[HotStatement, dict[str, Any]]:
     """`lock_pools` of one pool as a statement and its parameters, to send with others
     (`scheduler.core.db.committed_at_once`)."""
-    return _LOCK_ONE_POOL, {"name": name}
+    return LOCK_POOL, {"pool": name}
 
 
 _WAITING = TaskInstance.__table__.alias("waiting")
@@ -212,6 +217,7 @@ NEXT_WAITING_FITS_ITS_POOL = hot(
         select(_POOLS.slots).where(_POOLS.name == bindparam("r_pool")).scalar_subquery()
     ),
     _FIRST_WAITING_NOTE + " The pool's slots read in the statement (sent after its lock).",
+    twin=True,
 )
 """NEXT_WAITING_FITS with the pool's slots read in the statement (for a statement sent
 right after the one that locked the pool's row, `pool_lock`)."""
@@ -228,6 +234,7 @@ FITS_ITS_POOL_FIRST = hot(
         ),
     ),
     "Nobody waits in the TI's pool (they would come first) and it has room, as HAS_ROOM.",
+    twin=True,
 )
 """The TI being queued may go straight to `queued`: no TI waits in its pool (they would
 come first, by priority), its pool has room for its slots and its DAG is under

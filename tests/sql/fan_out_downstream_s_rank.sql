@@ -1,2 +1,0 @@
--- fan-out downstream's rank
-ready.rank

@@ -1,2 +1,0 @@
--- ti move running -> success (one, attempt; end_date,error,next_retry_at,result)
-UPDATE task_instance SET state=%(state)s::VARCHAR, end_date=%(v_end_date)s::TIMESTAMP WITH TIME ZONE, next_retry_at=%(v_next_retry_at)s::TIMESTAMP WITH TIME ZONE, result=%(v_result)s::VARCHAR, error=%(v_error)s::VARCHAR WHERE task_instance.id = %(b_id)s::BIGINT AND (task_instance.state || '') = %(param_1)s::VARCHAR AND task_instance.attempt_id = %(b_attempt)s::VARCHAR RETURNING task_instance.id
