@@ -4,10 +4,11 @@ named statements of scheduler/core/sql/ (`twin=True`), which PostgreSQL runs ins
 
 Several caches key a statement, or a part of one (a condition, the columns a write
 returns), by its identity: the fused write-and-read and the queueing writes
-(`transitions`), the claims of runs and TIs (`queries`). A statement made afresh at each call would miss those caches every
-time (and grow them). So every such part is registered once, under a name, where it is
-defined (`hot`), and the caches refuse a part that is not (`check_registered`); what a
-cached builder makes from registered parts is registered too (`built`).
+(`transitions`), the claims of runs and TIs (`queries`). A statement made afresh at each
+call would miss those caches every time (and grow them). So every such part is
+registered once, under a name, where it is defined (`hot`), and the caches refuse a part
+that is not (`check_registered`); what a cached builder makes from registered parts is
+registered too (`built`).
 
 The registered statements that PostgreSQL runs as they are built are also documented as
 SQL: tests/sql/ holds each one rendered for PostgreSQL, its `note` (why it is shaped so:

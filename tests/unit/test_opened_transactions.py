@@ -5,6 +5,7 @@ statement's rows are read back by its handle."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import bindparam, select, text, update
@@ -23,13 +24,23 @@ from sluice.scheduler.core.db import (
     transaction,
     transaction_opened_by,
 )
-from sluice.scheduler.core.hot_sql import UnregisteredStatement, hot
 from sluice.scheduler.core.migrate import upgrade
 from sluice.scheduler.core.models import Pool
+from sluice.scheduler.core.named_sql import HotStatement, Twin, parse
+
+
+def named(name: str, sql: str, twin: Any) -> HotStatement:
+    """A named statement as the files of scheduler/core/sql/ hold them, with its SQLite
+    twin (a SQLAlchemy statement taking the same values)."""
+    (statement,) = parse(f"-- name: {name}\n-- A test's.\n{sql}")
+    same: Twin = lambda values: (twin, values)  # noqa: E731
+    return HotStatement(statement, same)
+
 
 LOCK = "SELECT name, slots FROM pool WHERE name = 'p' FOR UPDATE"
-LOCKED_P = hot(
-    "test: lock pool p",
+LOCKED_P = named(
+    "test_lock_pool_p",
+    LOCK,
     select(Pool.name, Pool.slots).where(Pool.name == "p").with_for_update(),
 )
 TRY_LOCK = text("SELECT 1 FROM pool WHERE name = 'p' FOR UPDATE NOWAIT")
@@ -129,13 +140,14 @@ def test_sqlite_runs_the_same_pipeline_statement_by_statement(sqlite_url: str) -
     engine.dispose()
 
 
-# statements sent in pipelines are compiled once, by identity: registered, as in the code
-SET_SLOTS = hot(
-    "test: set slots",
+SET_SLOTS = named(
+    "test_set_slots",
+    "UPDATE pool SET slots = :n WHERE name = 'p' RETURNING slots",
     update(Pool).where(Pool.name == "p").values(slots=bindparam("n")).returning(Pool.slots),
 )
-SLOTS_AT_LEAST = hot(
-    "test: slots at least",
+SLOTS_AT_LEAST = named(
+    "test_slots_at_least",
+    "SELECT name FROM pool WHERE slots >= :n2 AND name LIKE 'p%'",
     select(Pool.name).where(Pool.slots >= bindparam("n2"), Pool.name.like("p%")),
 )
 
@@ -179,15 +191,17 @@ def test_a_statement_is_prepared_once_per_connection(factory: sessionmaker[Sessi
     assert slots(factory) == 7
 
 
-NAMED = hot(
-    "test: named pools",
+NAMED = named(
+    "test_named_pools",
+    "SELECT name FROM pool WHERE name = ANY(:names::varchar[]) AND slots >= :least ORDER BY name",
     select(Pool.name)
     .where(Pool.name.in_(bindparam("names", expanding=True)), Pool.slots >= bindparam("least"))
     .order_by(Pool.name),
 )
-SLOTS_OF = [  # three texts of one shape, for the cap on prepared statements
-    hot(
-        f"test: slots of {len(extra) + 1} pools",
+SLOTS_OF = [  # three texts, for the cap on prepared statements
+    named(
+        f"test_slots_of_{len(extra) + 1}_pools",
+        f"SELECT slots FROM pool WHERE name IN ({', '.join(repr(n) for n in ['p', *extra])})",
         select(Pool.slots).where(Pool.name.in_(["p", *extra])),
     )
     for extra in ([], ["q"], ["q", "r"])
@@ -195,8 +209,8 @@ SLOTS_OF = [  # three texts of one shape, for the cap on prepared statements
 
 
 def test_values_are_bound_afresh_on_every_call(factory: sessionmaker[Session]) -> None:
-    """How a statement's values are bound is worked out once per shape of its values (the
-    same names, the same list lengths): calls of one shape still send their own values."""
+    """A prepared statement's values are bound by psycopg at each call: calls of one
+    statement send their own values, lists of any length included."""
     with transaction(factory) as session:
         session.add(Pool(name="q", slots=3))
 
@@ -289,9 +303,11 @@ def test_a_statement_prepared_already_under_its_name_is_used(
     assert committed_at_once(factory, again)[set_slots][0].slots == 7
 
 
-def test_a_statement_built_afresh_is_refused(factory: sessionmaker[Session]) -> None:
-    """Compiled statements are cached by identity: one built at each call would miss the
-    cache every time, so an unregistered statement is refused with a clear error."""
-    fresh = select(Pool.slots).where(Pool.name == "p")
-    with pytest.raises(UnregisteredStatement, match="register this statement part"):
-        committed_at_once(factory, pipeline((fresh, {}))[0])
+def test_a_sqlalchemy_statement_in_one_query_is_refused(factory: sessionmaker[Session]) -> None:
+    """A one-query pipeline sends plain text or the named statements of
+    scheduler/core/sql/: a SQLAlchemy statement (which would need SQLAlchemy's
+    compilation internals to bind) is refused with a clear error, nothing sent."""
+    built = select(Pool.slots).where(Pool.name == "p")
+    with pytest.raises(TypeError, match="named statement of scheduler/core/sql/"):
+        committed_at_once(factory, pipeline(LOCK, (built, {}))[0])
+    assert lock_is_free(factory)
