@@ -1,14 +1,20 @@
 """The decision core's Python and SQL twins agree on random table states (hypothesis,
 real PostgreSQL).
 
-The scheduler's passes decide room in Python (`queueing.Capacity`); a worker's one-query
-results decide it in SQL (`HAS_ROOM`, `FITS_ITS_POOL_FIRST`, `NEXT_WAITING_FITS`).
-`test_sql_parity.py` ties them on a hand-made enumeration; here hypothesis draws the
-table states: random pools, TIs of two DAGs in every state, slots, priorities and ages,
-a random candidate and DAG limits: `Capacity.take` is `HAS_ROOM`, and
-`FITS_ITS_POOL_FIRST` when nobody waits in the pool (never when someone does); the first
-TI waiting in a pool is queued by the fill (`NEXT_WAITING_FITS`) exactly when
-`Capacity.take` takes it.
+The scheduler's passes decide room and readiness in Python (`queueing.Capacity`,
+`tasks.trigger_rules.decide` over `deps.upstream_counts`); a worker's one-query results
+decide them in SQL (`HAS_ROOM`, `FITS_ITS_POOL_FIRST`, `NEXT_WAITING_FITS`,
+`OTHERS_SUCCEEDED`, the fan-in's and the leaf's `unfinished`, the chain's and fan-out's
+readiness). `test_sql_parity.py` ties them on two hand-made enumerations; here
+hypothesis draws the table states:
+
+1. room: random pools, TIs of two DAGs in every state, slots, priorities and ages, a
+   random candidate and DAG limits: `Capacity.take` is `HAS_ROOM`, and
+   `FITS_ITS_POOL_FIRST` when nobody waits in the pool (never when someone does); the
+   first TI waiting in a pool is queued by the fill (`NEXT_WAITING_FITS`) exactly when
+   `Capacity.take` takes it;
+2. trigger rules: every rule the SQL side has a twin for, over 1-6 upstreams in every
+   state (removed included).
 
 One database per test; each example rewrites the rows it reads (no database per example).
 `derandomize=True`: the same examples on every run.
@@ -31,10 +37,21 @@ from sluice import DAG, task
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
 from sluice.scheduler.core.queries.tis import FITS_ITS_POOL_FIRST, HAS_ROOM, NEXT_WAITING_FITS
-from sluice.scheduler.core.states import TI, DagRunState, RunType
+from sluice.scheduler.core.states import TI, TI_TERMINAL, TI_UNFINISHED, DagRunState, RunType
+from sluice.scheduler.decide.decisions import TiView
+from sluice.scheduler.decide.deps import run_outcome, upstream_counts
+from sluice.scheduler.decide.downstream_sql import (
+    FAN_IN_COUNTING,
+    FAN_OUT_READY,
+    JOIN_READY,
+    LEAF_COUNTING,
+    OTHERS_SUCCEEDED,
+)
+from sluice.scheduler.decide.plans import WAITS_FOR_ALL, Counted
 from sluice.scheduler.decide.queueing import Capacity
 from sluice.scheduler.scheduling.dagrun import create_dagrun
 from sluice.tasks.serialize import serialize_dag, version_hash
+from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
 
 TWINS = settings(
     deadline=None,
@@ -243,3 +260,143 @@ def test_room_in_python_and_in_sql(
     assert bool(in_sql) is python
     assert bool(first) is (python and not waiting)  # those waiting in the pool come first
     assert filled == expected_fill
+
+
+# 2. Trigger rules ---------------------------------------------------------------------
+
+UPSTREAMS = 6
+RULE_TASKS = (
+    *(f"u{i}" for i in range(1, UPSTREAMS)),
+    "e0",
+    "e1",
+    "join",
+    "solo",
+    "next",
+)
+"""The TIs whose states are drawn: all but u0, the upstream whose success is written."""
+RUN_ON_ONE_SUCCESS = tuple(
+    rule for rule in TriggerRule if decide(rule, upstream_counts([TI.SUCCESS])) is Verdict.RUN
+)
+"""The rules of a chain's or fan-out's downstream (`plans._run_on_success`): their SQL
+twin is their only upstream's success (`FAN_OUT_READY`, `_CHAIN_NEXT`)."""
+
+
+@dataclass(frozen=True)
+class RulesCase:
+    upstreams: int
+    """How many of u0..u5 the fan-in counts (u0, the finished one, among them)."""
+    states: tuple[TI, ...]
+    """Of RULE_TASKS: the first upstreams - 1 are the fan-in's other upstreams."""
+    counted: Counted
+
+
+finished_more = st.one_of(
+    st.sampled_from(list(TI)), st.sampled_from(sorted(TI_TERMINAL)), st.just(TI.SUCCESS)
+)
+"""Every TI state, finished ones (success the most) more often: else a whole fan-in
+succeeded, or a whole run finished, would be rare."""
+rules_cases = st.builds(
+    RulesCase,
+    st.integers(1, UPSTREAMS),
+    st.tuples(*[finished_more] * len(RULE_TASKS)),
+    st.sampled_from(list(Counted)),
+)
+
+
+@dataclass(frozen=True)
+class RulesRun:
+    run_pk: int
+    ids: dict[str, int]
+    spec: dict[str, Any]
+    dag_hash: str
+
+
+@pytest.fixture
+def rules_run(db: sessionmaker[Session]) -> RulesRun:
+    with DAG("rules", schedule=None) as dag:
+        join = task(task_id="join")(noop)
+        for i in range(UPSTREAMS):
+            task(task_id=f"u{i}")(noop) >> join
+        task(task_id="e0")(noop)
+        task(task_id="e1")(noop)
+        task(task_id="solo")(noop) >> task(task_id="next")(noop)
+    run_pk = store(db, dag)
+    spec = serialize_dag(dag)
+    return RulesRun(run_pk, ti_ids(db, run_pk), spec, version_hash(spec))
+
+
+@settings(TWINS, max_examples=300)
+@given(case=rules_cases)
+def test_trigger_rules_in_python_and_in_sql(
+    db: sessionmaker[Session], rules_run: RulesRun, case: RulesCase
+) -> None:
+    """u0 has just succeeded; 0-5 other upstreams of the fan-in and every other TI of the
+    run in random states (removed included). Every SQL twin says what Python says:
+    - all_success (`OTHERS_SUCCEEDED`, and `JOIN_READY`, the statement that uses it) is
+      `decide`'s run, but on the documented safe side: with a removed upstream SQL says
+      not ready (queues nothing) and the decision falls back to Python's;
+    - the fan-in's `unfinished` is whether another upstream is unfinished, and while one
+      is, the success changes no verdict of any rule that waits for all (WAITS_FOR_ALL):
+      what lets its result skip the decision;
+    - a chain's or fan-out's downstream ready (`FAN_OUT_READY`) only when `decide` runs
+      it on its one upstream's state, for every rule such a downstream may have, and
+      whenever that upstream succeeded;
+    - a leaf's `unfinished` (another TI of the run is) is `run_outcome`'s "not over"."""
+    states = dict(zip(RULE_TASKS, case.states, strict=True))
+    ids = rules_run.ids
+    with transaction(db) as session:
+        for task_id, state in {**states, "u0": TI.SUCCESS}.items():
+            session.execute(
+                update(TaskInstance).where(TaskInstance.id == ids[task_id]).values(state=state)
+            )
+    others = [states[f"u{i}"] for i in range(1, case.upstreams)]
+    upstream_ids = {f"u{i}" for i in range(case.upstreams)}
+    if case.counted is Counted.OTHERS:
+        names = sorted(upstream_ids - {"u0"})
+    else:  # all the run's TIs but these
+        names = sorted(set(ids) - upstream_ids | {"u0"})
+    params = {
+        "run_pk": rules_run.run_pk,
+        "fan_in": names,
+        "dag_hash": rules_run.dag_hash,
+        "next_task": "join",
+    }
+    with db() as session:
+        in_sql = session.scalar(select(OTHERS_SUCCEEDED[case.counted]), params)
+        join_ready = session.scalar(
+            select(TaskInstance.id).where(JOIN_READY[case.counted]),
+            {**params, "finished_id": ids["u0"]},
+        )
+        unfinished = session.scalar(select(FAN_IN_COUNTING[case.counted][0]), params)
+        next_ready = session.scalar(
+            select(TaskInstance.id).where(FAN_OUT_READY),
+            {**params, "downstream": ["next"], "finished_id": ids["solo"]},
+        )
+        leaf_unfinished = session.scalar(
+            select(LEAF_COUNTING[0]).where(TaskInstance.id == ids["u0"]), params
+        )
+
+    python = decide(TriggerRule.ALL_SUCCESS, upstream_counts([TI.SUCCESS, *others]))
+    if TI.REMOVED in others:  # the safe side: SQL queues nothing, Python decides
+        assert not in_sql
+    else:
+        assert bool(in_sql) is (python is Verdict.RUN), python
+    assert (join_ready == ids["join"]) is bool(in_sql)
+
+    assert bool(unfinished) is any(s in TI_UNFINISHED for s in others)
+    if unfinished:
+        for rule in WAITS_FOR_ALL:
+            before = decide(rule, upstream_counts([TI.RUNNING, *others]))
+            assert decide(rule, upstream_counts([TI.SUCCESS, *others])) is before, rule
+
+    solo = states["solo"]
+    for rule in RUN_ON_ONE_SUCCESS:
+        verdict = decide(rule, upstream_counts([solo]))
+        assert not next_ready or verdict is Verdict.RUN, rule
+    assert (next_ready == ids["next"]) is (solo is TI.SUCCESS)
+
+    views = [
+        TiView(id=ti_id, task_id=t, state={**states, "u0": TI.SUCCESS}[t])
+        for t, ti_id in ids.items()
+    ]
+    assert bool(leaf_unfinished) is (run_outcome(rules_run.spec, views, {}) is None)
