@@ -270,9 +270,12 @@ def _join_next(
 
 def _fan_in(tasks: Mapping[str, Any], task_id: str, down: str, join: _Join) -> FanIn | None:
     """If `task_id`'s success cannot decide `down` while another upstream of it is
-    unfinished: how the result's UPDATE counts those."""
+    unfinished: how the result's UPDATE counts those. Never for a branch task: its choice
+    may skip `down` at once, whatever the others' states (a pass does)."""
     others = len(join.upstream) - (task_id in join.upstream)
     if not others or TriggerRule(tasks[down]["trigger_rule"]) not in WAITS_FOR_ALL:
+        return None
+    if tasks[task_id].get("is_branch"):
         return None
     if others <= len(tasks) - others:
         return FanIn(Counted.OTHERS, tuple(sorted(join.upstream - {task_id})))

@@ -18,10 +18,11 @@ on two hand-made enumerations; here hypothesis draws the table states:
 3. the whole decision: a random DAG, states and limits, one success recorded through the
    worker's real result path (`record_result`, the path `paths.choose` picks), against
    what a scheduler pass (`dagrun.update_state`, then `queue_scheduled`) does right
-   after. The worker decides as the pass does and queues only what fits; the three
-   disagreements found are strict xfails, each with hypothesis's minimal example: a
-   branch's success into a fan-in (decided late), the order a freed slot is given in,
-   and room a result frees but leaves empty without waking the schedulers.
+   after. The worker decides as the pass does and queues only what fits. A branch's
+   success into a fan-in was decided late (BRANCH_INTO_A_FAN_IN, fixed); the two
+   disagreements left are strict xfails, each with hypothesis's minimal example: the
+   order a freed slot is given in, and room a result frees but leaves empty without
+   waking the schedulers.
 
 One database per test; each example rewrites the rows it reads (no database per example).
 `derandomize=True`: the same examples on every run.
@@ -1044,16 +1045,10 @@ minutes): t1, a branch task, picks none of its downstream; t2, an all_success fa
 of t0 and t1; t0 waits in `scheduled` (the DAG at max_active_tasks 1). t1's success: a
 scheduler pass skips t2 at once (a branch upstream that succeeded and did not pick
 it: `deps.verdict_state`); the worker counts t0 unfinished, decides nothing and wakes
-nobody (`fan_in_at_once, then fill`): t2 is skipped only after t0's result."""
+nobody (`fan_in_at_once, then fill`): t2 was skipped only after t0's result. Fixed:
+a branch's plan has no fan-in (`plans._fan_in`), its result reads and decides."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a branch's success into a fan-in that waits for all is counted as any other "
-    "(plans._fan_in does not exclude branches): while another upstream is unfinished the "
-    "worker decides nothing, though the branch's choice skips the fan-in at once: "
-    "BRANCH_INTO_A_FAN_IN",
-)
 @settings(TWINS, max_examples=100)
 @example(case=BRANCH_INTO_A_FAN_IN)
 @given(case=whole_cases())
