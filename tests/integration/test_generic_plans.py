@@ -15,14 +15,13 @@ import re
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
-from sluice.scheduler.core.named_sql import every_statement
+from sluice.scheduler.core.named_sql import Named, every_statement
 
 
-def one_ti_writes() -> dict[str, str]:
-    """The named statements (scheduler/core/sql/) that change one TI by its id, as
-    PostgreSQL prepares them (`$n` parameters)."""
+def one_ti_writes() -> dict[str, Named]:
+    """The named statements (scheduler/core/sql/) that change one TI by its id."""
     return {
-        name: named.prepared
+        name: named
         for name, named in every_statement().items()
         if named.sql.startswith("UPDATE task_instance") and "WHERE id = :ti_id" in named.sql
     }
@@ -31,12 +30,11 @@ def one_ti_writes() -> dict[str, str]:
 WRITES = one_ti_writes()
 
 
-def generic_plan(conn: Connection, prepared: str) -> str:
+def generic_plan(conn: Connection, named: Named) -> str:
     conn.execute(text("SET plan_cache_mode = force_generic_plan"))
-    conn.exec_driver_sql(f"PREPARE probe AS {prepared}")
+    conn.exec_driver_sql(f"PREPARE probe AS {named.prepared}")
     try:
-        count = len(set(re.findall(r"\$(\d+)", prepared)))
-        nulls = ", ".join(["NULL"] * count)
+        nulls = ", ".join(["NULL"] * len(named.order))
         rows = conn.exec_driver_sql(f"EXPLAIN EXECUTE probe({nulls})").all()
     finally:
         conn.exec_driver_sql("DEALLOCATE probe")

@@ -24,7 +24,6 @@ import sluice.scheduler.core.queries.tis
 import sluice.scheduler.scheduling.dagrun
 import sluice.scheduler.scheduling.fresh_runs
 from sluice.scheduler.core.hot_sql import Hot, registered
-from sluice.scheduler.decide.plans import Counted, FanIn, Plan
 
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "sql"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -37,21 +36,6 @@ _ = (
 )  # they register theirs
 
 
-def _plan(counted: Counted) -> Plan:
-    return Plan(
-        downstream=("join",),
-        needed=frozenset(),
-        read_ids=(),
-        branches=(),
-        pools=("default_pool",),
-        whole_run=False,
-        locks_pool=False,
-        fan_in=FanIn(counted, ("u1",)),
-        chain_next="next",
-        join_next="join",
-    )
-
-
 def hot_path_builds() -> dict[str, Any]:
     """What the builders still make on a hot path that runs in a session on PostgreSQL
     (the scheduler's fresh runs), by the name they register it under. The worker's
@@ -59,8 +43,7 @@ def hot_path_builds() -> dict[str, Any]:
     the source, prepared and explained by tests/integration/test_named_sql_explain.py."""
     sent = sluice.scheduler.scheduling.fresh_runs.roots_statement([1], ["root"], NOW)
     assert not isinstance(sent, str)
-    by_name = {h.name: h for h in registered()}
-    names = {id(h.element): h.name for h in by_name.values()}
+    names = {id(h.element): h.name for h in registered()}
     return {names[id(sent[0])]: sent[0]}
 
 
