@@ -525,9 +525,7 @@ def _bound_named(
     bound client-side by psycopg (inline when preparing is off)."""
     if not _preparing:
         return str(cursor.mogrify(named.pyformat, values))
-    _ensure_prepared(
-        cursor, connection, named.server_name, f"PREPARE {named.server_name} AS {named.prepared}"
-    )
+    _ensure_prepared(cursor, connection, named.server_name, named.prepared)
     args = named.arguments(values)
     if not args:
         return f"EXECUTE {named.server_name}"
@@ -555,9 +553,9 @@ class PreparedNames(LRUCache[str, None]):
         return name, value
 
 
-def _ensure_prepared(cursor: Any, connection: Connection, name: str, prepare: str) -> None:
-    """PREPARE `name` on this connection unless it is (its names kept in the pool's
-    connection record, which is emptied when the connection is replaced)."""
+def _ensure_prepared(cursor: Any, connection: Connection, name: str, sql: str) -> None:
+    """PREPARE `name` AS `sql` on this connection unless it is (its names kept in the
+    pool's connection record, which is emptied when the connection is replaced)."""
     info = connection.connection.info
     known: PreparedNames | None = info.get("sluice_prepared")
     if known is None:
@@ -569,5 +567,5 @@ def _ensure_prepared(cursor: Any, connection: Connection, name: str, prepare: st
 
     # the same name is the same text (a pooler's server connection may have it already)
     with contextlib.suppress(psycopg.errors.DuplicatePreparedStatement):
-        cursor.execute(prepare)
+        cursor.execute(f"PREPARE {name} AS {sql}")
     known[name] = None
