@@ -275,9 +275,10 @@ _CLAIMED = hot(
     "subqueries on their keys, so the claim is one statement.",
     twin=True,
 )
-_RUN_CONF = hot("run conf", select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk")))
-"""What the claim's UPDATE returns: built once
-(building a statement costs as much as running it)."""
+_RUN_CONF_ON_SQLITE = select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk"))
+RUN_CONF = hot_statement("run_conf", lambda values: (_RUN_CONF_ON_SQLITE, values))
+"""scheduler/core/sql/claim.sql; on SQLite its twin, built once (building a statement
+costs as much as running it)."""
 
 
 _AS_SENT = hot(
@@ -429,8 +430,8 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
             rows = executed(session, (UPSTREAM_RESULTS, params))
             _fill_upstream(claimed, upstream, rows, known)
         if conf:
-            stored = session.execute(_RUN_CONF, {"run_pk": claimed.run_pk}).scalar()
-            claimed.context["conf"] = dict(stored or {})
+            stored = executed(session, (RUN_CONF, {"run_pk": claimed.run_pk}))
+            claimed.context["conf"] = dict((stored[0].conf if stored else None) or {})
 
 
 def _fill_upstream(

@@ -47,6 +47,12 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def as_utc(stamp: dt.datetime | None) -> dt.datetime | None:
+    """A timestamp a statement run through psycopg gave (aware, in the connection's time
+    zone), in UTC, as the ORM gives it (`UtcDateTime`)."""
+    return None if stamp is None else stamp.astimezone(dt.UTC)
+
+
 class UtcDateTime(TypeDecorator[dt.datetime]):
     """A timestamp column that only accepts and returns aware UTC datetimes."""
 
@@ -296,7 +302,7 @@ def executed(session: Session | Connection, statement: Sent) -> list[Any]:
             result = connection.exec_driver_sql(stmt.named.pyformat, dict(params))
         else:
             if isinstance(stmt, HotStatement):
-                stmt, params = stmt.twin(params)
+                stmt, params = stmt.on_sqlite(params)
             result = connection.execute(stmt, dict(params))
     if not result.returns_rows:
         return []

@@ -1,20 +1,19 @@
-"""The registry of the hot statements built with SQLAlchemy, once: those run in a session
-(a scheduler's pass, a worker's decision in a transaction) and the SQLite twins of the
-named statements of scheduler/core/sql/ (`twin=True`), which PostgreSQL runs instead.
+"""The registry of the statements built with SQLAlchemy, once: the SQLite twins of the
+named statements of scheduler/core/sql/ (`twin=True`), which PostgreSQL runs instead,
+and the statements a scheduler's pass builds from registered parts.
 
 Several caches key a statement, or a part of one (a condition, the columns a write
-returns), by its identity: the fused write-and-read and the queueing writes
-(`transitions`), the claims of runs and TIs (`queries`). A statement made afresh at each
-call would miss those caches every time (and grow them). So every such part is
+returns), by its identity: the queueing writes (`transitions`), the claims of runs and
+TIs (`queries`). A statement made afresh at each call would miss those caches every
+time (and grow them). So every such part is
 registered once, under a name, where it is defined (`hot`), and the caches refuse a part
 that is not (`check_registered`); what a cached builder makes from registered parts is
 registered too (`built`).
 
-The registered statements that PostgreSQL runs as they are built are also documented as
-SQL: tests/sql/ holds each one rendered for PostgreSQL, its `note` (why it is shaped so:
-the planner workarounds) as a comment above it, and a test compares them
-(tests/unit/test_hot_sql.py). The twins are left out: their statements' files are the
-source.
+On PostgreSQL the hot statements run as the named statements of scheduler/core/sql/
+say (`scheduler.core.named_sql`): those files are the source, read as SQL, each with the
+note of why it is shaped so. What is registered here is what SQLite runs instead (the
+twins) and the statements a scheduler's pass builds per job or per kind of move.
 
 Invariant: a registered element is kept alive by the registry, so its identity is never
 reused by another object.

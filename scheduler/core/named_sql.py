@@ -68,18 +68,26 @@ parameters, from the values the PostgreSQL statement takes."""
 
 @dataclass(frozen=True)
 class HotStatement:
-    """A hot statement: `Named` on PostgreSQL, its `twin` on SQLite."""
+    """A hot statement: `Named` on PostgreSQL, its `twin` on SQLite (None: PostgreSQL
+    only, the caller sends SQLite other statements)."""
 
     named: Named
-    twin: Twin
+    twin: Twin | None
 
     @property
     def name(self) -> str:
         return self.named.name
 
+    def on_sqlite(self, values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+        """Its twin's statement and parameters for `values`."""
+        if self.twin is None:
+            raise NotImplementedError(f"{self.name} runs on PostgreSQL only")
+        return self.twin(values)
 
-def hot_statement(name: str, twin: Twin) -> HotStatement:
-    """The statement `name` of the `.sql` files, run as `twin` on SQLite."""
+
+def hot_statement(name: str, twin: Twin | None) -> HotStatement:
+    """The statement `name` of the `.sql` files, run as `twin` on SQLite (None: on
+    PostgreSQL only)."""
     return HotStatement(statement(name), twin)
 
 

@@ -18,15 +18,11 @@ from sqlalchemy import (
     BigInteger,
     ClauseElement,
     ColumnElement,
-    Row,
-    Select,
     String,
     Update,
     bindparam,
     case,
     func,
-    select,
-    true,
     update,
 )
 from sqlalchemy.dialects import postgresql
@@ -129,47 +125,6 @@ def ti_move_returning(
     (`scheduler.core.db.transaction_opened_by`, `executed_alone`)."""
     stmt, bound = _prepared_move(new, expect, now, attempt_id, values, returning, one=True)
     return stmt, {**(params or {}), **bound, "b_id": ti_id}
-
-
-def move_ti_reading(
-    session: Session,
-    ti_id: int,
-    new: TaskInstanceState,
-    *,
-    expect: Iterable[TaskInstanceState],
-    now: dt.datetime,
-    read: Select[Any],
-    params: Mapping[str, Any],
-    attempt_id: str | None = None,
-    values: Mapping[str, Any] | None = None,
-) -> list[Row[Any]] | None:
-    """`move_ti` and `read` (bound by `params`) in one statement: the rows `read` returns,
-    or None if the move lost. `read` runs in the statement's snapshot, so it sees the TI
-    as it was before the move; it must be a module-level constant (statements are cached
-    by it). SQLite (no UPDATE in WITH, one writer at a time) runs `read`, then the move.
-    """
-    stmt, bound = _prepared_move(new, expect, now, attempt_id, values, (), one=True)
-    bound["b_id"] = ti_id
-    if session.get_bind().dialect.name == "sqlite":
-        before = list(session.execute(read, params))
-        return before if session.execute(stmt, bound).first() is not None else None
-    rows = session.execute(_fused(stmt, read), {**params, **bound}).all()
-    if not rows or not rows[0].moved:
-        return None
-    return [row for row in rows if row.id is not None]
-
-
-@functools.lru_cache(maxsize=64)
-def _fused(move: Update, read: Select[Any]) -> Select[Any]:
-    """`WITH moved AS (move) SELECT count(moved), read.* … LEFT JOIN read ON true`: one row
-    at least, so a won move is told apart from an empty read."""
-    check_registered(move, "the fused move and read")
-    check_registered(read, "the fused move and read")
-    moved = move.cte("moved")
-    count = select(func.count().label("moved")).select_from(moved).subquery("m")
-    rows = read.subquery("r")
-    fused = select(count.c.moved, *rows.c).select_from(count.outerjoin(rows, true()))
-    return built(f"{name_of(move)}, then {name_of(read)}", fused)
 
 
 def _split_values(
@@ -395,22 +350,21 @@ def _queue_many_statement(decided: bool) -> Update:
     return _queueing(decided, attempt_id=pairs.c.attempt).where(table.c.id == pairs.c.id)
 
 
-def queue_ti_if(
-    session: Session,
+def queue_ti_if_statement(
     ti_id: int,
     attempt_id: str,
     *,
     now: dt.datetime,
     condition: ColumnElement[bool],
     params: Mapping[str, Any],
-) -> bool:
-    """`queue_tis(decided=True)` for one TI, made only if `condition` (a module-level
-    constant, bound by `params`) holds in the same statement; True if it was queued."""
+) -> tuple[Update, dict[str, Any]]:
+    """`queue_tis(decided=True)` for one TI as a statement (not executed), made only if
+    `condition` (a module-level constant, bound by `params`) holds in the same statement;
+    it returns the TI's id if it was queued."""
     check_ti_move(TI.NONE, TI.SCHEDULED)
     check_ti_move(TI.SCHEDULED, TI.QUEUED)
     stmt = _queue_if_statement(condition)
-    bound = {**params, "b_id": ti_id, "b_attempt": attempt_id, "b_now": now, "b_job": None}
-    return session.execute(stmt, bound).first() is not None
+    return stmt, {**params, "b_id": ti_id, "b_attempt": attempt_id, "b_now": now, "b_job": None}
 
 
 @functools.lru_cache(maxsize=8)
@@ -418,25 +372,6 @@ def _queue_if_statement(condition: ColumnElement[bool]) -> Update:
     check_registered(condition, "the queue-if statement cache")
     stmt = _queue_statement(True).where(condition).returning(TaskInstance.__table__.c.id)
     return built(f"queue one decided TI if {name_of(condition)}", stmt)
-
-
-def queue_waiting_if(
-    session: Session,
-    attempt_id: str,
-    *,
-    now: dt.datetime,
-    condition: ColumnElement[bool],
-    params: Mapping[str, Any],
-    returning: tuple[ColumnElement[Any], ...],
-) -> Row[Any] | None:
-    """Move the `scheduled` TI that `condition` picks (and lets in) to queued, in one
-    statement; `returning` of it, or None. `condition` and `returning` are module-level
-    constants (statements are cached by them)."""
-    return session.execute(
-        *queue_picked_statement(
-            attempt_id, now=now, condition=condition, params=params, returning=returning
-        )
-    ).first()
 
 
 def queue_picked_statement(

@@ -42,33 +42,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.core.db import executed
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag
-from sluice.scheduler.core.queries.tis import HAS_ROOM, NEXT_WAITING_FITS, lock_pools
+from sluice.scheduler.core.queries.tis import lock_pools
 from sluice.scheduler.core.states import TI, TI_UNFINISHED, TaskInstanceState
-from sluice.scheduler.core.transitions import (
-    move_ti_reading,
-    move_tis,
-    queue_ti_if,
-    queue_tis,
-    queue_waiting_if,
-)
+from sluice.scheduler.core.transitions import move_ti, move_tis, queue_tis
 from sluice.scheduler.decide import spans
 from sluice.scheduler.decide.decisions import TiView
 from sluice.scheduler.decide.deps import decide_one
 from sluice.scheduler.decide.downstream_sql import (
-    PICKED,
+    QUEUE_TI_IF_ROOM,
+    RUN_HAS_AN_UNFINISHED_TI,
     UNCLAIMED,
-    UNFINISHED,
     FanInRow,
     PickedRow,
     RunRow,
+    TiRow,
     drives,
     fill_message,
+    fill_statement,
     read_statement,
+    success_reading,
 )
 from sluice.scheduler.decide.plans import FILL_LIMIT, Plan
 from sluice.scheduler.decide.queueing import Capacity, new_try_message, queue_scheduled
@@ -95,7 +92,7 @@ class LockedRun:
     pool: str
     """The finished TI's pool: the slot its result frees."""
     plan: Plan
-    rows: list[Row[Any]] = field(default_factory=list)
+    rows: list[TiRow] = field(default_factory=list)
     backlog: bool = False
     """TIs wait in `scheduled` in the pools concerned (read before the pool lock: one that
     starts waiting meanwhile is treated as arriving after this decision)."""
@@ -146,21 +143,20 @@ def write_result(
     if plan.fan_in is not None:
         assert fan_in_rows is not None, "a fan-in's result is written with the run's lock"
         return after_fan_in_write(session, locked, fan_in_rows[0]) if fan_in_rows else None
-    read, params = read_statement(locked.run_pk, plan)
-    moved = move_ti_reading(
-        session,
-        ti_id,
-        new,
-        read=read,
-        params=params,
-        expect=[TI.RUNNING],
-        attempt_id=attempt_id,
-        now=now,
-        values=values,
-    )
-    if moved is None:
-        return None
-    return _with_rows(locked, [row for row in moved if row.task_id in plan.needed])
+    read = read_statement(locked.run_pk, plan)
+    if new is TI.SUCCESS and session.get_bind().dialect.name == "postgresql":
+        fused = success_reading(read, ti_id=ti_id, attempt_id=attempt_id, now=now, values=values)
+        rows = executed(session, fused)  # the read sees the TI as before its write
+        if not rows or not rows[0].moved:
+            return None
+    else:  # SQLite has no UPDATE in WITH; another outcome is rare: read, then write
+        rows = executed(session, read)
+        moved = move_ti(
+            session, ti_id, new, expect=[TI.RUNNING], attempt_id=attempt_id, now=now, values=values
+        )
+        if not moved:
+            return None
+    return _with_rows(locked, [row for row in rows if row.task_id in plan.needed])
 
 
 def after_fan_in_write(session: Session, locked: LockedRun, row: FanInRow) -> LockedRun:
@@ -176,13 +172,11 @@ def after_fan_in_write(session: Session, locked: LockedRun, row: FanInRow) -> Lo
 def read_run(session: Session, locked: LockedRun) -> LockedRun:
     """`locked` with the TIs its decision needs, read now (under the run's lock, the
     result written: in this transaction or committed before it)."""
-    read, params = read_statement(locked.run_pk, locked.plan)
-    return _with_rows(
-        locked, [row for row in session.execute(read, params) if row.task_id in locked.plan.needed]
-    )
+    rows = executed(session, read_statement(locked.run_pk, locked.plan))
+    return _with_rows(locked, [row for row in rows if row.task_id in locked.plan.needed])
 
 
-def _with_rows(locked: LockedRun, rows: list[Row[Any]]) -> LockedRun:
+def _with_rows(locked: LockedRun, rows: list[TiRow]) -> LockedRun:
     if locked.plan.locks_pool:
         locked = replace(locked, pool_total=rows[0].pool_total)
     return replace(locked, rows=rows, backlog=bool(rows[0].backlog))
@@ -246,24 +240,14 @@ def fill_freed_slot(
     into the slot the result freed, if it fits; its message.
 
     The pool's row FOR UPDATE (unless locked already: `total` is then its slots), then
-    one statement that picks the TI (SKIP LOCKED), checks its room and queues it. A TI
-    that does not fit (its DAG at max_active_tasks) is left to the schedulers' passes."""
-    if total is None:
-        total = lock_pools(session, [pool]).get(pool)
-    if total is None:
-        return []
+    one statement that picks the TI (SKIP LOCKED), checks its room and queues it
+    (`queue_next_waiting`). A TI that does not fit (its DAG at max_active_tasks) is left
+    to the schedulers' passes."""
+    if total is None and lock_pools(session, [pool]).get(pool) is None:
+        return []  # no such pool
     attempt_id = str(uuid.uuid4())
-    row: PickedRow | None = queue_waiting_if(
-        session,
-        attempt_id,
-        now=now,
-        condition=NEXT_WAITING_FITS,
-        params={"r_pool": pool, "r_pool_total": total},
-        returning=PICKED,
-    )
-    if row is None:
-        return []
-    return [fill_message(row, attempt_id, with_trace)]
+    rows: list[PickedRow] = executed(session, fill_statement(pool, attempt_id, now))
+    return [fill_message(row, attempt_id, with_trace) for row in rows]
 
 
 def _decide(
@@ -275,7 +259,7 @@ def _decide(
     result: str | None,
     now: dt.datetime,
     follow: FollowUp,
-) -> list[Row[Any]]:
+) -> list[TiRow]:
     """Decide the `none` TIs among `downstream`: the rows of the ready ones (still in
     `none`); skipped / upstream_failed ones are written and left to the scheduler."""
     rows = locked.rows
@@ -289,7 +273,7 @@ def _decide(
     )
     state: dict[str, TaskInstanceState] = {t: ti.state for t, ti in by_task.items()}
     row_of = {r.task_id: r for r in rows}
-    ready: list[Row[Any]] = []
+    ready: list[TiRow] = []
     for down in downstream:
         ti = by_task.get(down)
         if ti is None or ti.state is not TI.NONE:
@@ -305,17 +289,17 @@ def _decide(
 def _queue(
     session: Session,
     locked: LockedRun,
-    ready: list[Row[Any]],
+    ready: list[TiRow],
     now: dt.datetime,
     follow: FollowUp,
     with_trace: bool,
 ) -> list[RunMessage]:
     """Queue the ready TIs that fit (pool rows locked FOR UPDATE); the rest go to
     `scheduled` for the schedulers, which are then woken. One TI (a chain's next) is
-    queued by one statement that checks its room itself (`HAS_ROOM`), its pool's row
+    queued by one statement that checks its room itself (`queue_ti_if_room`), its pool's row
     locked by the result's read (`Plan.locks_pool`) or by a statement of its own."""
     dag, run_id = locked.dag, locked.run_id
-    queued: list[tuple[Row[Any], str]] = []
+    queued: list[tuple[TiRow, str]] = []
     later: list[int] = []
     if len(ready) == 1:
         row, attempt_id = ready[0], str(uuid.uuid4())
@@ -323,13 +307,16 @@ def _queue(
         if total is None or row.pool != locked.pool:
             total = lock_pools(session, [row.pool]).get(row.pool, 0)
         room = {
-            "r_pool": row.pool,
-            "r_slots": row.pool_slots,
-            "r_pool_total": total,
-            "r_dag": dag.dag_id,
-            "r_max_active": dag.max_active_tasks,
+            "ti_id": row.id,
+            "attempt_id": attempt_id,
+            "now": now,
+            "pool": row.pool,
+            "slots": row.pool_slots,
+            "pool_total": total,
+            "dag_id": dag.dag_id,
+            "max_active": dag.max_active_tasks,
         }
-        if queue_ti_if(session, row.id, attempt_id, now=now, condition=HAS_ROOM, params=room):
+        if executed(session, (QUEUE_TI_IF_ROOM, room)):
             queued.append((row, attempt_id))
         else:
             later.append(row.id)
@@ -356,4 +343,4 @@ def _has_unfinished(session: Session, locked: LockedRun) -> bool:
     others = (r for r in locked.rows if r.task_id != locked.task_id)
     if any(TI(r.state) in TI_UNFINISHED for r in others):
         return True
-    return session.execute(UNFINISHED, {"run_pk": locked.run_pk}).first() is not None
+    return bool(executed(session, (RUN_HAS_AN_UNFINISHED_TI, {"run_pk": locked.run_pk})))

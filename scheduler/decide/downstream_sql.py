@@ -21,7 +21,6 @@ from sqlalchemy import (
     ColumnElement,
     Executable,
     Label,
-    Select,
     and_,
     bindparam,
     case,
@@ -34,10 +33,11 @@ from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
-from sluice.scheduler.core.named_sql import Twin, hot_statement
+from sluice.scheduler.core.named_sql import HotStatement, Twin, hot_statement
 from sluice.scheduler.core.queries.sql import expected_state, is_scheduled, one_of
 from sluice.scheduler.core.queries.tis import (
     FITS_ITS_POOL_FIRST,
+    HAS_ROOM,
     NEXT_WAITING_FITS_ITS_POOL,
     pool_lock,
     room_left,
@@ -52,6 +52,7 @@ from sluice.scheduler.core.states import (
 from sluice.scheduler.core.transitions import (
     queue_picked_statement,
     queue_ranked_statement,
+    queue_ti_if_statement,
     schedule_where_statement,
     ti_move_returning,
 )
@@ -128,6 +129,25 @@ class IndexRow(Protocol):
     backlog: bool
 
 
+class TiRow(Protocol):
+    """A row of `read_run_tis`/`read_named_tis`: a TI a decision needs."""
+
+    id: int
+    task_id: str
+    state: str
+    result: str | None
+    """Only a branch task's (else None)."""
+    try_number: int
+    queue: str
+    pool: str
+    pool_slots: int
+    priority_weight: int
+    context_carrier: dict[str, Any] | None
+    """Only a downstream's (else None)."""
+    backlog: bool
+    pool_total: int | None
+
+
 class PickedRow(Protocol):
     """A row of `PICKED`: the TI a statement queued, its message's fields (the try
     number before the queueing bumped it)."""
@@ -173,18 +193,7 @@ _READ_RUN = select(
 ).where(_TI.dag_run_id == bindparam("run_pk"))
 """Every TI of the run: for a small DAG with a fan-in, cheaper than naming the TIs (a
 long IN list is re-planned on each execution and costs more than the extra rows)."""
-_READ_RUN = hot(
-    "read run",
-    _READ_RUN,
-    "Every TI of a small run: for a fan-in in a small DAG, cheaper than naming the TIs (a "
-    "long IN list is planned again at each execution). Results only of branch tasks.",
-)
-_READ = hot(
-    "read named TIs",
-    _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True))),
-    "The few TIs a decision needs, by (dag_run_id, task_id): the unique index.",
-)
-"""Only the TIs the decision needs (a few, from a run of any size)."""
+_READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
 
 
 def _locked_pool_total(*only_if: ColumnElement[bool]) -> Label[Any]:
@@ -200,25 +209,26 @@ def _locked_pool_total(*only_if: ColumnElement[bool]) -> Label[Any]:
 
 
 _POOL_TOTAL = _locked_pool_total()
-_LOCKING_NOTE = (
-    "With the one pool row the ready downstream goes into locked in a scalar subquery "
-    "(FOR UPDATE): one round trip fewer; safe, the TIs it reads are the locked run's."
-)
-_READ_RUN_LOCKING = hot(
-    "read run, locking the pool", _READ_RUN.add_columns(_POOL_TOTAL), _LOCKING_NOTE
-)
-_READ_LOCKING = hot(
-    "read named TIs, locking the pool", _READ.add_columns(_POOL_TOTAL), _LOCKING_NOTE
-)
-"""The reads that also lock the one pool row the ready downstream will be queued into
-(its slots as `pool_total`), for a result whose success makes its downstream ready: one
-round trip fewer than locking the pool in a statement of its own. Waiting for that lock
-inside the read is safe: the TIs it reads are the locked run's, which no one else can
-change meanwhile; the statement that then counts the pool's room starts after the lock
-was granted (see `HAS_ROOM`)."""
+"""NULL when `lock_pool` is: nothing locked."""
+_READ_RUN_ON_SQLITE = hot("read run TIs (SQLite)", _READ_RUN.add_columns(_POOL_TOTAL), twin=True)
+_READ_ON_SQLITE = hot("read named TIs (SQLite)", _READ.add_columns(_POOL_TOTAL), twin=True)
+READ_RUN_TIS = hot_statement("read_run_tis", lambda values: (_READ_RUN_ON_SQLITE, values))
+READ_NAMED_TIS = hot_statement("read_named_tis", lambda values: (_READ_ON_SQLITE, values))
+"""scheduler/core/sql/decide.sql: the TIs a decision needs (the whole run's, or those
+named), with the one pool row the ready downstream goes into locked when its plan says
+so (`Plan.locks_pool`): one round trip fewer than locking the pool in a statement of its
+own. Waiting for that lock inside the read is safe: the TIs it reads are the locked
+run's, which no one else can change meanwhile; the statement that then counts the
+pool's room starts after the lock was granted."""
+WRITE_SUCCESS_READING = {
+    READ_RUN_TIS: hot_statement("write_success_reading_run_tis", None),
+    READ_NAMED_TIS: hot_statement("write_success_reading_named_tis", None),
+}
+"""scheduler/core/sql/decide.sql: a success fused with its decision's read (PostgreSQL
+only: SQLite has no UPDATE in WITH, so it reads, then writes)."""
 
 
-def read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any]]:
+def read_statement(run_pk: int, plan: Plan) -> Sent:
     """The read of the TIs `plan`'s decision needs (and its pool's row locked when
     `plan.locks_pool`), with its parameters."""
     params: dict[str, Any] = {
@@ -226,13 +236,25 @@ def read_statement(run_pk: int, plan: Plan) -> tuple[Select[Any], dict[str, Any]
         "downstream": list(plan.downstream) or [""],
         "branches": list(plan.branches) or [""],
         "pools": list(plan.pools),
+        "lock_pool": plan.pools[0] if plan.locks_pool else None,
     }
-    if plan.locks_pool:
-        params["lock_pool"] = plan.pools[0]
     if plan.whole_run:
-        return (_READ_RUN_LOCKING if plan.locks_pool else _READ_RUN), params
+        return READ_RUN_TIS, params
     params["task_ids"] = list(plan.read_ids)
-    return (_READ_LOCKING if plan.locks_pool else _READ), params
+    return READ_NAMED_TIS, params
+
+
+def success_reading(
+    read: Sent, *, ti_id: int, attempt_id: str, now: dt.datetime, values: Mapping[str, Any]
+) -> Sent:
+    """`read` (of `read_statement`) fused with the try's success (`write_success`), for
+    PostgreSQL: its rows have `moved` (1 if the write won) and the read's columns (None
+    on the one row of an empty read)."""
+    assert not isinstance(read, str)
+    statement, params = read
+    assert isinstance(statement, HotStatement)
+    fused = WRITE_SUCCESS_READING[statement]
+    return fused, {**params, **_success_values(ti_id, attempt_id, now, values)}
 
 
 _OTHER = TaskInstance.__table__.alias("other")
@@ -644,17 +666,38 @@ def fill_statement(pool: str, attempt_id: str, now: dt.datetime) -> Sent:
     return QUEUE_NEXT_WAITING, {"pool": pool, "attempt_id": attempt_id, "now": now}
 
 
-UNFINISHED = hot(
-    "run has an unfinished TI",
+_UNFINISHED = hot(
+    "run has an unfinished TI (SQLite)",
     select(_TI.id)
     .where(
         _TI.dag_run_id == bindparam("run_pk"),
         one_of(_TI.state, [state.value for state in TI_UNFINISHED]),
     )
     .limit(1),
-    "One row by (dag_run_id, state); the states as plain parameters (one_of), compiled once.",
+    twin=True,
 )
-"""Whether a run has a TI left to finish (one indexed row)."""
+RUN_HAS_AN_UNFINISHED_TI = hot_statement(
+    "run_has_an_unfinished_ti", lambda values: (_UNFINISHED, values)
+)
+"""scheduler/core/sql/decide.sql: whether a run has a TI left to finish (one row)."""
+
+
+def _queue_if_room_on_sqlite(values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+    """`queue_ti_if_room`'s SQLite twin."""
+    room = {
+        "r_pool": values["pool"],
+        "r_slots": values["slots"],
+        "r_pool_total": values["pool_total"],
+        "r_dag": values["dag_id"],
+        "r_max_active": values["max_active"],
+    }
+    return queue_ti_if_statement(
+        values["ti_id"], values["attempt_id"], now=values["now"], condition=HAS_ROOM, params=room
+    )
+
+
+QUEUE_TI_IF_ROOM = hot_statement("queue_ti_if_room", _queue_if_room_on_sqlite)
+"""scheduler/core/sql/decide.sql: one decided TI queued if its pool and DAG have room."""
 
 
 LEAF_COUNTING = hot(

@@ -74,7 +74,9 @@ class QueuedRow(Protocol):
     task_id: str
     try_number: int
     queue: str
-    context_carrier: dict[str, Any]
+
+    @property
+    def context_carrier(self) -> dict[str, Any] | None: ...
 
 
 def new_try_message(
@@ -90,7 +92,7 @@ def new_try_message(
         task_id=row.task_id,
         try_number=row.try_number + 1,
         queue=row.queue,
-        trace=row.context_carrier if with_trace else {},
+        trace=(row.context_carrier or {}) if with_trace else {},
     )
 
 

@@ -17,8 +17,10 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from sluice.scheduler.core.callback_kinds import mask_of
+from sluice.scheduler.core.db import as_utc, executed
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.named_sql import hot_statement
 from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
@@ -33,8 +35,8 @@ from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH
 
 _TIS = TaskInstance.__table__.c
 _RUNS = DagRun.__table__
-_RUN_TIS = hot(
-    "run's TIs to decide",
+_RUN_TIS_ON_SQLITE = hot(
+    "run's TIs to decide (SQLite)",
     select(
         _TIS.id,
         _TIS.task_id,
@@ -43,12 +45,13 @@ _RUN_TIS = hot(
         case(
             (_TIS.task_id.in_(bindparam("read_results", expanding=True)), _TIS.result),
             else_=None,
-        ),
+        ).label("result"),
         _TIS.map_index,
     ).where(_TIS.dag_run_id == bindparam("run_pk")),
-    "Every TI of the run, with the results only of the tasks whose results decide "
-    "(`deps.results_that_decide`): a mapped task's thousands of results are not read.",
+    twin=True,
 )
+RUN_TIS_TO_DECIDE = hot_statement("run_tis_to_decide", lambda values: (_RUN_TIS_ON_SQLITE, values))
+"""scheduler/core/sql/scheduling.sql: every TI of a run, the results that decide."""
 _STAMP_DECISION = (
     update(_RUNS)  # type: ignore[arg-type]
     .where(_RUNS.c.id == bindparam("b_run"))
@@ -310,12 +313,17 @@ one-to-one mapped tasks gets its indexes one task per round; the rest next pass)
 
 def _read_tis(session: Session, run: DagRun, dag: Dag) -> list[TiView]:
     deciding = results_that_decide(dag.serialized, dag.version_hash)
-    rows = session.execute(_RUN_TIS, {"run_pk": run.id, "read_results": list(deciding)}).all()
+    params = {"run_pk": run.id, "read_results": list(deciding)}
     return [
         TiView(
-            id=r[0], task_id=r[1], state=TI(r[2]), next_retry_at=r[3], result=r[4], map_index=r[5]
+            id=r.id,
+            task_id=r.task_id,
+            state=TI(r.state),
+            next_retry_at=as_utc(r.next_retry_at),
+            result=r.result,
+            map_index=r.map_index,
         )
-        for r in rows
+        for r in executed(session, (RUN_TIS_TO_DECIDE, params))
     ]
 
 

@@ -16,16 +16,17 @@ the pass's claim (`claim_runs_to_examine`), as `update_state` is.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import BindParameter, and_, bindparam, select, update
+from sqlalchemy import BindParameter, Executable, and_, bindparam, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from sluice.scheduler.core.db import Sent
+from sluice.scheduler.core.db import Sent, executed
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
+from sluice.scheduler.core.named_sql import hot_statement
 from sluice.scheduler.core.queries.sql import one_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import schedule_where_statement
@@ -46,19 +47,28 @@ _LEFT_NONE = (
     )
     .scalar_subquery()
 )
-FRESH_ROOTS = hot(
-    "fresh runs' roots",
+_FRESH_ROOTS = hot(
+    "fresh runs' roots (SQLite)",
     and_(
         _TI.c.dag_run_id.in_(_RUNS),
         _TI.c.task_id.in_(bindparam("roots", expanding=True)),
         _TI.c.dag_run_id.not_in(_LEFT_NONE),
     ),
-    "The roots of the runs none of whose TIs has left none, by (dag_run_id, task_id): the "
-    "unique index. The runs with a TI in another state are found once, one equality per "
-    "state on ix_task_instance_run_state (not a scan of each run's TIs per root); the "
-    "subquery's snapshot predates the statement's own writes.",
+    twin=True,
 )
-_OF_RUN = hot("the moved TI's run", (_TI.c.dag_run_id,))
+_OF_RUN = hot("the moved TI's run (SQLite)", (_TI.c.dag_run_id.label("dag_run_id"),), twin=True)
+
+
+def _roots_on_sqlite(values: Mapping[str, Any]) -> tuple[Executable, Mapping[str, Any]]:
+    """`schedule_fresh_roots`'s SQLite twin."""
+    params = {"runs": values["runs"], "roots": values["roots"]}
+    return schedule_where_statement(
+        now=values["now"], condition=_FRESH_ROOTS, params=params, returning=_OF_RUN
+    )
+
+
+SCHEDULE_FRESH_ROOTS = hot_statement("schedule_fresh_roots", _roots_on_sqlite)
+"""scheduler/core/sql/scheduling.sql: the roots of fresh runs scheduled in one write."""
 _STAMP = (
     update(_RUN)  # type: ignore[arg-type]
     .where(_RUN.c.id.in_(bindparam("runs", expanding=True)))
@@ -90,7 +100,7 @@ def schedule_fresh(
 ) -> dict[int, int]:
     """Schedule `roots` in each of `runs` (of one DAG version) whose TIs are all `none`,
     and stamp those runs' decision; run id → TIs scheduled, for the runs decided so."""
-    rows = session.execute(*roots_statement([run.id for run in runs], roots, now)).all()
+    rows = executed(session, roots_statement([run.id for run in runs], roots, now))
     decided: dict[int, int] = {}
     for _, run_pk in rows:
         decided[run_pk] = decided.get(run_pk, 0) + 1
@@ -105,7 +115,4 @@ def schedule_fresh(
 def roots_statement(run_pks: Sequence[int], roots: Sequence[str], now: dt.datetime) -> Sent:
     """The UPDATE of `schedule_fresh`: `roots` of the runs `run_pks` whose TIs are all
     `none` moved to `scheduled`, returning each moved TI's id and run."""
-    params = {"runs": list(run_pks), "roots": list(roots)}
-    return schedule_where_statement(
-        now=now, condition=FRESH_ROOTS, params=params, returning=_OF_RUN
-    )
+    return SCHEDULE_FRESH_ROOTS, {"runs": list(run_pks), "roots": list(roots), "now": now}

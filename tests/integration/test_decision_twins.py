@@ -3,15 +3,15 @@ real PostgreSQL).
 
 The scheduler's passes decide room and readiness in Python (`queueing.Capacity`,
 `tasks.trigger_rules.decide` over `deps.upstream_counts`, `run_decision.decide_run`); a
-worker's one-query results decide them in SQL (`HAS_ROOM`, `FITS_ITS_POOL_FIRST`,
-`NEXT_WAITING_FITS`, `OTHERS_SUCCEEDED`, the fan-in's and the leaf's `unfinished`, the
+worker's one-query results decide them in SQL (`queue_ti_if_room`, `FITS_ITS_POOL_FIRST`,
+`queue_next_waiting`, `OTHERS_SUCCEEDED`, the fan-in's and the leaf's `unfinished`, the
 chain's and fan-out's readiness) and `decide.downstream`. `test_sql_parity.py` ties them
 on two hand-made enumerations; here hypothesis draws the table states:
 
 1. room: random pools, TIs of two DAGs in every state, slots, priorities and ages, a
-   random candidate and DAG limits: `Capacity.take` is `HAS_ROOM`, and
+   random candidate and DAG limits: `Capacity.take` is `queue_ti_if_room`, and
    `FITS_ITS_POOL_FIRST` when nobody waits in the pool (never when someone does); the
-   first TI waiting in a pool is queued by the fill (`NEXT_WAITING_FITS`) exactly when
+   first TI waiting in a pool is queued by the fill (`queue_next_waiting`) exactly when
    `Capacity.take` takes it;
 2. trigger rules: every rule the SQL side has a twin for, over 1-6 upstreams in every
    state (removed included);
@@ -48,7 +48,7 @@ from sluice.broker.worker.result import Case, at_once, decision, record_result
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
 from sluice.scheduler.core.queries.task_logs import LogSnapshot
-from sluice.scheduler.core.queries.tis import FITS_ITS_POOL_FIRST, HAS_ROOM, NEXT_WAITING_FITS
+from sluice.scheduler.core.queries.tis import FITS_ITS_POOL_FIRST
 from sluice.scheduler.core.states import TI, TI_TERMINAL, TI_UNFINISHED, DagRunState, RunType
 from sluice.scheduler.decide.decisions import TiView
 from sluice.scheduler.decide.deps import run_outcome, upstream_counts
@@ -65,6 +65,7 @@ from sluice.scheduler.decide.queueing import Capacity, queue_scheduled
 from sluice.scheduler.scheduling.dagrun import create_dagrun, update_state
 from sluice.tasks.serialize import serialize_dag, version_hash
 from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
+from tests.room_sql import filled, queued_if_room
 
 TWINS = settings(
     deadline=None,
@@ -244,14 +245,15 @@ def test_room_in_python_and_in_sql(
     total = dict(zip(POOLS, case.slots, strict=True))[case.pool]
     with transaction(db) as session:
         python = Capacity.locked(session).take(case.pool, case.want, "room_a", max_active["room_a"])
-        params: dict[str, Any] = {
-            "r_pool": case.pool,
-            "r_slots": case.want,
-            "r_pool_total": total,
-            "r_dag": "room_a",
-            "r_max_active": max_active["room_a"],
-        }
-        in_sql = session.scalar(select(HAS_ROOM), params)
+        in_sql = queued_if_room(
+            session,
+            room_rows.candidate,
+            pool=case.pool,
+            slots=case.want,
+            total=total,
+            dag_id="room_a",
+            max_active=max_active["room_a"],
+        )
         first = session.scalar(
             select(FITS_ITS_POOL_FIRST).where(TaskInstance.id == room_rows.candidate),
             {"r_max_active": max_active["room_a"]},
@@ -266,13 +268,10 @@ def test_room_in_python_and_in_sql(
             *_, ti_id, dag_id, ti = min(waiting)
             fits = Capacity.locked(session).take(ti.pool, ti.slots, dag_id, max_active[dag_id])
             expected_fill = ti_id if fits else None
-        filled = session.scalar(
-            select(TaskInstance.id).where(NEXT_WAITING_FITS),
-            {"r_pool": case.pool, "r_pool_total": total},
-        )
-    assert bool(in_sql) is python
+        fill = filled(session, case.pool)
+    assert in_sql is python
     assert bool(first) is (python and not waiting)  # those waiting in the pool come first
-    assert filled == expected_fill
+    assert fill == expected_fill
 
 
 # 2. Trigger rules ---------------------------------------------------------------------

@@ -114,13 +114,25 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
     h.engine.dispose()
 
 
+def _one_line(statement: str) -> str:
+    return " ".join(statement.split())
+
+
 def _fresh_updates(statements: list[str]) -> int:
-    return sum(s.startswith("UPDATE task_instance SET state") and "other" in s for s in statements)
+    """`schedule_fresh_roots` (scheduling.sql on PostgreSQL, its twin on SQLite)."""
+    return sum(
+        _one_line(s).startswith("UPDATE task_instance SET state") and "other" in s
+        for s in statements
+    )
 
 
 def _run_reads(statements: list[str]) -> int:
-    """The per-run reads of `update_state` (`_RUN_TIS`: every TI of one run)."""
-    return sum(s.startswith("SELECT task_instance.id, task_instance.task_id") for s in statements)
+    """The per-run reads of `update_state` (`run_tis_to_decide`: every TI of one run)."""
+    starts = (
+        "SELECT task_instance.id, task_instance.task_id",
+        "SELECT id, task_id, state, next_retry_at",
+    )
+    return sum(_one_line(s).startswith(starts) for s in statements)
 
 
 def test_a_pass_schedules_the_roots_of_the_runs_it_started_in_one_statement(

@@ -19,11 +19,12 @@ from sluice.scheduler.core.named_sql import Named, every_statement
 
 
 def one_ti_writes() -> dict[str, Named]:
-    """The named statements (scheduler/core/sql/) that change one TI by its id."""
+    """The named statements (scheduler/core/sql/) that change one TI by its id (the
+    `write_success_reading_*` statements write as `write_success` does, in a WITH)."""
     return {
         name: named
         for name, named in every_statement().items()
-        if named.sql.startswith("UPDATE task_instance") and "WHERE id = :ti_id" in named.sql
+        if named.sql.startswith("UPDATE task_instance") and re.search(r"\bid = :ti_id", named.sql)
     }
 
 
@@ -44,6 +45,7 @@ def generic_plan(conn: Connection, named: Named) -> str:
 def test_the_claim_and_the_result_are_among_the_writes_checked() -> None:
     assert "claim_try" in WRITES
     assert "write_success" in WRITES and "write_success_counting_the_run" in WRITES
+    assert "queue_ti_if_room" in WRITES
 
 
 @pytest.mark.parametrize("name", sorted(WRITES))

@@ -2,7 +2,8 @@
 
 The scheduler's passes decide room and trigger rules in Python (`queueing.Capacity`,
 `tasks.trigger_rules.decide`); a worker's one-query results decide them in SQL
-(`HAS_ROOM`, `FITS_ITS_POOL_FIRST`, `OTHERS_SUCCEEDED`, the fan-in's `unfinished`).
+(`queue_ti_if_room` of decide.sql, `FITS_ITS_POOL_FIRST`, `OTHERS_SUCCEEDED`, the
+fan-in's `unfinished`).
 Each case below writes one table state and asks both.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from sqlalchemy import select, update
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Pool, TaskInstance
-from sluice.scheduler.core.queries.tis import FITS_ITS_POOL_FIRST, HAS_ROOM
+from sluice.scheduler.core.queries.tis import FITS_ITS_POOL_FIRST
 from sluice.scheduler.core.states import TI, TI_UNFINISHED
 from sluice.scheduler.decide.deps import upstream_counts
 from sluice.scheduler.decide.downstream_sql import FAN_IN_COUNTING, OTHERS_SUCCEEDED
@@ -27,6 +27,7 @@ from sluice.scheduler.decide.queueing import Capacity
 from sluice.tasks.trigger_rules import TriggerRule, Verdict, decide
 from tests.integration import test_worker_downstream
 from tests.integration.test_worker_downstream import Harness
+from tests.room_sql import queued_if_room
 
 harness = test_worker_downstream.harness
 
@@ -87,20 +88,24 @@ def test_room_in_python_and_in_sql(room: Harness) -> None:
             )
         with transaction(room.factory) as session:
             python = Capacity.locked(session).take("small", want, "room", max_active)
-            params: dict[str, Any] = {
-                "r_pool": "small",
-                "r_slots": want,
-                "r_pool_total": total,
-                "r_dag": "room",
-                "r_max_active": max_active,
-            }
-            in_sql = session.scalar(select(HAS_ROOM), params)
+            candidate = session.scalars(
+                select(TaskInstance.id).where(TaskInstance.task_id == "candidate")
+            ).one()
+            in_sql = queued_if_room(
+                session,
+                candidate,
+                pool="small",
+                slots=want,
+                total=total,
+                dag_id="room",
+                max_active=max_active,
+            )
             first = session.scalar(
                 select(FITS_ITS_POOL_FIRST).where(TaskInstance.task_id == "candidate"),
                 {"r_max_active": max_active},
             )
         case = (total, states, slots, want, max_active)
-        assert bool(in_sql) is python, case
+        assert in_sql is python, case
         assert bool(first) is python, case  # nobody waits in the pool here
         checked += 1
     assert checked == 144

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
-from sluice.scheduler.core.hot_sql import hot
+from sluice.scheduler.core.db import executed, make_engine, make_session_factory, transaction
 from sluice.scheduler.core.migrate import upgrade
 from sluice.scheduler.core.models import Dag, TaskInstance
 from sluice.scheduler.core.states import (
@@ -23,7 +23,9 @@ from sluice.scheduler.core.states import (
     RunType,
     check_ti_move,
 )
-from sluice.scheduler.core.transitions import move_run, move_ti, move_ti_reading
+from sluice.scheduler.core.transitions import move_run, move_ti
+from sluice.scheduler.decide.downstream_sql import read_statement, success_reading
+from sluice.scheduler.decide.plans import Plan
 
 NOW = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
 
@@ -115,14 +117,6 @@ def test_compare_and_set_stamps_and_guards_attempt(factory) -> None:
         assert ti.start_date.tzinfo is not None
 
 
-_READ_STATE = hot(  # the fused statement is cached by it: registered, as in the code
-    "test: read a TI's state",
-    select(TaskInstance.__table__.c.id, TaskInstance.__table__.c.state).where(
-        TaskInstance.__table__.c.id == bindparam("x")
-    ),
-)
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def any_factory(request, tmp_path):
     url = (
@@ -136,20 +130,81 @@ def any_factory(request, tmp_path):
     engine.dispose()
 
 
-def test_a_move_and_a_read_share_one_statement(any_factory) -> None:
-    """The read sees the TI as it was before the move; a lost move is None, a won move
-    with nothing to read an empty list."""
-    ti_id = _one_ti(any_factory)
-
-    def move(session: Session, new: TI, expect: TI, x: int) -> list | None:
-        return move_ti_reading(
-            session, ti_id, new, expect=[expect], now=NOW, read=_READ_STATE, params={"x": x}
+def _running(factory, attempt: str) -> tuple[int, int]:
+    """The one TI of `_one_ti`, running as `attempt`; its id and its run's key."""
+    ti_id = _one_ti(factory)
+    with transaction(factory) as session:
+        for old, new in ((TI.NONE, TI.SCHEDULED), (TI.SCHEDULED, TI.QUEUED)):
+            assert move_ti(session, ti_id, new, expect=[old], now=NOW)
+        assert move_ti(
+            session, ti_id, TI.RUNNING, expect=[TI.QUEUED], now=NOW, values={"attempt_id": attempt}
         )
+        ti = session.get(TaskInstance, ti_id)
+        assert ti is not None
+        return ti_id, ti.dag_run_id
 
+
+SUCCESS = {"result": "1", "error": None, "next_retry_at": None}
+
+
+def test_a_success_and_its_decision_s_read_share_one_statement(pg_url) -> None:
+    """`write_success_reading_*` (decide.sql): the read sees the TI as it was before the
+    write; a lost write says so (`moved` 0) and a won write with nothing to read is one
+    row of Nones."""
+    engine = make_engine(pg_url)
+    upgrade(engine)
+    factory = make_session_factory(engine)
+    ti_id, run_pk = _running(factory, "a1")
+    plan = Plan(
+        downstream=("t",),
+        needed=frozenset({"t"}),
+        read_ids=("t",),
+        branches=(),
+        pools=("default_pool",),
+        whole_run=False,
+        locks_pool=False,
+        fan_in=None,
+    )
+
+    def success(session: Session, attempt: str, read_ids: tuple[str, ...]) -> list[Any]:
+        read = read_statement(run_pk, replace(plan, read_ids=read_ids))
+        sent = success_reading(read, ti_id=ti_id, attempt_id=attempt, now=NOW, values=SUCCESS)
+        return executed(session, sent)
+
+    with transaction(factory) as session:
+        with session.begin_nested() as undone:
+            assert [(r.moved, r.id) for r in success(session, "a1", ("nothing",))] == [(1, None)]
+            undone.rollback()
+        assert [r.moved for r in success(session, "stale", ("t",))] == [0]
+        rows = success(session, "a1", ("t",))
+        assert [(r.moved, r.id, r.state, r.pool_total) for r in rows] == [
+            (1, ti_id, "running", None)
+        ]
+    with factory() as session:
+        assert (
+            session.scalar(select(TaskInstance.state).where(TaskInstance.id == ti_id)) == "success"
+        )
+    engine.dispose()
+
+
+def test_a_decision_reads_the_tis_it_needs_and_locks_the_pool_it_says(any_factory) -> None:
+    """`read_run_tis`/`read_named_tis` and their SQLite twins: the TIs named (or all), the
+    pool's slots only when the plan locks it."""
+    ti_id, run_pk = _running(any_factory, "a1")
+    plan = Plan(
+        downstream=("t",),
+        needed=frozenset({"t"}),
+        read_ids=("t",),
+        branches=(),
+        pools=("default_pool",),
+        whole_run=False,
+        locks_pool=False,
+        fan_in=None,
+    )
     with transaction(any_factory) as session:
-        rows = move(session, TI.SCHEDULED, TI.NONE, ti_id)
-        assert [(r.id, r.state) for r in rows or []] == [(ti_id, "none")]
-        assert move(session, TI.SCHEDULED, TI.NONE, ti_id) is None
-        assert move(session, TI.QUEUED, TI.SCHEDULED, -1) == []
-    with any_factory() as session:
-        assert session.get(TaskInstance, ti_id).state == TI.QUEUED
+        for shape in (plan, replace(plan, whole_run=True)):
+            for locks in (False, True):
+                read = read_statement(run_pk, replace(shape, locks_pool=locks))
+                rows = executed(session, read)
+                assert [(r.id, r.task_id, r.backlog) for r in rows] == [(ti_id, "t", False)]
+                assert rows[0].pool_total == (128 if locks else None)

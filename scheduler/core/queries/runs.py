@@ -21,8 +21,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.core.db import executed
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun
+from sluice.scheduler.core.named_sql import hot_statement
 from sluice.scheduler.core.states import DagRunState, RunType
 
 
@@ -94,20 +96,22 @@ def count_running_runs(
 
 
 _ACTIVE_RUNS = hot(
-    "active runs of a DAG",
-    select(func.count()).where(
+    "active runs of a DAG (SQLite)",
+    select(func.count().label("active")).where(
         DagRun.dag_id == bindparam("dag_id"),
         DagRun.state.in_([DagRunState.QUEUED.value, DagRunState.RUNNING.value]),
         DagRun.run_type != RunType.BACKFILL.value,
     ),
-    "Queued and running runs of one DAG (backfills aside): a scheduled run is created only "
-    "while they are fewer than max_active_runs, as Airflow does.",
+    twin=True,
 )
+ACTIVE_RUNS_OF_A_DAG = hot_statement("active_runs_of_a_dag", lambda values: (_ACTIVE_RUNS, values))
+"""scheduler/core/sql/scheduling.sql; on SQLite its twin."""
 
 
 def count_active_runs(session: Session, dag_id: str) -> int:
     """Queued and running runs of `dag_id`, its backfill runs left out."""
-    return int(session.scalar(_ACTIVE_RUNS, {"dag_id": dag_id}) or 0)
+    (row,) = executed(session, (ACTIVE_RUNS_OF_A_DAG, {"dag_id": dag_id}))
+    return int(row.active)
 
 
 def queued_runs_of(

@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
+from sluice.scheduler.core.db import executed
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
 from sluice.scheduler.core.named_sql import HotStatement, hot_statement
@@ -37,30 +38,37 @@ from sluice.scheduler.core.states import TI, TI_ACTIVE, DagRunState
 _POOLS = Pool.__table__.c
 _TIS = TaskInstance.__table__.c
 _LOCK_POOLS = hot(
-    "lock every pool",
+    "lock every pool (SQLite)",
     select(_POOLS.name, _POOLS.slots).order_by(_POOLS.name).with_for_update(),
-    "Pools are locked plainly, in name order, by whoever queues: the last lock taken.",
+    twin=True,
 )
 _LOCK_NAMED_POOLS = hot(
-    "lock named pools", _LOCK_POOLS.where(_POOLS.name.in_(bindparam("names", expanding=True)))
+    "lock named pools (SQLite)",
+    _LOCK_POOLS.where(_POOLS.name.in_(bindparam("names", expanding=True))),
+    twin=True,
 )
-_LOCK_ONE_POOL = hot("lock one pool", _LOCK_POOLS.where(_POOLS.name == bindparam("name")))
+_LOCK_ONE_POOL = hot(
+    "lock one pool (SQLite)", _LOCK_POOLS.where(_POOLS.name == bindparam("name")), twin=True
+)
+LOCK_EVERY_POOL = hot_statement("lock_every_pool", lambda values: (_LOCK_POOLS, values))
+LOCK_NAMED_POOLS = hot_statement("lock_named_pools", lambda values: (_LOCK_NAMED_POOLS, values))
+"""scheduler/core/sql/queueing.sql; on SQLite their twins (one pool: `LOCK_POOL`)."""
 _DAGS = Dag.__table__.c
 _ACTIVE_USAGE = hot(
-    "active usage by pool and DAG",
+    "active usage by pool and DAG (SQLite)",
     select(
         _TIS.pool,
         _TIS.dag_id,
-        func.coalesce(func.sum(_TIS.pool_slots), 0),
-        func.count(),
-        func.max(_DAGS.max_active_tasks),
+        func.coalesce(func.sum(_TIS.pool_slots), 0).label("slots"),
+        func.count().label("tis"),
+        func.max(_DAGS.max_active_tasks).label("max_active_tasks"),
     )
     .join_from(TaskInstance.__table__, Dag.__table__, _DAGS.dag_id == _TIS.dag_id, isouter=True)
     .where(one_of(_TIS.state, [state.value for state in TI_ACTIVE]))
     .group_by(_TIS.pool, _TIS.dag_id),
-    "Queued and running TIs per pool and DAG, with the DAGs' limits: the room that every "
-    "queueing transaction counts (the Python twin of HAS_ROOM, `queueing.Capacity`).",
+    twin=True,
 )
+ACTIVE_USAGE = hot_statement("active_usage", lambda values: (_ACTIVE_USAGE, values))
 """Run by every queueing transaction (scheduler pass or worker result): built once."""
 
 _ACTIVE_STATES = sorted(state.value for state in TI_ACTIVE)
@@ -117,7 +125,7 @@ def _active_of_dag(dag_id: ColumnElement[Any]) -> ColumnElement[Any]:
 
 
 HAS_ROOM = hot(
-    "has room",
+    "has room (SQLite)",
     _room_for(
         bindparam("r_pool"),
         bindparam("r_slots"),
@@ -125,10 +133,7 @@ HAS_ROOM = hot(
         bindparam("r_dag"),
         bindparam("r_max_active"),
     ),
-    "The pool's used slots plus this TI's within its total, and its DAG under its max "
-    "active TIs. The DAG's active TIs are counted one state at a time (equalities on "
-    "ix_task_instance_dag_state): with state IN (...) a generic plan made on a small "
-    "table read every TI of the DAG. In the statement that queues, after the pool's lock.",
+    twin=True,
 )
 """One TI fits: its pool has `r_slots` free of `r_pool_total` and its DAG `r_dag` is under
 `r_max_active` active TIs. Evaluated in the statement that queues it, after the pool rows
@@ -139,12 +144,12 @@ older snapshot), so it counts every TI queued before the lock was granted."""
 def lock_pools(session: Session, names: Sequence[str] | None = None) -> dict[str, int]:
     """The slots of all pools (or of `names`), rows locked FOR UPDATE in name order."""
     if names is None:
-        return {name: slots for name, slots in session.execute(_LOCK_POOLS).all()}
-    if len(names) == 1:
-        rows = session.execute(_LOCK_ONE_POOL, {"name": names[0]}).all()
+        rows = executed(session, (LOCK_EVERY_POOL, {}))
+    elif len(names) == 1:
+        rows = executed(session, pool_lock(names[0]))
     else:
-        rows = session.execute(_LOCK_NAMED_POOLS, {"names": list(names)}).all()
-    return {name: slots for name, slots in rows}
+        rows = executed(session, (LOCK_NAMED_POOLS, {"names": list(names)}))
+    return {row.name: row.slots for row in rows}
 
 
 def used_slots_by_pool(session: Session) -> dict[str, int]:
@@ -171,6 +176,9 @@ _RUNS = DagRun.__table__.c
 
 
 def _next_waiting_fits(pool_total: ColumnElement[Any]) -> ColumnElement[bool]:
+    """The first TI waiting in pool `r_pool` (of a running run no job claimed; by
+    priority, then age; SKIP LOCKED) if it fits: its pool (`pool_total` slots) and its
+    DAG's max_active_tasks have room for it."""
     return and_(
         _TIS.id == _FIRST_WAITING,
         _room_for(
@@ -202,15 +210,6 @@ _FIRST_WAITING_NOTE = (
     "index ix_task_instance_waiting: its state written inline ('scheduled'), the only "
     "way a prepared statement's plan can use the index's condition."
 )
-NEXT_WAITING_FITS = hot(
-    "next waiting TI fits", _next_waiting_fits(bindparam("r_pool_total")), _FIRST_WAITING_NOTE
-)
-"""The first TI waiting in pool `r_pool` (of a running run no job claimed; by priority,
-then age; SKIP LOCKED: read in that order from `ix_task_instance_waiting`, whose condition
-a prepared statement's plan can use only with the state written inline), if it fits: its
-pool (`r_pool_total` slots) and its DAG's max_active_tasks have room for it. For the
-statement that queues it, after the pool's row was locked by an earlier statement (see
-HAS_ROOM)."""
 NEXT_WAITING_FITS_ITS_POOL = hot(
     "next waiting TI fits its pool",
     _next_waiting_fits(
@@ -219,8 +218,8 @@ NEXT_WAITING_FITS_ITS_POOL = hot(
     _FIRST_WAITING_NOTE + " The pool's slots read in the statement (sent after its lock).",
     twin=True,
 )
-"""NEXT_WAITING_FITS with the pool's slots read in the statement (for a statement sent
-right after the one that locked the pool's row, `pool_lock`)."""
+"""`queue_next_waiting`'s condition on SQLite: the pool's slots read in the statement
+(sent right after the one that locked the pool's row, `pool_lock`)."""
 FITS_ITS_POOL_FIRST = hot(
     "fits its pool first",
     and_(
@@ -254,7 +253,7 @@ class Usage:
 def active_usage(session: Session) -> Usage:
     """Queued + running TIs in one query, with the limits of their DAGs."""
     usage = Usage({}, {}, {})
-    for pool, dag_id, slots, count, max_tasks in session.execute(_ACTIVE_USAGE):
+    for pool, dag_id, slots, count, max_tasks in executed(session, (ACTIVE_USAGE, {})):
         usage.slots_by_pool[pool] = usage.slots_by_pool.get(pool, 0) + int(slots)
         usage.tis_by_dag[dag_id] = usage.tis_by_dag.get(dag_id, 0) + int(count)
         usage.max_active_tasks[dag_id] = int(max_tasks or 0)

@@ -67,3 +67,9 @@ WHERE dag_run_id = :run_pk
   AND (task_id = ANY(:task_ids::varchar[])
        OR task_id = :per_task::varchar AND map_index = :map_index)
 ORDER BY task_id, map_index;
+
+-- name: run_conf
+-- The conf of the claimed try's run, by its key (read only when its task takes it).
+SELECT conf
+FROM dag_run
+WHERE id = :run_pk;

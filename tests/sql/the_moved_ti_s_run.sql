@@ -1,2 +1,0 @@
--- the moved TI's run
-task_instance.dag_run_id
