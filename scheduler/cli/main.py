@@ -9,6 +9,7 @@ setting, an argument that is not valid UTF-8, a database that cannot be reached
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -16,16 +17,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 
-from sluice.scheduler.cli import (
-    api_cmd,
-    backfill,
-    dags,
-    environment,
-    services,
-    standalone,
-    status,
-    tasks_cmd,
-)
+from sluice.scheduler.cli import environment
 from sluice.scheduler.cli.context import Cli
 from sluice.scheduler.cli.parser import USAGE_ERROR, CommandParser
 from sluice.scheduler.cli.render import visible
@@ -34,8 +26,28 @@ from sluice.scheduler.core.db_wait import database_place, database_reason
 from sluice.scheduler.core.migrate import SchemaNotReady
 from sluice.scheduler.core.settings import ConfigError, Settings
 
+MODULES = ("services", "dags", "tasks_cmd", "standalone", "backfill", "status", "api_cmd")
+"""The modules of `sluice.scheduler.cli` that add the commands, in `--help`'s order."""
+COMMANDS = {
+    "db": "services",
+    "scheduler": "services",
+    "worker": "services",
+    "pools": "services",
+    "dags": "dags",
+    "tasks": "tasks_cmd",
+    "standalone": "standalone",
+    "backfill": "backfill",
+    "status": "status",
+    "api": "api_cmd",
+}
+"""Each command, by the module that adds it (tests/unit/test_cli_commands.py checks the
+two agree)."""
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or only of the module that adds `command` (a known
+    command): a command imports no other command's module (their imports cost a
+    process a fifth of its start)."""
     parser = CommandParser(
         prog="sluice",
         description="Run DAGs of tasks on Celery workers.",
@@ -43,13 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
-    services.add_parsers(sub)
-    dags.add_parsers(sub)
-    tasks_cmd.add_parsers(sub)
-    standalone.add_parsers(sub)
-    backfill.add_parsers(sub)
-    status.add_parsers(sub)
-    api_cmd.add_parsers(sub)
+    names = MODULES if command not in COMMANDS else (COMMANDS[command],)
+    for name in names:
+        importlib.import_module(f"sluice.scheduler.cli.{name}").add_parsers(sub)
     return parser
 
 
@@ -96,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"sluice: error: {problem}", file=sys.stderr)
         return USAGE_ERROR
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     cli: Cli | None = None
     try:
         settings = Settings.from_env()  # a bad variable: ConfigError, one line, exit 2

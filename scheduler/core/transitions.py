@@ -383,9 +383,9 @@ def queue_picked_statement(
     returning: tuple[ColumnElement[Any], ...],
     decided: bool = False,
 ) -> tuple[Update, dict[str, Any]]:
-    """The statement of `queue_waiting_if` and its parameters, not executed: the
-    `scheduled` TI that `condition` picks moved to queued; with `decided`, the `none` TI it
-    names, moved through `scheduled` in the same write (`queue_ti_if`, not by id).
+    """A statement (not executed) and its parameters: the `scheduled` TI that `condition`
+    picks moved to queued; with `decided`, the `none` TI it names, moved through
+    `scheduled` in the same write (as `queue_ti_if_statement`, not by id).
     `condition` and `returning` are module-level constants (statements are cached)."""
     if decided:
         check_ti_move(TI.NONE, TI.SCHEDULED)
