@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.control.inputs import InputError
 from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
-from sluice.scheduler.core.db_wait import wait_for_database
+from sluice.scheduler.core.db_wait import until_reachable, wait_for_database
 from sluice.scheduler.core.migrate import check_current
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.import_errors import why_missing
 from sluice.scheduler.core.queries.ti_lookup import TiNotFound, find_task_instance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.scheduling.dagbag import sync_dag_folder
+
+T = TypeVar("T")
 
 
 class CliError(InputError):
@@ -29,6 +33,8 @@ class CliError(InputError):
 class Cli:
     settings: Settings
     role: str = "cli"
+    schema_checked: bool = False
+    """`wait_for_database` found the current schema (`factory` does not check again)."""
 
     @cached_property
     def engine(self) -> Engine:
@@ -36,7 +42,8 @@ class Cli:
 
     @cached_property
     def factory(self) -> sessionmaker[Session]:
-        check_current(self.engine)
+        if not self.schema_checked:
+            check_current(self.engine)
         return make_session_factory(self.engine)
 
     def dags_folder(self) -> Path:
@@ -67,6 +74,13 @@ class Cli:
         """For a daemon at start: wait until the database answers, one line per failed
         attempt, backing off (`SLUICE_DB_RETRY_DELAY`, `SLUICE_DB_RETRY_MAX_DELAY`)."""
         wait_for_database(self.engine, self.settings)
+        self.schema_checked = True
+
+    def at_start(self, step: Callable[[], T]) -> T:
+        """A daemon's start-up read, tried again as `wait_for_database` waits while the
+        database drops the connection (a restart, a terminated backend): a daemon that
+        waited for its database does not then die of one dropped connection."""
+        return until_reachable(self.engine, self.settings, step)[0]
 
     def unknown_dag(self, session: Session, dag_id: str) -> CliError:
         """The error for a DAG id that is not there, naming the DAG files that failed."""

@@ -114,7 +114,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.scheduler.jobs.scheduler_job import SchedulerJob
 
     app = create_app(cli.settings)
-    app.conf[HEADER] = deployment_id(cli.factory)  # its messages say whose they are
+    app.conf[HEADER] = cli.at_start(lambda: deployment_id(cli.factory))  # whose messages
     waker = waker_for(cli.settings)
     from sluice.scheduler.core.tracing import Tracing
     from sluice.scheduler.jobs.metrics import SchedulerMetrics

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
@@ -23,6 +24,8 @@ from sluice.scheduler.core.migrate import check_current
 from sluice.scheduler.core.retries import delay_after, doubling, failure_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.text import one_line
+
+T = TypeVar("T")
 
 MAX_REASON_CHARS = 300
 
@@ -92,6 +95,25 @@ def wait_for_database(
     is). A schema that is missing or old raises `SchemaNotReady` at once: waiting would
     not fix it, `sluice db migrate` does.
     """
+    _, attempts = until_reachable(engine, settings, lambda: check_current(engine), sleep=sleep)
+    if attempts > 1:
+        log.info(
+            "database at %s answered (attempt %d)", database_place(settings.database_url), attempts
+        )
+    return attempts
+
+
+def until_reachable(
+    engine: Engine,
+    settings: Settings,
+    step: Callable[[], T],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[T, int]:
+    """`step()` (a daemon's start-up read) and the attempts it took, tried again while
+    the database does not answer or drops the connection (`UNREACHABLE`), backing off as
+    `SLUICE_DB_RETRY_DELAY` and `SLUICE_DB_RETRY_MAX_DELAY` say, one WARNING line each.
+    Any other error is raised at once."""
     url = settings.database_url
     place = database_place(url)
 
@@ -116,8 +138,5 @@ def wait_for_database(
     )
     for attempt in policy:
         with attempt:
-            check_current(engine)
-    attempts = attempt.retry_state.attempt_number
-    if attempts > 1:
-        log.info("database at %s answered (attempt %d)", place, attempts)
-    return attempts
+            done = step()
+    return done, attempt.retry_state.attempt_number

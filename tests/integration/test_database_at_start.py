@@ -13,6 +13,7 @@ import contextlib
 import re
 import socket
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -208,3 +209,40 @@ def test_worker_waits_for_a_port_that_starts_listening_later(
     finally:
         sluice.stop_all()
         forwarder.close()
+
+
+def test_a_scheduler_whose_connections_are_cut_while_it_starts_goes_on(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A database that drops the scheduler's connections while it starts (a restart, an
+    operator's pg_terminate_backend) costs it a retry line, not its life: every
+    connection it opens in its first seconds is terminated, then a run of it finishes."""
+    sluice = runner(pg_url, redis_url, tmp_path)
+    try:
+        scheduler = sluice.scheduler()
+        killed = 0
+        engine = create_engine(pg_url)
+        try:
+            with engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                for _ in range(60):
+                    killed += len(
+                        conn.execute(
+                            text(
+                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                " WHERE datname = current_database()"
+                                " AND application_name = 'sluice-scheduler'"
+                            )
+                        ).all()
+                    )
+                    time.sleep(0.05)
+        finally:
+            engine.dispose()
+        assert killed > 0
+        assert scheduler.poll() is None, sluice.logs()
+        sluice.worker()
+        run_id = sluice.trigger("hello")
+        assert sluice.wait_run("hello", run_id, timeout=60) == "success"
+        assert scheduler.poll() is None
+    finally:
+        sluice.stop_all()
