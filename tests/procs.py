@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from unittest import mock
 
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.pool import NullPool
@@ -155,15 +157,43 @@ class Sluice:
 
     # -- reading state ---------------------------------------------------------------------
     def trigger(self, dag_id: str, *args: str) -> str:
-        return self.ok("dags", "trigger", dag_id, *args).strip()
+        return self.run("dags", "trigger", dag_id, *args).strip()
 
     def run_state(self, dag_id: str, run_id: str) -> str:
-        return self.ok("dags", "state", dag_id, run_id).strip()
+        return self.run("dags", "state", dag_id, run_id).strip()
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         """`tasks states --json` by task id (a mapped task's indexes as `task[i]`)."""
-        rows = json.loads(self.ok("tasks", "states", dag_id, run_id, "--json"))
+        rows = json.loads(self.run("tasks", "states", dag_id, run_id, "--json"))
         return {ti_key(row): row for row in rows}
+
+    def run(self, *args: str) -> str:
+        """What `sluice ARGS` prints, for a test that uses a command to set up or to
+        look (a trigger, a run's state): its parser and handler run in this process,
+        with this deployment's environment (a new interpreter costs a CLI call about a
+        second and a half of CPU, on a suite that is CPU-bound). The command itself is
+        tested as users run it, through `cli` and `ok`; a test that runs `sluice` its
+        own way (`argv`, `cwd`) runs it so here too."""
+        if self.argv != SLUICE or self.cwd is not None:
+            return self.ok(*args)
+        from sluice.scheduler.cli.context import Cli
+        from sluice.scheduler.cli.main import build_parser
+        from sluice.scheduler.core.settings import Settings
+
+        printed = io.StringIO()
+        with (
+            mock.patch.dict(os.environ, self.env, clear=True),
+            contextlib.redirect_stdout(printed),
+        ):
+            cli = Cli(Settings.from_env(), role=args[0])
+            try:
+                parsed = build_parser(args[0]).parse_args(list(args))
+                code = parsed.func(cli, parsed)
+            finally:
+                if "engine" in vars(cli):
+                    cli.engine.dispose()
+        assert code == 0, f"sluice {' '.join(args)} returned {code}"
+        return printed.getvalue()
 
     def _connect(self) -> Connection:
         """A connection of this test's database (one engine, no pool: closed each time)."""

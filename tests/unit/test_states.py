@@ -145,6 +145,17 @@ def _running(factory, attempt: str) -> tuple[int, int]:
 
 
 SUCCESS = {"result": "1", "error": None, "next_retry_at": None}
+ONE_TASK = Plan(
+    downstream=("t",),
+    needed=frozenset({"t"}),
+    read_ids=("t",),
+    branches=(),
+    pools=("default_pool",),
+    whole_run=False,
+    locks_pool=False,
+    fan_in=None,
+)
+"""A decision's plan that reads the one task `t` of `_one_ti`'s DAG."""
 
 
 def test_a_success_and_its_decision_s_read_share_one_statement(pg_url) -> None:
@@ -155,16 +166,7 @@ def test_a_success_and_its_decision_s_read_share_one_statement(pg_url) -> None:
     upgrade(engine)
     factory = make_session_factory(engine)
     ti_id, run_pk = _running(factory, "a1")
-    plan = Plan(
-        downstream=("t",),
-        needed=frozenset({"t"}),
-        read_ids=("t",),
-        branches=(),
-        pools=("default_pool",),
-        whole_run=False,
-        locks_pool=False,
-        fan_in=None,
-    )
+    plan = ONE_TASK
 
     def success(session: Session, attempt: str, read_ids: tuple[str, ...]) -> list[Any]:
         read = read_statement(run_pk, replace(plan, read_ids=read_ids))
@@ -191,16 +193,7 @@ def test_a_decision_reads_the_tis_it_needs_and_locks_the_pool_it_says(any_factor
     """`read_run_tis`/`read_named_tis` and their SQLite twins: the TIs named (or all), the
     pool's slots only when the plan locks it."""
     ti_id, run_pk = _running(any_factory, "a1")
-    plan = Plan(
-        downstream=("t",),
-        needed=frozenset({"t"}),
-        read_ids=("t",),
-        branches=(),
-        pools=("default_pool",),
-        whole_run=False,
-        locks_pool=False,
-        fan_in=None,
-    )
+    plan = ONE_TASK
     with transaction(any_factory) as session:
         for shape in (plan, replace(plan, whole_run=True)):
             for locks in (False, True):
