@@ -76,7 +76,7 @@ from sluice.scheduler.core.db import (
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.core.named_sql import hot_statement
+from sluice.scheduler.core.named_sql import hot_statement, same_values
 from sluice.scheduler.core.queries.sql import unindexed
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.settings import Settings
@@ -276,7 +276,7 @@ _CLAIMED = hot(
     twin=True,
 )
 _RUN_CONF_ON_SQLITE = select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk"))
-RUN_CONF = hot_statement("run_conf", lambda values: (_RUN_CONF_ON_SQLITE, values))
+RUN_CONF = hot_statement("run_conf", same_values(_RUN_CONF_ON_SQLITE))
 """scheduler/core/sql/claim.sql; on SQLite its twin, built once (building a statement
 costs as much as running it)."""
 

@@ -28,7 +28,7 @@ from sqlalchemy import String, bindparam, case, literal_column, or_, select
 
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import TaskInstance
-from sluice.scheduler.core.named_sql import hot_statement
+from sluice.scheduler.core.named_sql import hot_statement, same_values
 from sluice.scheduler.core.states import TI
 
 log = logging.getLogger(__name__)
@@ -91,11 +91,9 @@ _UPSTREAM_RESULTS = hot(
     twin=True,
 )
 
-UPSTREAM_OF_TI = hot_statement(
-    "upstream_results_of_the_claimed_ti", lambda values: (_UPSTREAM_OF_TI, values)
-)
+UPSTREAM_OF_TI = hot_statement("upstream_results_of_the_claimed_ti", same_values(_UPSTREAM_OF_TI))
 """scheduler/core/sql/claim.sql; on SQLite its twin, the same parameters."""
-UPSTREAM_RESULTS = hot_statement("upstream_results", lambda values: (_UPSTREAM_RESULTS, values))
+UPSTREAM_RESULTS = hot_statement("upstream_results", same_values(_UPSTREAM_RESULTS))
 """scheduler/core/sql/claim.sql; on SQLite its twin, the same parameters."""
 
 COPIES = 16

@@ -85,6 +85,12 @@ class HotStatement:
         return self.twin(values)
 
 
+def same_values(statement: Executable) -> Twin:
+    """The twin that runs `statement` (built once) with the values as they are: its
+    parameters are named as the `.sql` file's."""
+    return lambda values: (statement, values)
+
+
 def hot_statement(name: str, twin: Twin | None) -> HotStatement:
     """The statement `name` of the `.sql` files, run as `twin` on SQLite (None: on
     PostgreSQL only)."""

@@ -33,7 +33,7 @@ from sluice.scheduler.core.db import Sent
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
-from sluice.scheduler.core.named_sql import HotStatement, Twin, hot_statement
+from sluice.scheduler.core.named_sql import HotStatement, Twin, hot_statement, same_values
 from sluice.scheduler.core.queries.sql import expected_state, is_scheduled, one_of
 from sluice.scheduler.core.queries.tis import (
     FITS_ITS_POOL_FIRST,
@@ -86,7 +86,7 @@ LOCK_RUN = hot(
     twin=True,
 )
 """`run_lock`'s SQLite twin."""
-RUN_LOCK = hot_statement("run_lock", lambda values: (LOCK_RUN, values))
+RUN_LOCK = hot_statement("run_lock", same_values(LOCK_RUN))
 """scheduler/core/sql/result.sql: its own statement (a statement that waits for a row
 lock keeps the snapshot it started with for its other rows, so TIs read in it could
 miss the holder's result)."""
@@ -191,8 +191,8 @@ _READ_RUN = select(
     case((_IS_DOWNSTREAM, _TI.context_carrier)).label("context_carrier"),
     WAITING.label("backlog"),
 ).where(_TI.dag_run_id == bindparam("run_pk"))
-"""Every TI of the run: for a small DAG with a fan-in, cheaper than naming the TIs (a
-long IN list is re-planned on each execution and costs more than the extra rows)."""
+"""The SQLite twins' read of every TI of the run (`read_run_tis`), and of the TIs named
+(`read_named_tis`), below."""
 _READ = _READ_RUN.where(_TI.task_id.in_(bindparam("task_ids", expanding=True)))
 
 
@@ -212,8 +212,8 @@ _POOL_TOTAL = _locked_pool_total()
 """NULL when `lock_pool` is: nothing locked."""
 _READ_RUN_ON_SQLITE = hot("read run TIs (SQLite)", _READ_RUN.add_columns(_POOL_TOTAL), twin=True)
 _READ_ON_SQLITE = hot("read named TIs (SQLite)", _READ.add_columns(_POOL_TOTAL), twin=True)
-READ_RUN_TIS = hot_statement("read_run_tis", lambda values: (_READ_RUN_ON_SQLITE, values))
-READ_NAMED_TIS = hot_statement("read_named_tis", lambda values: (_READ_ON_SQLITE, values))
+READ_RUN_TIS = hot_statement("read_run_tis", same_values(_READ_RUN_ON_SQLITE))
+READ_NAMED_TIS = hot_statement("read_named_tis", same_values(_READ_ON_SQLITE))
 """scheduler/core/sql/decide.sql: the TIs a decision needs (the whole run's, or those
 named), with the one pool row the ready downstream goes into locked when its plan says
 so (`Plan.locks_pool`): one round trip fewer than locking the pool in a statement of its
@@ -221,14 +221,14 @@ own. Waiting for that lock inside the read is safe: the TIs it reads are the loc
 run's, which no one else can change meanwhile; the statement that then counts the
 pool's room starts after the lock was granted."""
 WRITE_SUCCESS_READING = {
-    READ_RUN_TIS: hot_statement("write_success_reading_run_tis", None),
-    READ_NAMED_TIS: hot_statement("write_success_reading_named_tis", None),
+    READ_RUN_TIS.name: hot_statement("write_success_reading_run_tis", None),
+    READ_NAMED_TIS.name: hot_statement("write_success_reading_named_tis", None),
 }
 """scheduler/core/sql/decide.sql: a success fused with its decision's read (PostgreSQL
 only: SQLite has no UPDATE in WITH, so it reads, then writes)."""
 
 
-def read_statement(run_pk: int, plan: Plan) -> Sent:
+def read_statement(run_pk: int, plan: Plan) -> tuple[HotStatement, dict[str, Any]]:
     """The read of the TIs `plan`'s decision needs (and its pool's row locked when
     `plan.locks_pool`), with its parameters."""
     params: dict[str, Any] = {
@@ -245,15 +245,18 @@ def read_statement(run_pk: int, plan: Plan) -> Sent:
 
 
 def success_reading(
-    read: Sent, *, ti_id: int, attempt_id: str, now: dt.datetime, values: Mapping[str, Any]
+    read: tuple[HotStatement, dict[str, Any]],
+    *,
+    ti_id: int,
+    attempt_id: str,
+    now: dt.datetime,
+    values: Mapping[str, Any],
 ) -> Sent:
     """`read` (of `read_statement`) fused with the try's success (`write_success`), for
     PostgreSQL: its rows have `moved` (1 if the write won) and the read's columns (None
     on the one row of an empty read)."""
-    assert not isinstance(read, str)
     statement, params = read
-    assert isinstance(statement, HotStatement)
-    fused = WRITE_SUCCESS_READING[statement]
+    fused = WRITE_SUCCESS_READING[statement.name]
     return fused, {**params, **_success_values(ti_id, attempt_id, now, values)}
 
 
@@ -676,9 +679,7 @@ _UNFINISHED = hot(
     .limit(1),
     twin=True,
 )
-RUN_HAS_AN_UNFINISHED_TI = hot_statement(
-    "run_has_an_unfinished_ti", lambda values: (_UNFINISHED, values)
-)
+RUN_HAS_AN_UNFINISHED_TI = hot_statement("run_has_an_unfinished_ti", same_values(_UNFINISHED))
 """scheduler/core/sql/decide.sql: whether a run has a TI left to finish (one row)."""
 
 

@@ -20,7 +20,7 @@ from sluice.scheduler.core.callback_kinds import mask_of
 from sluice.scheduler.core.db import as_utc, executed
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
-from sluice.scheduler.core.named_sql import hot_statement
+from sluice.scheduler.core.named_sql import hot_statement, same_values
 from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
@@ -50,7 +50,7 @@ _RUN_TIS_ON_SQLITE = hot(
     ).where(_TIS.dag_run_id == bindparam("run_pk")),
     twin=True,
 )
-RUN_TIS_TO_DECIDE = hot_statement("run_tis_to_decide", lambda values: (_RUN_TIS_ON_SQLITE, values))
+RUN_TIS_TO_DECIDE = hot_statement("run_tis_to_decide", same_values(_RUN_TIS_ON_SQLITE))
 """scheduler/core/sql/scheduling.sql: every TI of a run, the results that decide."""
 _STAMP_DECISION = (
     update(_RUNS)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.db import executed
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun
-from sluice.scheduler.core.named_sql import hot_statement
+from sluice.scheduler.core.named_sql import hot_statement, same_values
 from sluice.scheduler.core.states import DagRunState, RunType
 
 
@@ -104,7 +104,7 @@ _ACTIVE_RUNS = hot(
     ),
     twin=True,
 )
-ACTIVE_RUNS_OF_A_DAG = hot_statement("active_runs_of_a_dag", lambda values: (_ACTIVE_RUNS, values))
+ACTIVE_RUNS_OF_A_DAG = hot_statement("active_runs_of_a_dag", same_values(_ACTIVE_RUNS))
 """scheduler/core/sql/scheduling.sql; on SQLite its twin."""
 
 

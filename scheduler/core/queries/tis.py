@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.db import executed
 from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.models import Dag, DagRun, Pool, TaskInstance
-from sluice.scheduler.core.named_sql import HotStatement, hot_statement
+from sluice.scheduler.core.named_sql import HotStatement, hot_statement, same_values
 from sluice.scheduler.core.queries.sql import is_scheduled, one_of
 from sluice.scheduler.core.states import TI, TI_ACTIVE, DagRunState
 
@@ -50,8 +50,8 @@ _LOCK_NAMED_POOLS = hot(
 _LOCK_ONE_POOL = hot(
     "lock one pool (SQLite)", _LOCK_POOLS.where(_POOLS.name == bindparam("name")), twin=True
 )
-LOCK_EVERY_POOL = hot_statement("lock_every_pool", lambda values: (_LOCK_POOLS, values))
-LOCK_NAMED_POOLS = hot_statement("lock_named_pools", lambda values: (_LOCK_NAMED_POOLS, values))
+LOCK_EVERY_POOL = hot_statement("lock_every_pool", same_values(_LOCK_POOLS))
+LOCK_NAMED_POOLS = hot_statement("lock_named_pools", same_values(_LOCK_NAMED_POOLS))
 """scheduler/core/sql/queueing.sql; on SQLite their twins (one pool: `LOCK_POOL`)."""
 _DAGS = Dag.__table__.c
 _ACTIVE_USAGE = hot(
@@ -68,7 +68,7 @@ _ACTIVE_USAGE = hot(
     .group_by(_TIS.pool, _TIS.dag_id),
     twin=True,
 )
-ACTIVE_USAGE = hot_statement("active_usage", lambda values: (_ACTIVE_USAGE, values))
+ACTIVE_USAGE = hot_statement("active_usage", same_values(_ACTIVE_USAGE))
 """Run by every queueing transaction (scheduler pass or worker result): built once."""
 
 _ACTIVE_STATES = sorted(state.value for state in TI_ACTIVE)
