@@ -30,6 +30,7 @@ from urllib.parse import quote
 from sqlalchemy import select
 
 from sluice.broker.worker.context import WorkerContext
+from sluice.broker.worker.dag_files import local_file
 from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.runner import error_line, sending_app
 from sluice.broker.worker.time_limits import Ending, hard_limit
@@ -84,7 +85,7 @@ def _run(
     ctx: WorkerContext,
     msg: CallbackMessage,
     row: DueCallback,
-    fileloc: str | None,
+    fileloc: DagFile | None,
     context: dict[str, Any],
     what: str,
     stop: Stop,
@@ -154,8 +155,15 @@ def _finish(
         )
 
 
-def _context(session: Any, row: DueCallback, base_url: str) -> tuple[str | None, dict[str, Any]]:
-    """The DAG's file and the callback's context, read in the claim's transaction."""
+DagFile = tuple[str, "str | None"]
+"""A DAG's `fileloc` and the commit of its run (`worker.dag_files.local_file`)."""
+
+
+def _context(
+    session: Any, row: DueCallback, base_url: str
+) -> tuple[DagFile | None, dict[str, Any]]:
+    """The DAG's file (and its run's commit) and the callback's context, read in the
+    claim's transaction."""
     dag = session.get(Dag, row.dag_id)
     run = session.scalar(
         select(DagRun).where(DagRun.dag_id == row.dag_id, DagRun.run_id == row.run_id)
@@ -186,14 +194,17 @@ def _context(session: Any, row: DueCallback, base_url: str) -> tuple[str | None,
         "url": f"{base_url}/dags/{quote(row.dag_id, safe='')}",
         "logical_date": run.logical_date.isoformat() if run is not None else None,
     }
-    return (dag.fileloc if dag is not None else None), context
+    if dag is None:
+        return None, context
+    return (dag.fileloc, run.bundle_version if run is not None else None), context
 
 
-def _target(ctx: WorkerContext, fileloc: str | None, row: DueCallback) -> Callback | None:
-    """The callback the DAG file sets now for `row`'s kind (None: it sets none)."""
+def _target(ctx: WorkerContext, fileloc: DagFile | None, row: DueCallback) -> Callback | None:
+    """The callback the DAG file sets now for `row`'s kind (None: it sets none); a git
+    bundle's run's callbacks are its commit's."""
     if fileloc is None:
         raise LookupError(f"DAG '{row.dag_id}' is not in the database")
-    dag = ctx.dags.get_dag(fileloc, row.dag_id)
+    dag = ctx.dags.get_dag(local_file(ctx.settings, *fileloc), row.dag_id)
     option = OPTION_OF_KIND[row.kind]
     if row.task_id is None:
         return dag.callbacks.get(option)

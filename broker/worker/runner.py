@@ -49,6 +49,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.broker.app import create_app
 from sluice.broker.trace_headers import HeadersLast, carrying
 from sluice.broker.worker.context import WorkerContext
+from sluice.broker.worker.dag_files import local_file
 from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.result import Case, decision, record_result
 from sluice.broker.worker.retrying import retrying
@@ -129,6 +130,8 @@ class Claimed:
     """The mapped upstream this task maps one to one: it gives its index `map_index`'s result."""
     pre_read: PreRead | None = None
     """The upstream results read with the claim (for the upstream ids it names)."""
+    bundle_version: str | None = None
+    """The commit of a git bundle's run: its code comes from that commit's checkout."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +269,7 @@ _CLAIMED = hot(
         _of_run(_RUN.c.logical_date).label("logical_date"),
         _of_run(_RUN.c.dag_hash).label("dag_hash"),
         _of_run(_RUN.c.claimed_by_job_id).label("claimed_by_job_id"),
+        _of_run(_RUN.c.bundle_version).label("bundle_version"),
         select(_DAG.c.fileloc)
         .where(_DAG.c.dag_id == _TI.c.dag_id)
         .scalar_subquery()
@@ -397,6 +401,7 @@ def _read_context(
         map_index=row.map_index,
         mapped_upstream=frozenset(u for u in upstream_ids if tasks.get(u, {}).get("map")),
         per_index=per_index_of(spec) if spec else None,
+        bundle_version=row.bundle_version,
     )
 
 
@@ -457,7 +462,8 @@ def _execute(
     try:
         if claimed.fileloc is None:
             raise LookupError(f"DAG '{msg.dag_id}' is not in the database")
-        dag = ctx.dags.get_dag(claimed.fileloc, msg.dag_id)
+        local = local_file(ctx.settings, claimed.fileloc, claimed.bundle_version)
+        dag = ctx.dags.get_dag(local, msg.dag_id)
         task = dag.tasks.get(msg.task_id)
         if task is None:
             stored = _stored_has(ctx, msg) if claimed.dag is not None else None

@@ -20,7 +20,7 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.import_errors import why_missing
 from sluice.scheduler.core.queries.ti_lookup import TiNotFound, find_task_instance
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.scheduling.dagbag import sync_dag_folder
+from sluice.scheduler.scheduling.bundle_sync import bundles_of, sync_bundles
 
 T = TypeVar("T")
 
@@ -60,15 +60,11 @@ class Cli:
         )
 
     def sync_dags(self) -> None:
-        """Make the DAG files in the folder known (parses only what changed)."""
-        folder = self.dags_folder()
-        sync_dag_folder(
-            self.factory,
-            folder,
-            parse_timeout=self.settings.parse_timeout,
-            now=utcnow(),
-            drop_env=self.settings.hidden_from_tasks,
-        )
+        """Make the DAG files of every bundle known (parses only what changed; a git
+        bundle whose fetch fails keeps its last commit, as a scheduler does)."""
+        if self.settings.dag_bundles is None:
+            self.dags_folder()  # a folder that is not there is refused
+        sync_bundles(self.factory, self.settings, bundles_of(self.settings), now=utcnow())
 
     def wait_for_database(self) -> None:
         """For a daemon at start: wait until the database answers, one line per failed

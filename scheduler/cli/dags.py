@@ -1,4 +1,5 @@
-"""`sluice dags …`: list, runs, trigger, cancel, mark, note, state, pause, unpause."""
+"""`sluice dags …`: list, runs, trigger, versions, cancel, mark, note, state, pause,
+unpause."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from sluice.scheduler.control.operations import trigger_run
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagFile
 from sluice.scheduler.core.queries.audit import cli_user
+from sluice.scheduler.core.queries.versions import dag_versions
 from sluice.scheduler.core.states import DagRunState
+from sluice.scheduler.scheduling.bundle_sync import UnknownVersion, dag_at_version
 from sluice.scheduler.scheduling.dagrun import RunExists, check_run_id
 from sluice.scheduler.scheduling.marking import RUN_MARKS
 
@@ -43,7 +46,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="the run's logical date, ISO 8601; no offset means UTC (default: now)",
     )
     p.add_argument("--conf", help="the run's conf, a JSON object")
+    p.add_argument(
+        "--version",
+        metavar="SHA",
+        help="run the DAG as of this commit of its git bundle (a sha, a tag or a branch)",
+    )
     p.set_defaults(func=trigger)
+    p = cmds.add_parser("versions", help="the versions of a git bundle's DAG")
+    p.add_argument("dag_id")
+    p.add_argument("--json", action="store_true", help="print the versions as JSON")
+    p.set_defaults(func=versions)
     p = cmds.add_parser("cancel", help="stop a run: its unfinished tasks end, the run fails")
     p.add_argument("dag_id")
     p.add_argument("run_id")
@@ -167,6 +179,11 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
     operations.ready_to_wake(cli.settings)
     with transaction(cli.factory) as session:
         dag = cli.get_dag(session, args.dag_id)
+        if args.version is not None:
+            try:
+                dag = dag_at_version(cli.factory, cli.settings, dag, args.version, now=now)
+            except UnknownVersion as exc:
+                raise CliError(str(exc)) from None
         try:
             run = trigger_run(
                 session, dag, now=now, logical_date=logical, run_id=args.run_id, conf=conf
@@ -175,6 +192,35 @@ def trigger(cli: Cli, args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
     operations.wake_schedulers(cli.settings)
     print(run.run_id)
+    return 0
+
+
+VERSION_COLUMNS = (
+    Col("version", keep=True),
+    Col("date", keep=True),
+    Col("author"),
+    Col("runs", right=True),
+    Col("subject"),
+)
+
+
+def versions(cli: Cli, args: argparse.Namespace) -> int:
+    """`sluice dags versions DAG_ID`: the DAG's versions, newest first."""
+    cli.sync_dags()
+    with cli.factory() as session:
+        cli.get_dag(session, args.dag_id)
+        found = dag_versions(session, args.dag_id)
+    if args.json:
+        shown = [dict(v, committed_at=iso(v["committed_at"])) for v in found]
+        print(json.dumps(shown, indent=2))
+        return 0
+    now = utcnow()
+    rows = [
+        (v["commit_sha"][:12], when(v["committed_at"], now), v["author"], v["runs"], v["subject"])
+        for v in found
+    ]
+    empty = f"no versions of {args.dag_id}: only a git bundle's DAGs have versions"
+    print_table(console(), VERSION_COLUMNS, rows, empty=empty)
     return 0
 
 

@@ -3,6 +3,12 @@
 A big DAG's serialized form is megabytes of JSON: the cache asks the database
 only for `(dag_id, version_hash)` and fetches a DAG's row again only when its
 hash changed. Cached rows are detached copies: read them, never write them.
+
+A run of a git bundle's DAG follows the version it was created with, which may not be
+the DAG's current one: `get` of another version than the stored row's answers a
+transient `Dag` built from that version's `dag_version` row (`as_version`), kept in an
+LRU of `VERSIONS_KEPT` (a version's definition never changes). A folder bundle's DAG has
+no versions: `get` answers its stored row, as before.
 """
 
 from __future__ import annotations
@@ -10,16 +16,40 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from cachetools import LRUCache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.core.models import Dag
+from sluice.scheduler.core.models import Dag, DagVersion
+
+VERSIONS_KEPT = 64
+
+
+def as_version(latest: Dag | None, version: DagVersion, bundle_version: str | None = None) -> Dag:
+    """A transient `Dag` (never added to a session) of `version`: its definition and
+    file, the DAG row `latest`'s flags; the commit `bundle_version` (default: the
+    version's own), which a run created from it keeps."""
+    spec = version.serialized
+    return Dag(
+        dag_id=version.dag_id,
+        fileloc=version.fileloc,
+        is_paused=latest.is_paused if latest is not None else False,
+        is_active=latest.is_active if latest is not None else True,
+        schedule=latest.schedule if latest is not None else None,
+        version_hash=version.version_hash,
+        serialized=spec,
+        max_active_runs=spec.get("max_active_runs", 16),
+        max_active_tasks=spec.get("max_active_tasks", 32),
+        bundle_version=bundle_version or version.commit_sha,
+        version_id=version.id,
+    )
 
 
 class SerializedDagCache:
     def __init__(self) -> None:
         self._rows: dict[str, Dag] = {}
         self._checked: dict[str, float] = {}
+        self._versions: LRUCache[tuple[str, str], Dag] = LRUCache(maxsize=VERSIONS_KEPT)
 
     def get_many(
         self, session: Session, dag_ids: Iterable[str], max_age: float = 0.0
@@ -61,7 +91,7 @@ class SerializedDagCache:
         given: moving a file keeps its DAGs' hash); else None (no query)."""
         cached = self._rows.get(dag_id)
         if cached is None or version_hash is None or cached.version_hash != version_hash:
-            return None
+            return None if version_hash is None else self._versions.get((dag_id, version_hash))
         return cached if fileloc is None or cached.fileloc == fileloc else None
 
     def get(
@@ -74,4 +104,25 @@ class SerializedDagCache:
             return found
         if fileloc is not None and dag_id in self._rows and self._rows[dag_id].fileloc != fileloc:
             del self._rows[dag_id]  # the file moved: same hash, new path
-        return self.get_many(session, [dag_id]).get(dag_id)
+        latest = self.get_many(session, [dag_id]).get(dag_id)
+        if latest is None or version_hash is None or latest.version_hash == version_hash:
+            return latest
+        return self.version(session, latest, version_hash) or latest
+
+    def version(self, session: Session, latest: Dag, version_hash: str) -> Dag | None:
+        """The DAG `latest` as its version `version_hash` (a transient row, `as_version`);
+        None when no `dag_version` has it (a folder bundle's DAG)."""
+        key = (latest.dag_id, version_hash)
+        found = self._versions.get(key)
+        if found is not None:
+            return found
+        row = session.scalars(
+            select(DagVersion)
+            .where(DagVersion.dag_id == latest.dag_id, DagVersion.version_hash == version_hash)
+            .order_by(DagVersion.id.desc())
+            .limit(1)
+        ).first()
+        if row is None:
+            return None
+        found = self._versions[key] = as_version(latest, row)
+        return found

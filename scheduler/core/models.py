@@ -80,8 +80,55 @@ class Dag(Base):
     max_active_runs: Mapped[int] = mapped_column(Integer, default=16)
     max_active_tasks: Mapped[int] = mapped_column(Integer, default=32)
     last_parsed_at: Mapped[dt.datetime | None]
+    bundle_version: Mapped[str | None] = mapped_column(String(40))
+    """Of a git bundle's DAG: the commit it was last parsed at, which a new run keeps
+    (`dag_run.bundle_version`); NULL for a folder bundle's (not versioned)."""
+    version_id: Mapped[int | None] = mapped_column(ID)
+    """Of a git bundle's DAG: its `dag_version` row as parsed at `bundle_version`."""
 
     __table_args__ = (Index("ix_dag_due", "is_paused", "next_dagrun_create_after"),)
+
+
+class DagVersion(Base):
+    """A version of a git bundle's DAG: recorded for each commit that changed the DAG (its
+    file or its definition), and for any commit a run was asked for (`--version`).
+    `serialized` is the DAG at that commit; `fileloc` is `bundle://<bundle>/<path>`."""
+
+    __tablename__ = "dag_version"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(String(250))
+    bundle: Mapped[str] = mapped_column(String(64))
+    commit_sha: Mapped[str] = mapped_column(String(40))
+    version_hash: Mapped[str] = mapped_column(String(64))
+    source_hash: Mapped[str] = mapped_column(String(64))
+    """sha256 of the DAG file's bytes: a new body for a task is a new version."""
+    fileloc: Mapped[str] = mapped_column(Text)
+    serialized: Mapped[dict[str, Any]]
+    author: Mapped[str] = mapped_column(String(250))
+    committed_at: Mapped[dt.datetime]
+    subject: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+    __table_args__ = (
+        UniqueConstraint("dag_id", "commit_sha", name="uq_dag_version_dag_id_commit_sha"),
+        Index("ix_dag_version_dag_hash", "dag_id", "version_hash"),
+    )
+
+
+class BundleState(Base):
+    """What the schedulers last fetched of a git bundle, and since when its fetch fails."""
+
+    __tablename__ = "bundle_state"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    head_commit: Mapped[str | None] = mapped_column(String(40))
+    """The commit of the bundle's ref last parsed."""
+    fetched_at: Mapped[dt.datetime | None]
+    """The last fetch that worked."""
+    failing_since: Mapped[dt.datetime | None]
+    """The first of the fetches failing since the last that worked; NULL when it works."""
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class DagFile(Base):
@@ -119,6 +166,11 @@ class DagRun(Base):
     """Which of the run's ends have a DAG callback (`core.callback_kinds.BITS`)."""
     deadline_at: Mapped[dt.datetime | None]
     """When the run misses its DAG's deadline if still unfinished; NULL once fired."""
+    bundle_version: Mapped[str | None] = mapped_column(String(40))
+    """The commit whose code every try of the run runs (a git bundle's DAG); NULL: the
+    DAG's current file (a folder bundle's)."""
+    dag_version_id: Mapped[int | None] = mapped_column(ID)
+    """The `dag_version` the run follows (with `bundle_version`; NULL for a folder)."""
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", name="uq_dag_run_dag_id_run_id"),

@@ -25,6 +25,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from sluice.scheduler.core.bundle_specs import BundleSpec, default_bundle, parse_bundles
+
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message is one line for the user."""
@@ -97,6 +99,19 @@ class Settings(BaseSettings):
     database_url: str = Field(default="sqlite:///sluice.db", description="database URL")
     broker_url: str = Field(default="redis://localhost:6379/0", description="broker URL")
     dags_folder: Path = Field(default=Path("dags"), description="where the DAG files are")
+    dag_bundles: tuple[BundleSpec, ...] | None = Field(
+        default=None, description="where DAGs come from, JSON (default: the DAGs folder)"
+    )
+    """The DAG bundles (`core.bundle_specs`): a git bundle is versioned per commit, a
+    folder bundle is not. None: `dags_folder` is the one folder bundle."""
+    bundle_cache: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "sluice" / "bundles",
+        description="where git bundles are checked out (~/.cache/sluice/bundles)",
+    )
+    """Each git bundle's mirror and its checkouts, one folder per commit, shared by every
+    process of the host (`core.bundles`)."""
+    bundle_cache_versions: Count = Field(default=16, description="checkouts of a git bundle kept")
+    """The most recently used checkouts of each git bundle kept in `bundle_cache`."""
     namespace: str = Field(default="sluice", description="prefix of queue names")
     wakeup_url: str | None = Field(
         default=None, description="Redis of the wake-ups (default: the broker's)"
@@ -216,6 +231,11 @@ class Settings(BaseSettings):
         (a test's) or of this process, and by nothing else."""
         return (init_settings,)
 
+    @field_validator("dag_bundles", mode="before")
+    @classmethod
+    def _bundles_from_json(cls, value: Any) -> Any:
+        return parse_bundles(value) if isinstance(value, str) else value
+
     @field_validator("base_url")
     @classmethod
     def _without_final_slash(cls, value: str) -> str:
@@ -265,6 +285,11 @@ class Settings(BaseSettings):
         """`SLUICE_NAME (5s)`, or `SLUICE_NAME (30s, the default)` when not given."""
         given = "" if field in self.model_fields_set else ", the default"
         return f"{variable(field)} ({getattr(self, field):g}s{given})"
+
+    @property
+    def bundles(self) -> tuple[BundleSpec, ...]:
+        """The DAG bundles: SLUICE_DAG_BUNDLES, or the DAGs folder as one folder bundle."""
+        return self.dag_bundles or (default_bundle(self.dags_folder),)
 
     @property
     def hidden_from_tasks(self) -> tuple[str, ...]:

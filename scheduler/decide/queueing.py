@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, update
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.messages import RunMessage
-from sluice.scheduler.core.models import Dag, TaskInstance
+from sluice.scheduler.core.models import TaskInstance
 from sluice.scheduler.core.queries.tis import (
     active_usage,
     lock_dead_running,
@@ -32,6 +32,7 @@ from sluice.scheduler.core.queries.tis import (
     lock_pools,
     lock_scheduled_tis,
 )
+from sluice.scheduler.core.queries.versions import task_specs_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import fail_try, queue_tis
 
@@ -185,15 +186,9 @@ def fail_running_tries(
     up_for_retry or failed, by their tries, with `error`; how many there were."""
     if not tis:
         return 0
-    specs: dict[str, dict[str, Any]] = {
-        dag_id: spec
-        for dag_id, spec in session.execute(
-            select(Dag.dag_id, Dag.serialized).where(Dag.dag_id.in_({t.dag_id for t in tis}))
-        )
-    }
+    specs = task_specs_of(session, tis)  # of each run's own version
     for ti in tis:
-        task_spec = specs.get(ti.dag_id, {}).get("tasks", {}).get(ti.task_id)
-        fail_try(session, ti, task_spec, now, error)
+        fail_try(session, ti, specs[ti.id], now, error)
         log.warning("TI %s.%s.%s: %s", ti.dag_id, ti.run_id, ti.task_id, error)
     return len(tis)
 

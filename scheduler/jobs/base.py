@@ -322,6 +322,10 @@ class DagRunJob:
             dag = self.dag_for(run, dags)
             if dag is None:
                 continue
+            if run.bundle_version is not None and run.dag_hash != dag.version_hash:
+                dag = self.dag_cache.get(session, run.dag_id, run.dag_hash)  # its own version
+                if dag is None:
+                    continue
             if run.id in fresh:  # its roots scheduled, from its DAG alone
                 result.tis_scheduled += fresh[run.id]
                 if tracing:

@@ -38,7 +38,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import transaction
-from sluice.scheduler.core.models import Dag, TaskInstance
+from sluice.scheduler.core.models import TaskInstance
+from sluice.scheduler.core.queries.versions import task_specs_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import fail_try, move_ti
@@ -91,17 +92,12 @@ def poll_external(
     ]
     if not tis:
         return 0
-    specs: dict[str, dict[str, Any]] = {
-        dag_id: spec or {}
-        for dag_id, spec in session.execute(
-            select(Dag.dag_id, Dag.serialized).where(Dag.dag_id.in_({t.dag_id for t in tis}))
-        )
-    }
+    specs = task_specs_of(session, tis)  # of each run's own version
     no_backend = isinstance(app.backend, DisabledBackend)
     finished = 0
     alive: list[int] = []
     for ti in tis:
-        spec = specs.get(ti.dag_id, {}).get("tasks", {}).get(ti.task_id)
+        spec = specs[ti.id]
         name = ((spec or {}).get("celery") or {}).get("name", "the Celery task")
         if no_backend:
             error = "CeleryTask needs a result backend: set SLUICE_RESULT_BACKEND"

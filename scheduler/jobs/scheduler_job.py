@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -38,7 +39,8 @@ from sluice.scheduler.jobs.base import DagRunJob
 from sluice.scheduler.jobs.callbacks import CallbackDelivery, PublishCallbacks
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.jobs.tick import TickResult
-from sluice.scheduler.scheduling.dagbag import next_run_fields, sync_dag_folder
+from sluice.scheduler.scheduling.bundle_sync import bundles_of, sync_bundles
+from sluice.scheduler.scheduling.dagbag import next_run_fields
 from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ class DagFolderParser:
         self.settings = settings
         self.factory = factory
         self.waker = waker
+        self.gits = bundles_of(settings)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sluice-dag-parser", daemon=True)
 
@@ -67,25 +70,22 @@ class DagFolderParser:
         self._thread.join(timeout=self.settings.parse_timeout + 5)
 
     def _loop(self) -> None:
-        missing = False
+        missing: list[str] = []
+        failing: set[str] = set()
         while not self._stop.is_set():
             try:
-                synced = sync_dag_folder(
-                    self.factory,
-                    self.settings.dags_folder,
-                    parse_timeout=self.settings.parse_timeout,
-                    now=utcnow(),
-                    drop_env=self.settings.hidden_from_tasks,
-                )
-                if synced.folder_missing != missing:
-                    missing = synced.folder_missing
-                    if missing:
-                        log.warning(
-                            "the DAGs folder %s is gone: its DAGs keep their last definition",
-                            self.settings.dags_folder.resolve(),
-                        )
-                    else:
-                        log.info("the DAGs folder %s is back", self.settings.dags_folder.resolve())
+                synced = sync_bundles(self.factory, self.settings, self.gits, now=utcnow())
+                for folder in set(synced.folders_missing) - set(missing):
+                    log.warning(
+                        "the DAGs folder %s is gone: its DAGs keep their last definition",
+                        Path(folder).resolve(),
+                    )
+                for folder in set(missing) - set(synced.folders_missing):
+                    log.info("the DAGs folder %s is back", Path(folder).resolve())
+                missing = synced.folders_missing
+                for name in failing - set(synced.fetch_errors):
+                    log.info("fetching DAG bundle %s works again", name)
+                failing = set(synced.fetch_errors)
                 if synced.changed:
                     self.waker.wake()
             except DBAPIError as exc:
@@ -112,6 +112,7 @@ class SchedulerJob(DagRunJob):
         )
         """Publishes due callbacks (None: this job leaves them to other schedulers)."""
         self._dag_syncs = Every(self.settings.dag_refresh_interval)
+        self._gits = bundles_of(self.settings)
         self._start_checks = Every(1.0)
         self._create_checks = Every(1.0)
         self._releases = Every(self.settings.heartbeat_timeout / 4)
@@ -151,13 +152,7 @@ class SchedulerJob(DagRunJob):
         loop (a test or a bench calling `tick` directly gets it done inline)."""
         if self._parser is not None or not self._dag_syncs.take(now, force=force):
             return
-        sync_dag_folder(
-            self.factory,
-            self.settings.dags_folder,
-            parse_timeout=self.settings.parse_timeout,
-            now=now,
-            drop_env=self.settings.hidden_from_tasks,
-        )
+        sync_bundles(self.factory, self.settings, self._gits, now=now)
 
     def lost_job_row(self) -> None:
         """A scheduler marked dead while alive (its heartbeat was late) registers again:

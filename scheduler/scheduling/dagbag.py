@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.scheduler.core.bundles import SCHEME as BUNDLE_SCHEME
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Dag, DagFile
 from sluice.scheduler.core.settings import SECRET_VARIABLES
@@ -95,7 +96,7 @@ def sync_dag_folder(
             outcome = parsed.get(path) or {"dags": [], "error": "file was not parsed"}
             error = outcome.get("error")
             if error is None:
-                error = _record_dags(session, path, outcome["dags"], now)
+                error = record_dags(session, path, outcome["dags"], now)
             mtime_ns, size = on_disk[path]
             upsert(
                 session,
@@ -117,17 +118,23 @@ def sync_dag_folder(
     return result
 
 
-def _record_dags(
-    session: Session, path: str, dags: list[dict[str, Any]], now: dt.datetime
+def record_dags(
+    session: Session,
+    path: str,
+    dags: list[dict[str, Any]],
+    now: dt.datetime,
+    extra: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> str | None:
-    """Upsert the DAGs of one good file; return an error if a dag_id clashes."""
+    """Upsert the DAGs of one good file (`path`: its place, or a git bundle's
+    `bundle://` location); return an error if a dag_id clashes with another active
+    file's, of any bundle. `extra` gives more columns of a DAG's row from its spec."""
     ids = [spec["dag_id"] for spec in dags]
     rows = session.execute(
         select(Dag.dag_id, Dag.fileloc).where(
             Dag.dag_id.in_(ids), Dag.fileloc != path, Dag.is_active.is_(True)
         )
     ).all()
-    clashes = [(d, f) for d, f in rows if Path(f).exists()]
+    clashes = [(d, f) for d, f in rows if f.startswith(BUNDLE_SCHEME) or Path(f).exists()]
     if clashes:
         dag_id, other = clashes[0]
         return f"DagDefinitionError: dag_id {dag_id!r} is already defined in {other}"
@@ -140,7 +147,8 @@ def _record_dags(
     )
     for spec in dags:
         dag_id = spec["dag_id"]
-        _record_dag(session, path, spec, existing.get(dag_id), now, dag_id in shapeless)
+        more = extra(spec) if extra is not None else {}
+        _record_dag(session, path, spec, existing.get(dag_id), now, dag_id in shapeless, more)
     return None
 
 
@@ -151,6 +159,7 @@ def _record_dag(
     row: Dag | None,
     now: dt.datetime,
     shapeless: bool,
+    more: dict[str, Any],
 ) -> None:
     """Upsert one DAG; its shape (`scheduling.shapes`) is computed again only for a new
     DAG or version, or a row recorded without one (`shapeless`)."""
@@ -169,6 +178,9 @@ def _record_dag(
         "max_active_tasks": spec["max_active_tasks"],
         "last_parsed_at": now,
         "import_error": None,
+        "bundle_version": None,  # a folder's DAG is not versioned
+        "version_id": None,
+        **more,
     }
     timing_changed = row is None or (
         row.serialized.get("schedule") != schedule

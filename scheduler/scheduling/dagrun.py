@@ -134,6 +134,8 @@ def create_dagrun(
             "context_carrier": new_carrier(),
             "callback_mask": mask_of(dag.serialized.get("callbacks") or ()),
             "deadline_at": deadline_of(dag.serialized, now),
+            "bundle_version": dag.bundle_version,  # a git bundle's: the run keeps its commit
+            "dag_version_id": dag.version_id,
         },
     )
     if run is None:
@@ -222,15 +224,20 @@ def update_state(
     if it changed, the run is brought in step and decided again from it, in this
     transaction. That read is one query a run, at its end.
 
+    A run of a git bundle's DAG (`bundle_version`) follows the version it was created
+    with: `dag` is that version (`SerializedDagCache.get` of the run's hash), and no
+    newer one is ever read here (`tasks clear --latest-version` moves it, `clearing`).
+
     Invariant: the run row is locked by the caller's transaction.
     """
+    pinned = run.bundle_version is not None and run.dag_hash == dag.version_hash
     if run.dag_hash != dag.version_hash:
         dag = _stored_dag(session, run, dag)
         if run.dag_hash != dag.version_hash:
             verify_integrity(session, run, dag, now)
     outcome = RunDecision()
     moved, end = _decide(session, run, dag, now, outcome, max_map_length)
-    if end is not None:
+    if end is not None and not pinned:
         current = _newer_version(session, run)
         if current is not None:
             verify_integrity(session, run, current, now)

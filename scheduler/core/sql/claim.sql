@@ -4,7 +4,8 @@
 -- name: claim_try
 -- The claim of a try: queued -> running for the message's attempt, by this worker's
 -- host and pid, returning what the try needs of its run and its DAG (scalar subqueries
--- on their keys: the claim is one statement). The code a try runs is the claimed row's:
+-- on their keys: the claim is one statement; `bundle_version`, the commit a git
+-- bundle's run keeps, NULL for a folder's). The code a try runs is the claimed row's:
 -- a message whose ids disagree with its TI's claims nothing (stale), whatever its ti_id
 -- and attempt_id. `state`, `dag_id`, `run_id` and `task_id` are compared through
 -- `|| ''`: the row is reached by its key whatever the statistics (on `dag_id` itself a
@@ -32,6 +33,8 @@ RETURNING
         AS dag_hash,
     (SELECT claimed_by_job_id FROM dag_run WHERE dag_run.id = task_instance.dag_run_id)
         AS claimed_by_job_id,
+    (SELECT bundle_version FROM dag_run WHERE dag_run.id = task_instance.dag_run_id)
+        AS bundle_version,
     (SELECT fileloc FROM dag WHERE dag.dag_id = task_instance.dag_id) AS fileloc;
 
 -- name: upstream_results_of_the_claimed_ti

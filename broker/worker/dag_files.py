@@ -1,0 +1,40 @@
+"""Where a worker finds the file of the DAG a try runs.
+
+A folder bundle's DAG names its file by path (`dag.fileloc`). A git bundle's names it
+`bundle://<bundle>/<path>`, and its run keeps a commit (`dag_run.bundle_version`): the
+file is that commit's, in this host's checkout of it (`core.bundles`), never the branch
+head. The checkout is made on first use and shared by every process of the host.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from sluice.scheduler.core.bundles import GitBundle, git_bundles, parse_location
+from sluice.scheduler.core.settings import Settings
+
+
+@functools.lru_cache(maxsize=4)
+def _bundles(settings: Settings) -> dict[str, GitBundle]:
+    return git_bundles(
+        settings.bundles,
+        settings.bundle_cache,
+        keep=settings.bundle_cache_versions,
+        drop_env=settings.hidden_from_tasks,
+    )
+
+
+def local_file(settings: Settings, fileloc: str, bundle_version: str | None) -> str:
+    """The local path of `fileloc` as of `bundle_version`. LookupError for a git bundle
+    this worker does not know or a run without a commit; BundleError (one line) when the
+    commit cannot be fetched or checked out: the try fails with it, and retries apply."""
+    place = parse_location(fileloc)
+    if place is None:
+        return fileloc
+    name, path = place
+    bundle = _bundles(settings).get(name)
+    if bundle is None:
+        raise LookupError(f"DAG bundle {name!r} is not in this worker's SLUICE_DAG_BUNDLES")
+    if bundle_version is None:
+        raise LookupError(f"the run of {fileloc} has no commit to run")
+    return str(bundle.checkout(bundle_version) / path)
