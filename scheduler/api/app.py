@@ -22,7 +22,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from sluice.scheduler.api import health, routes_dags, routes_runs, routes_tasks
+from sluice.scheduler.api import (
+    health,
+    routes_dags,
+    routes_runs,
+    routes_tasks,
+    routes_versions,
+)
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import install_error_handlers
 from sluice.scheduler.api.guard import RequestGuard
@@ -88,7 +94,7 @@ def create_app(
     app.state.sluice = state
     app.add_middleware(RequestGuard, config=config)
     install_error_handlers(app)
-    for module in (health, routes_dags, routes_runs, routes_tasks):
+    for module in (health, routes_dags, routes_runs, routes_tasks, routes_versions):
         app.include_router(module.router)
     install_ui(app)
     return app

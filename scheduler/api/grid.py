@@ -34,7 +34,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.types import BigInteger, String
 
 from sluice.scheduler.api.schemas import CompactGrid, CompactGridRun, GridCell, GridMapped
-from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.api.views import version_ref_out
+from sluice.scheduler.core.models import DagRun, DagVersion, TaskInstance
+from sluice.scheduler.core.queries.version_reads import VersionRef
 from sluice.scheduler.core.states import TI, TaskInstanceState
 
 SUMMARY_ORDER: tuple[TaskInstanceState, ...] = (
@@ -103,6 +105,9 @@ class RunRow:
     logical_date: dt.datetime
     start_date: dt.datetime | None
     end_date: dt.datetime | None
+    bundle_version: str | None = None
+    version: VersionRef | None = None
+    """The `dag_version` the run follows (a git bundle's DAG), its commit and subject."""
 
     def header(self) -> dict[str, Any]:
         """The fields both formats give of the run."""
@@ -113,11 +118,14 @@ class RunRow:
             "logical_date": self.logical_date,
             "start_date": self.start_date,
             "end_date": self.end_date,
+            "bundle_version": self.bundle_version,
+            "version": version_ref_out(self.version),
         }
 
 
 def newest_runs(session: Session, dag_id: str, limit: int) -> list[RunRow]:
-    """The `limit` newest runs of the DAG by logical date, oldest first."""
+    """The `limit` newest runs of the DAG by logical date, oldest first, each with the
+    version it follows (an outer join on the version's primary key)."""
     rows = session.execute(
         select(
             DagRun.id,
@@ -127,12 +135,19 @@ def newest_runs(session: Session, dag_id: str, limit: int) -> list[RunRow]:
             DagRun.logical_date,
             DagRun.start_date,
             DagRun.end_date,
+            DagRun.bundle_version,
+            DagVersion.commit_sha,
+            DagVersion.subject,
         )
+        .outerjoin(DagVersion, DagVersion.id == DagRun.dag_version_id)
         .where(DagRun.dag_id == dag_id)
         .order_by(DagRun.logical_date.desc())
         .limit(limit)
     ).all()
-    return [RunRow(*row) for row in reversed(rows)]
+    return [
+        RunRow(*row[:8], version=VersionRef(row[8], row[9]) if row[8] is not None else None)
+        for row in reversed(rows)
+    ]
 
 
 def _grouped_tis(session: Session, where: Any) -> dict[int, dict[str, GridCell]]:

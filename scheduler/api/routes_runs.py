@@ -2,7 +2,12 @@
 
 Triggering goes through `scheduler.control.operations.trigger_run`, as `sluice dags
 trigger` does, and wakes the schedulers the same way; its conf and run id are checked
-by `scheduler.control.inputs`, as the CLI checks them, before anything is written.
+by `scheduler.control.inputs`, as the CLI checks them, before anything is written. A
+trigger with a `version` takes the git bundle's DAG at that commit, tag or branch
+(`scheduling.bundle_sync.dag_at_version`, as `--version` does).
+
+A run's answer carries its commit (`bundle_version`) and the version it follows
+(`version`), read with the runs (`version_reads.version_refs`, one query a page).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import func, select
-from sqlalchemy.orm import defer
+from sqlalchemy.orm import Session, defer
 
 from sluice.scheduler.api.auth import API_USER
 from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
@@ -38,7 +43,9 @@ from sluice.scheduler.control.inputs import InputError, check_conf, parse_date
 from sluice.scheduler.control.operations import wake_schedulers
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun
+from sluice.scheduler.core.queries.version_reads import VersionRef, version_refs
 from sluice.scheduler.core.states import DagRunState
+from sluice.scheduler.scheduling.bundle_sync import UnknownVersion, dag_at_version
 from sluice.scheduler.scheduling.dagrun import RunExists
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs", tags=["runs"])
@@ -50,6 +57,13 @@ def parse_logical_date(text: str) -> dt.datetime:
         return parse_date(text, "logical_date")
     except InputError as exc:
         raise unprocessable(str(exc)) from None
+
+
+def version_of(session: Session, run: DagRun) -> VersionRef | None:
+    """The version the run follows (its commit and subject), if it has one."""
+    if run.dag_version_id is None:
+        return None
+    return version_refs(session, [run.dag_version_id]).get(run.dag_version_id)
 
 
 @router.get("", response_model=RunList, dependencies=[CanRead], responses=errors(404))
@@ -76,8 +90,14 @@ def list_runs(
         .limit(limit)
         .offset(offset)
     ).all()
+    versions = version_refs(session, {r.dag_version_id for r in runs if r.dag_version_id})
     return RunList(
-        runs=[run_summary(r, state.config) for r in runs], total=total, limit=limit, offset=offset
+        runs=[
+            run_summary(r, state.config, versions.get(r.dag_version_id or 0)) for r in runs
+        ],
+        total=total,
+        limit=limit,
+        offset=offset,
     )
 
 
@@ -91,7 +111,9 @@ def list_runs(
 def trigger_run(
     dag_id: str, body: RunCreate, session: DbSession, state: State, after: BackgroundTasks
 ) -> RunOut:
-    """Create a manual run (queued) and wake the schedulers."""
+    """Create a manual run (queued) and wake the schedulers. With `version`, the run takes
+    that version of a git bundle's DAG (422 if it has none: a folder's DAG, a commit, tag
+    or branch the bundle does not have, a commit without the DAG)."""
     try:
         conf = check_conf(
             body.conf or {},
@@ -103,6 +125,11 @@ def trigger_run(
     dag = find_dag(session, dag_id, definition=True)  # the run's TIs are made from it
     now = utcnow()
     logical = parse_logical_date(body.logical_date) if body.logical_date is not None else now
+    if body.version is not None:
+        try:  # git, and a parse of the commit if it has no version recorded yet
+            dag = dag_at_version(state.factory, state.settings, dag, body.version, now=now)
+        except UnknownVersion as exc:
+            raise unprocessable(str(exc)) from None
     try:
         run = operations.trigger_run(
             session, dag, now=now, logical_date=logical, run_id=body.run_id, conf=conf
@@ -110,13 +137,14 @@ def trigger_run(
     except RunExists as exc:
         raise ApiError(409, str(exc)) from None
     after.add_task(wake_schedulers, state.settings)
-    return run_out(run, state.config)
+    return run_out(run, state.config, version=version_of(session, run))
 
 
 @router.get("/{run_id}", response_model=RunOut, dependencies=[CanRead], responses=errors(404))
 def get_run(dag_id: str, run_id: str, session: DbSession, state: State) -> RunOut:
     _, run = find_run(session, dag_id, run_id)
-    return run_out(run, state.config, note_out(session, run.dag_id, run.run_id, None))
+    note = note_out(session, run.dag_id, run.run_id, None)
+    return run_out(run, state.config, note, version_of(session, run))
 
 
 TRIES_LIMIT = 1000
@@ -161,7 +189,7 @@ def cancel_run(
         raise ApiError(409, str(exc)) from None
     after.add_task(operations.stop_tries, state.settings, done)
     session.refresh(run)
-    return run_out(run, state.config)
+    return run_out(run, state.config, version=version_of(session, run))
 
 
 @router.post(

@@ -27,6 +27,20 @@ def _run_id(value: str) -> str:
 
 RunIdIn = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(_run_id)]
 
+VERSION_MAX = 200
+"""The longest revision a run may be asked at (`core.bundle_specs.REF`'s bound)."""
+
+
+
+def _version(value: str) -> str:
+    return storable(check_id_text(value))
+
+
+VersionIn = Annotated[str, Field(min_length=1, max_length=VERSION_MAX), AfterValidator(_version)]
+
+SHA_PATTERN = "^[0-9a-f]{4,40}$"
+"""A commit named in a URL: its full sha, or at least 4 of its first characters."""
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -54,6 +68,15 @@ class RunCreate(Strict):
             "a JSON object handed to the tasks as context['conf']; at most "
             "SLUICE_MAX_CONF_BYTES (64 KiB) and SLUICE_MAX_CONF_DEPTH (32) levels deep"
         ),
+    )
+    version: VersionIn | None = Field(
+        default=None,
+        description=(
+            "a git bundle's DAG only: the commit (a full or short sha), tag or branch whose "
+            "version of the DAG the run takes, as `sluice dags trigger --version`; "
+            "default: the DAG's latest version"
+        ),
+        examples=["release-1"],
     )
 
 
@@ -131,6 +154,25 @@ class DagDetail(DagSummary):
     tasks: list[TaskSpecOut] = Field(description="in topological order")
 
 
+class VersionRefOut(BaseModel):
+    """The DAG version a run follows (of a git bundle's DAG): its commit and subject."""
+
+    sha: str = Field(description="the commit the version was recorded at (full sha)")
+    short: str = Field(description="its first 12 characters")
+    subject: str = Field(description="the first line of the commit's message")
+
+
+_BUNDLE_VERSION = (
+    "the commit (full sha) of a git bundle whose code the run runs; null for a run of a "
+    "folder's DAG (not versioned)"
+)
+_VERSION = (
+    "the DAG version the run follows (its tasks, its file): recorded at `bundle_version` "
+    "or, when that commit changed neither the DAG nor its file, at the commit before that "
+    "did; null for a folder's DAG"
+)
+
+
 class RunSummary(BaseModel):
     dag_id: str
     run_id: str
@@ -142,6 +184,8 @@ class RunSummary(BaseModel):
     end_date: dt.datetime | None
     trace_id: str | None
     trace_url: str | None = Field(description="a link to its trace when SLUICE_TRACE_URL is set")
+    bundle_version: str | None = Field(default=None, description=_BUNDLE_VERSION)
+    version: VersionRefOut | None = Field(default=None, description=_VERSION)
 
 
 class NoteOut(BaseModel):
@@ -305,6 +349,8 @@ class GridRunHeader(BaseModel):
     logical_date: dt.datetime
     start_date: dt.datetime | None
     end_date: dt.datetime | None
+    bundle_version: str | None = Field(default=None, description=_BUNDLE_VERSION)
+    version: VersionRefOut | None = Field(default=None, description=_VERSION)
 
 
 class GridRun(GridRunHeader):
@@ -365,6 +411,57 @@ class CompactGrid(BaseModel):
     )
     runs: list[CompactGridRun] = Field(description="the columns, oldest first")
     active: bool = Field(description="some run is queued or running")
+
+
+class VersionOut(BaseModel):
+    """One version of a git bundle's DAG."""
+
+    sha: str = Field(description="the commit it was recorded at (full sha)")
+    short: str = Field(description="its first 12 characters")
+    bundle: str
+    fileloc: str = Field(description="bundle://<bundle>/<the DAG file's path in the repository>")
+    committed_at: dt.datetime = Field(description="the commit's author date")
+    author: str
+    subject: str = Field(description="the first line of the commit's message")
+    runs: int = Field(description="the runs created with this version")
+    tasks: list[str] = Field(description="its task ids")
+
+
+class VersionList(BaseModel):
+    dag_id: str
+    versioned: bool = Field(
+        description="the DAG comes from a git bundle; false: from a folder, which keeps no "
+        "versions (`versions` is empty)"
+    )
+    versions: list[VersionOut] = Field(description="the newest commit first")
+
+
+class VersionCode(BaseModel):
+    """The DAG's file as it was at one of its versions."""
+
+    dag_id: str
+    sha: str
+    short: str
+    subject: str
+    author: str
+    committed_at: dt.datetime
+    fileloc: str
+    path: str = Field(description="the DAG file's path in the repository")
+    content: str = Field(description="the file's text (bytes that are not UTF-8 replaced)")
+    truncated: bool = Field(description="the file is longer than the 1 MiB shown")
+
+
+class VersionChanges(BaseModel):
+    """The tasks one version of a DAG adds and removes, against another."""
+
+    dag_id: str
+    sha: str
+    since: str | None = Field(
+        description="the version compared with (full sha): `since` if given, else the one "
+        "before `sha`; null when `sha` is the DAG's first (every task is added)"
+    )
+    added: list[str] = Field(description="task ids `sha` has and `since` has not, sorted")
+    removed: list[str] = Field(description="task ids `since` has and `sha` has not, sorted")
 
 
 class DatabaseHealth(BaseModel):

@@ -1,4 +1,5 @@
-"""The web UI: two HTML pages and their static assets, served by the API app.
+"""The web UI: three HTML pages and their static assets, served by the API app: the DAGs,
+one DAG (its runs), and one version of a git bundle's DAG (its file's code).
 
 Plain HTML, CSS and JavaScript from `static/` (no build step, nothing from a
 CDN). The pages hold no data: their scripts read everything from `/api/v1`
@@ -40,3 +41,7 @@ def install_ui(app: FastAPI) -> None:
     @app.get("/dags/{dag_id}", include_in_schema=False)
     def dag_page(dag_id: str) -> FileResponse:
         return _page("dag.html")
+
+    @app.get("/dags/{dag_id}/versions/{sha}", include_in_schema=False)
+    def version_page(dag_id: str, sha: str) -> FileResponse:
+        return _page("version.html")

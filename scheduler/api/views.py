@@ -20,9 +20,11 @@ from sluice.scheduler.api.schemas import (
     RunOut,
     RunSummary,
     TaskInstanceOut,
+    VersionRefOut,
 )
 from sluice.scheduler.core.models import AuditEvent, Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries import audit
+from sluice.scheduler.core.queries.version_reads import VersionRef
 from sluice.scheduler.scheduling.shapes import task_order, task_specs_json
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -151,7 +153,12 @@ def dag_summary(dag: Dag, recent: Sequence[RunBrief], task_count: int) -> DagSum
     )
 
 
-def _run_fields(run: DagRun, config: ApiConfig) -> dict[str, Any]:
+def version_ref_out(ref: VersionRef | None) -> VersionRefOut | None:
+    """What a run shows of its version (`version_reads.version_refs`), if it has one."""
+    return None if ref is None else VersionRefOut(sha=ref.sha, short=ref.short, subject=ref.subject)
+
+
+def _run_fields(run: DagRun, config: ApiConfig, version: VersionRef | None) -> dict[str, Any]:
     trace_id = trace_id_of(run.context_carrier)
     return {
         "dag_id": run.dag_id,
@@ -164,16 +171,24 @@ def _run_fields(run: DagRun, config: ApiConfig) -> dict[str, Any]:
         "end_date": run.end_date,
         "trace_id": trace_id,
         "trace_url": config.trace_link(trace_id),
+        "bundle_version": run.bundle_version,
+        "version": version_ref_out(version),
     }
 
 
-def run_summary(run: DagRun, config: ApiConfig) -> RunSummary:
-    """A run in a list: everything but its conf (which the list never reads)."""
-    return RunSummary(**_run_fields(run, config))
+def run_summary(run: DagRun, config: ApiConfig, version: VersionRef | None = None) -> RunSummary:
+    """A run in a list: everything but its conf (which the list never reads); `version`
+    is the run's `dag_version` (`version_reads.version_refs`), if it has one."""
+    return RunSummary(**_run_fields(run, config, version))
 
 
-def run_out(run: DagRun, config: ApiConfig, note: NoteOut | None = None) -> RunOut:
-    return RunOut(**_run_fields(run, config), conf=dict(run.conf or {}), note=note)
+def run_out(
+    run: DagRun,
+    config: ApiConfig,
+    note: NoteOut | None = None,
+    version: VersionRef | None = None,
+) -> RunOut:
+    return RunOut(**_run_fields(run, config, version), conf=dict(run.conf or {}), note=note)
 
 
 def note_out(session: Session, dag_id: str, run_id: str, task_id: str | None) -> NoteOut | None:

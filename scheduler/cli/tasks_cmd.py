@@ -23,11 +23,17 @@ from sluice.scheduler.cli.tables import Col, console, print_table
 from sluice.scheduler.cli.timefmt import TIMES_NOTE, duration_text, when
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
+from sluice.scheduler.core.dag_cache import dag_of_run
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.audit import cli_user
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances
+from sluice.scheduler.scheduling.clearing import (
+    NotVersioned,
+    UnknownTask,
+    clear_task_instances,
+    move_to_latest,
+)
 from sluice.scheduler.scheduling.marking import TI_MARKS
 
 
@@ -51,6 +57,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
     add_map_index_argument(p, "clear only this index of the one --task (mapped)")
+    p.add_argument(
+        "--latest-version",
+        action="store_true",
+        help="move the run to its DAG's latest version first (a git bundle's run)",
+    )
     p.set_defaults(func=clear)
     p = cmds.add_parser("mark", help="mark a task instance success, failed or skipped")
     p.add_argument("dag_id")
@@ -184,9 +195,13 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
     operations.ready_to_wake(cli.settings)
     with transaction(cli.factory) as session:
         run = cli.get_run(session, args.dag_id, args.run_id)
-        dag = session.get(Dag, args.dag_id)
+        dag = dag_of_run(session, run)  # the run's own version: a clear keeps it
         assert dag is not None
         try:
+            if args.latest_version:
+                dag = session.get(Dag, args.dag_id)
+                assert dag is not None
+                move_to_latest(session, run, dag, now)
             if map_index is not None:
                 cli.get_ti(session, args.dag_id, args.run_id, args.task_ids[0], map_index)
             cleared = clear_task_instances(
@@ -198,7 +213,7 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
                 now=now,
                 map_index=map_index,
             )
-        except UnknownTask as exc:
+        except (UnknownTask, NotVersioned) as exc:
             raise CliError(str(exc)) from None
     revoke_external_tasks(cli.settings, cleared.external_ids)
     wake_schedulers(cli.settings)

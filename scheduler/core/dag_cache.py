@@ -20,7 +20,7 @@ from cachetools import LRUCache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.core.models import Dag, DagVersion
+from sluice.scheduler.core.models import Dag, DagRun, DagVersion
 
 VERSIONS_KEPT = 64
 
@@ -126,3 +126,19 @@ class SerializedDagCache:
             return None
         found = self._versions[key] = as_version(latest, row)
         return found
+
+
+def dag_of_run(session: Session, run: DagRun) -> Dag | None:
+    """The DAG as `run` follows it: its stored row, or for a run of a git bundle's DAG
+    that follows another version, that version (a transient row, `as_version`, keeping
+    the run's commit). None when the DAG is not stored. Two reads at most; no cache."""
+    latest = session.get(Dag, run.dag_id)
+    if latest is None or run.bundle_version is None or latest.version_hash == run.dag_hash:
+        return latest
+    version = session.scalars(
+        select(DagVersion)
+        .where(DagVersion.dag_id == run.dag_id, DagVersion.version_hash == run.dag_hash)
+        .order_by(DagVersion.id.desc())
+        .limit(1)
+    ).first()
+    return latest if version is None else as_version(latest, version, run.bundle_version)

@@ -13,18 +13,44 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.states import TI, DagRunState, SpanStatus
 from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
 from sluice.scheduler.core.transitions import move_run, move_spans, move_tis
+from sluice.scheduler.scheduling.dagrun import verify_integrity
 from sluice.tasks.mapping import per_index_of
 
 
 class UnknownTask(LookupError):
     """A task id the DAG does not have; the message is one line for the user."""
+
+
+class NotVersioned(ValueError):
+    """A run that cannot move to another version (a folder bundle's always follows its
+    DAG's current file); the message is one line for the user."""
+
+
+def move_to_latest(session: Session, run: DagRun, latest: Dag, now: dt.datetime) -> None:
+    """Move a git bundle's run to its DAG's latest version (`latest`, the stored row):
+    its commit and version become the DAG's, and its TIs are brought in step as a folder
+    run's are (`verify_integrity`: new tasks get TIs, vanished ones become `removed`).
+    Invariant: the run's row is locked first (`FOR UPDATE`), in the caller's transaction."""
+    if run.bundle_version is None or latest.bundle_version is None:
+        raise NotVersioned(
+            f"run {run.run_id!r} follows its DAG's current file (a folder bundle's): "
+            "it has no version to move"
+        )
+    session.execute(select(DagRun.id).where(DagRun.id == run.id).with_for_update())
+    verify_integrity(session, run, latest, now)
+    session.execute(
+        update(DagRun)
+        .where(DagRun.id == run.id)
+        .values(bundle_version=latest.bundle_version, dag_version_id=latest.version_id)
+    )
+    session.refresh(run)
 
 
 def downstream_closure(spec: dict[str, Any], roots: Sequence[str]) -> set[str]:
@@ -115,8 +141,8 @@ def clear_task_instances(
     tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
     cleared = Cleared()
     for ti in tis:
-        if wanted and ti.task_id not in wanted:
-            continue
+        if (wanted and ti.task_id not in wanted) or ti.task_id not in tasks:
+            continue  # a TI of a task its version no longer has stays `removed`
         index = indexes.get(ti.task_id)
         if index is not None and ti.map_index != index:
             continue

@@ -219,6 +219,53 @@ def test_each_run_runs_the_code_of_its_commit(sluice: Sluice, tmp_path: Path) ->
     assert sluice.wait_run("versioned", after, timeout=90) == "success", sluice.logs()
     assert set(sluice.db_task_states("versioned", after)) == {"a", "c"}
 
+    # a clear keeps the run's version; --latest-version moves it to v2's tasks
+    sluice.ok("tasks", "clear", "versioned", old, "--task", "b")
+    assert sluice.wait_run("versioned", old, timeout=90) == "success", sluice.logs()
+    assert run_version(sluice, "versioned", old) == v1
+    sluice.ok("tasks", "clear", "versioned", r1, "--latest-version")
+    assert sluice.wait_run("versioned", r1, timeout=90) == "success", sluice.logs()
+    assert run_version(sluice, "versioned", r1) == v2
+    moved = sluice.db_task_states("versioned", r1)
+    assert {t: row["state"] for t, row in moved.items()} == {
+        "a": "success",
+        "b": "removed",
+        "c": "success",
+    }
+    written = lines(record)
+    assert sorted(x.split()[1] for x in written if x.split()[0] == old) == [
+        "a-v1",
+        "b-v1",
+        "b-v1",
+    ]
+    assert sorted(x.split()[1] for x in written if x.split()[0] == r1) == [
+        "a-v1",
+        "a-v2",
+        "b-v1",
+        "c-v2",
+    ]
+
+
+def test_a_folder_run_follows_its_dag_file_as_before(sluice: Sluice, tmp_path: Path) -> None:
+    """No SLUICE_DAG_BUNDLES: the DAGs folder is one unversioned bundle, and a run whose
+    DAG changed before its tasks ran ends in step with the current file."""
+    record, gate = tmp_path / "record.txt", tmp_path / "gate"
+    gate.touch()
+    dag_file = sluice.dags_folder / "versioned.py"
+    dag_file.write_text(textwrap.dedent(DAG_V1.format(record=str(record), gate=str(gate))))
+    sluice.scheduler()
+    r1 = sluice.trigger("versioned")
+    with sluice._connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM dag_version").scalar() == 0
+    dag_file.write_text(textwrap.dedent(DAG_V2.format(record=str(record))))
+    sluice.ok("dags", "list")  # the new file is parsed before any task runs
+    sluice.worker()
+    assert sluice.wait_run("versioned", r1, timeout=90) == "success", sluice.logs()
+    states = {t: row["state"] for t, row in sluice.db_task_states("versioned", r1).items()}
+    assert states == {"a": "success", "b": "removed", "c": "success"}
+    assert sorted(x.split()[1] for x in lines(record)) == ["a-v2", "c-v2"]
+    assert run_version(sluice, "versioned", r1) == "None"
+
 
 def test_a_version_that_cannot_be_had_is_one_line_and_writes_nothing(
     sluice: Sluice, tmp_path: Path
