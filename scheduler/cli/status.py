@@ -26,7 +26,7 @@ from sluice.scheduler.cli.tables import Col, print_table
 from sluice.scheduler.cli.timefmt import TIMES_NOTE, when
 from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
-from sluice.scheduler.core.models import DagRun, Job, TaskInstance
+from sluice.scheduler.core.models import BundleState, DagRun, Job, TaskInstance
 from sluice.scheduler.core.queries.callbacks import counts as callback_counts
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import DagRunState, JobState, TaskInstanceState
@@ -80,6 +80,16 @@ def read_status(session: Session, settings: Settings, now: dt.datetime) -> dict[
         "runs": runs,
         "task_instances": {q: tis[q] for q in sorted(tis)},
         "callbacks": callback_counts(session),
+        "bundles": [
+            {
+                "name": b.name,
+                "commit": b.head_commit,
+                "fetched_at": iso(b.fetched_at),
+                "failing_since": iso(b.failing_since),
+                "error": b.error,
+            }
+            for b in session.scalars(select(BundleState).order_by(BundleState.name))
+        ],
     }
 
 
@@ -160,6 +170,8 @@ def print_status(
     ]
     print_table(out, callback_cols, [list(report["callbacks"].values())])
 
+    print_bundles(out, report["bundles"], now)
+
     workers = report["workers"]
     rows: list[tuple[Any, ...]] = []
     if workers is not None:
@@ -173,6 +185,45 @@ def print_status(
         out.print(f"[dim]note: {escape(visible(note))}[/]")
 
 
+def print_bundles(out: Console, bundles: list[dict[str, Any]], now: dt.datetime) -> None:
+    """The git bundles (none: nothing printed): the commit parsed last, when the last
+    fetch worked, and, in red under the table, each bundle whose fetch fails since when."""
+    if not bundles:
+        return
+    rows: list[tuple[Any, ...]] = []
+    failing: list[Text | str] = []
+    for bundle in bundles:
+        fetched = bundle["fetched_at"]
+        rows.append(
+            (
+                bundle["name"],
+                (bundle["commit"] or "")[:12] or "none yet",
+                when(dt.datetime.fromisoformat(fetched), now) if fetched else "never",
+                Text("failing", style="red") if bundle["failing_since"] else "ok",
+            )
+        )
+        if bundle["failing_since"]:
+            since = when(dt.datetime.fromisoformat(bundle["failing_since"]), now)
+            failing.append(
+                Text(
+                    visible(
+                        f"bundle {bundle['name']}: fetching fails since {since} "
+                        f"({bundle['error']}); the schedulers keep commit "
+                        f"{(bundle['commit'] or 'none')[:12]}"
+                    ),
+                    style="red",
+                )
+            )
+    out.print("[bold]DAG bundles[/]")
+    print_table(out, BUNDLE_COLUMNS, rows, notes=[TIMES_NOTE, *failing])
+
+
+BUNDLE_COLUMNS = (
+    Col("bundle"),
+    Col("commit", keep=True),
+    Col("last fetch", keep=True),
+    Col("fetch", keep=True),
+)
 JOB_COLUMNS = (
     Col("id", keep=True, right=True),
     Col("type", keep=True),

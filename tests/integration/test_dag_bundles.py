@@ -288,3 +288,64 @@ def test_a_version_that_cannot_be_had_is_one_line_and_writes_nothing(
 
     done = sluice.cli("dags", "versions", "versioned")
     assert done.returncode == 0, done.stderr
+
+
+RETRIED = """
+import pathlib
+from sluice import DAG, task
+
+with DAG("retried", schedule=None) as dag:
+    @task(retries=5, retry_delay=0.5)
+    def a(context):
+        with pathlib.Path({record!r}).open("a") as f:
+            f.write(f"{{context['run_id']}} a\\n")
+"""
+
+
+def test_an_unreachable_remote_keeps_the_last_commit_and_a_failed_checkout_is_retried(
+    sluice: Sluice, tmp_path: Path
+) -> None:
+    record = tmp_path / "record.txt"
+    repo = Repo(tmp_path / "repo")
+    v1 = repo.commit({"dags/retried.py": RETRIED.format(record=str(record))}, "v1")
+    sluice.extra_env["SLUICE_DAG_BUNDLES"] = bundle_env(repo)
+    sluice.extra_env["SLUICE_BUNDLE_CACHE"] = str(tmp_path / "cache-scheduler")
+    sluice.scheduler()
+    sluice.extra_env["SLUICE_BUNDLE_CACHE"] = str(tmp_path / "cache-cli")
+    wait_until(lambda: head_of(sluice, "retried") == v1, timeout=60)
+
+    gone = repo.remote.with_name("moved.git")
+    repo.remote.rename(gone)  # the remote cannot be reached
+    report = wait_until(
+        lambda: [
+            b
+            for b in json.loads(sluice.ok("status", "--json", "--workers-timeout", "0"))["bundles"]
+            if b["failing_since"]
+        ],
+        timeout=60,
+    )
+    assert report[0]["name"] == "main" and report[0]["commit"] == v1, report
+    assert "git fetch failed" in report[0]["error"], report
+    shown = sluice.ok("status", "--workers-timeout", "0")
+    assert "bundle main: fetching fails since" in " ".join(shown.split()), shown
+
+    run_id = sluice.trigger("retried")  # the last commit fetched is still run
+    assert run_version(sluice, "retried", run_id) == v1
+    sluice.extra_env["SLUICE_BUNDLE_CACHE"] = str(tmp_path / "cache-worker")  # a new host
+    sluice.worker()
+    failed = wait_until(
+        lambda: (row := sluice.db_task_states("retried", run_id)["a"])["error"] and row,
+        timeout=60,
+    )
+    assert failed["error"].startswith("BundleError: bundle 'main': git fetch failed"), failed
+    assert "\n" not in failed["error"]
+    gone.rename(repo.remote)
+    assert sluice.wait_run("retried", run_id, timeout=90) == "success", sluice.logs()
+    assert sluice.db_task_states("retried", run_id)["a"]["try_number"] >= 2
+    assert lines(record) == [f"{run_id} a"]
+    wait_until(
+        lambda: not json.loads(sluice.ok("status", "--json", "--workers-timeout", "0"))[
+            "bundles"
+        ][0]["failing_since"],
+        timeout=60,
+    )
