@@ -76,6 +76,11 @@ def add_dag_form(forms: argparse._SubParsersAction) -> None:
         default=None,
         help="the backfill's runs active at once (default: the DAG's max_active_runs)",
     )
+    p.add_argument(
+        "--version",
+        metavar="SHA",
+        help="the runs' commit of the DAG's git bundle (a sha, a tag or a branch)",
+    )
     p.add_argument("--local", action="store_true", help="run tasks in this process")
     p.add_argument("-c", "--concurrency", type=int, default=4, help="tasks at once with --local")
     p.set_defaults(func=backfill)
@@ -129,6 +134,8 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         raise CliError(f"--end {args.end} is before --start {args.start}")
     if args.max_active_runs is not None and args.max_active_runs < 1:
         raise CliError("--max-active-runs must be at least 1")
+    if args.version is not None and args.local:
+        raise CliError("--local runs the DAG files of this folder: it takes no --version")
     if args.local:  # the tasks run in this process: the secrets leave its environment
         from sluice.broker.worker.task_env import hide_secrets
 
@@ -144,6 +151,14 @@ def backfill(cli: Cli, args: argparse.Namespace) -> int:
         if stored is None or not stored.is_active:
             raise cli.unknown_dag(session, args.dag_id)
     local = transient_dag(local_obj, stored) if local_obj is not None else None
+    if args.version is not None:  # every run of the backfill keeps that commit
+        from sluice.scheduler.core.db import utcnow
+        from sluice.scheduler.scheduling.bundle_sync import UnknownVersion, dag_at_version
+
+        try:
+            local = dag_at_version(cli.factory, cli.settings, stored, args.version, now=utcnow())
+        except UnknownVersion as exc:
+            raise CliError(str(exc)) from None
     spec = (local or stored).serialized
     try:
         dates = logical_dates_between(spec, start, end)

@@ -67,6 +67,19 @@ with DAG("versioned", schedule=None) as dag:
     a >> c
 """
 
+DAILY = """
+import pathlib
+from datetime import datetime, timezone
+from sluice import DAG, task
+
+with DAG("daily", schedule="@daily", catchup=False,
+         start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+    @task
+    def d(context):
+        with pathlib.Path({record!r}).open("a") as f:
+            f.write(f"{{context['run_id']}} d-{version}\\n")
+"""
+
 BROKEN = "from sluice import DAG\nraise RuntimeError('v3 does not import')\n"
 
 GIT_ENV = {
@@ -142,7 +155,11 @@ def test_each_run_runs_the_code_of_its_commit(sluice: Sluice, tmp_path: Path) ->
     record, gate = tmp_path / "record.txt", tmp_path / "gate"
     repo = Repo(tmp_path / "repo")
     v1 = repo.commit(
-        {"dags/versioned.py": DAG_V1.format(record=str(record), gate=str(gate))}, "v1: a >> b"
+        {
+            "dags/versioned.py": DAG_V1.format(record=str(record), gate=str(gate)),
+            "dags/daily.py": DAILY.format(record=str(record), version="v1"),
+        },
+        "v1: a >> b",
     )
     repo.tag("release-1", v1)
     sluice.extra_env["SLUICE_DAG_BUNDLES"] = bundle_env(repo)
@@ -152,7 +169,13 @@ def test_each_run_runs_the_code_of_its_commit(sluice: Sluice, tmp_path: Path) ->
     wait_until(lambda: head_of(sluice, "versioned") == v1, timeout=60)
     r1 = sluice.trigger("versioned")  # no worker yet: r1's tries are all to come
 
-    v2 = repo.commit({"dags/versioned.py": DAG_V2.format(record=str(record))}, "v2: a >> c")
+    v2 = repo.commit(
+        {
+            "dags/versioned.py": DAG_V2.format(record=str(record)),
+            "dags/daily.py": DAILY.format(record=str(record), version="v2"),
+        },
+        "v2: a >> c",
+    )
     wait_until(lambda: head_of(sluice, "versioned") == v2, timeout=60)
     r2 = sluice.trigger("versioned")
     old = sluice.trigger("versioned", "--version", v1[:8], "--run-id", "by_sha")
@@ -218,6 +241,15 @@ def test_each_run_runs_the_code_of_its_commit(sluice: Sluice, tmp_path: Path) ->
     assert run_version(sluice, "versioned", after) == v2
     assert sluice.wait_run("versioned", after, timeout=90) == "success", sluice.logs()
     assert set(sluice.db_task_states("versioned", after)) == {"a", "c"}
+
+    # a backfill of any commit
+    done = sluice.cli(
+        "backfill", "daily", "--start", "2026-02-01", "--end", "2026-02-02", "--version", v1[:10]
+    )
+    assert done.returncode == 0, done.stderr
+    filled = sorted(x for x in lines(record) if x.startswith("backfill__"))
+    assert [x.split()[1] for x in filled] == ["d-v1", "d-v1"], filled
+    assert {run_version(sluice, "daily", x.split()[0]) for x in filled} == {v1}
 
     # a clear keeps the run's version; --latest-version moves it to v2's tasks
     sluice.ok("tasks", "clear", "versioned", old, "--task", "b")
