@@ -59,11 +59,24 @@ class Cli:
             "DAG files"
         )
 
+    def check_bundles(self) -> None:
+        """The DAGs folder (without SLUICE_DAG_BUNDLES), or each folder bundle's folder:
+        a CliError naming the first that is not there. A git bundle is fetched later (a
+        remote that cannot be reached is the schedulers' business, `sluice status`)."""
+        if self.settings.dag_bundles is None:
+            self.dags_folder()
+            return
+        for bundle in self.settings.dag_bundles:
+            if bundle.path is not None and not bundle.path.is_dir():
+                raise CliError(
+                    f"the folder {bundle.path} of DAG bundle {bundle.name!r} is not there: "
+                    "fix its path in SLUICE_DAG_BUNDLES"
+                )
+
     def sync_dags(self) -> None:
         """Make the DAG files of every bundle known (parses only what changed; a git
         bundle whose fetch fails keeps its last commit, as a scheduler does)."""
-        if self.settings.dag_bundles is None:
-            self.dags_folder()  # a folder that is not there is refused
+        self.check_bundles()  # a folder that is not there is refused
         sync_bundles(self.factory, self.settings, bundles_of(self.settings), now=utcnow())
 
     def wait_for_database(self) -> None:

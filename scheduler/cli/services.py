@@ -105,7 +105,7 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
         check_int(args.metrics_port, "--metrics-port", 1, 65535)
     if args.num_loops is not None:
         check_int(args.num_loops, "--num-loops", 0, INT_MAX)
-    cli.dags_folder()  # a folder that is not there is refused before anything is written
+    cli.check_bundles()  # a folder that is not there is refused before anything is written
     cli.wait_for_database()
     from sluice.broker.app import create_app
     from sluice.broker.publisher import publish, publish_callbacks

@@ -144,7 +144,7 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     conf: dict[str, Any] = parse_conf(
         args.conf, max_bytes=cli.settings.max_conf_bytes, max_depth=cli.settings.max_conf_depth
     )
-    cli.dags_folder()  # every argument is checked before the database is created
+    cli.check_bundles()  # every argument is checked before the database is created
     database = {"database_url": args.database_url} if args.database_url else {}
     cli.settings = cli.settings.with_(embedded_broker=True, broker_url="memory://", **database)
     created = take_database(cli)  # a live deployment's, or one to migrate, is refused

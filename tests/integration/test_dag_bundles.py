@@ -341,6 +341,7 @@ def test_an_unreachable_remote_keeps_the_last_commit_and_a_failed_checkout_is_re
     repo = Repo(tmp_path / "repo")
     v1 = repo.commit({"dags/retried.py": RETRIED.format(record=str(record))}, "v1")
     sluice.extra_env["SLUICE_DAG_BUNDLES"] = bundle_env(repo)
+    sluice.extra_env["SLUICE_DAGS_FOLDER"] = str(tmp_path / "unused")  # not needed: not there
     sluice.extra_env["SLUICE_BUNDLE_CACHE"] = str(tmp_path / "cache-scheduler")
     sluice.scheduler()
     sluice.extra_env["SLUICE_BUNDLE_CACHE"] = str(tmp_path / "cache-cli")
@@ -376,8 +377,10 @@ def test_an_unreachable_remote_keeps_the_last_commit_and_a_failed_checkout_is_re
     assert sluice.db_task_states("retried", run_id)["a"]["try_number"] >= 2
     assert lines(record) == [f"{run_id} a"]
     wait_until(
-        lambda: not json.loads(sluice.ok("status", "--json", "--workers-timeout", "0"))[
-            "bundles"
-        ][0]["failing_since"],
+        lambda: (
+            not json.loads(sluice.ok("status", "--json", "--workers-timeout", "0"))["bundles"][0][
+                "failing_since"
+            ]
+        ),
         timeout=60,
     )
