@@ -91,10 +91,9 @@ def list_runs(
         .offset(offset)
     ).all()
     versions = version_refs(session, {r.dag_version_id for r in runs if r.dag_version_id})
+    # one query for the page's versions; a run without one (-1) finds none
     return RunList(
-        runs=[
-            run_summary(r, state.config, versions.get(r.dag_version_id or 0)) for r in runs
-        ],
+        runs=[run_summary(r, state.config, versions.get(r.dag_version_id or -1)) for r in runs],
         total=total,
         limit=limit,
         offset=offset,

@@ -60,9 +60,7 @@ Sha = Annotated[
 ]
 
 
-def find_version(
-    session: Session, dag_id: str, sha: str, *, definition: bool = True
-) -> DagVersion:
+def find_version(session: Session, dag_id: str, sha: str, *, definition: bool = True) -> DagVersion:
     """The version of the DAG `dag_id` recorded at commit `sha`, or 404."""
     found = version_at(session, dag_id, sha, definition=definition)
     if found is None:
@@ -126,8 +124,7 @@ def version_code(dag_id: str, sha: Sha, state: State) -> VersionCode:
         log.warning("reading %s at %s failed: %s", version.fileloc, version.commit_sha, exc)
         raise ApiError(
             503,
-            f"DAG bundle {bundle.name!r} cannot be read now; try again "
-            "(the API's log says why)",
+            f"DAG bundle {bundle.name!r} cannot be read now; try again (the API's log says why)",
         ) from None
     encoded = text.encode("utf-8")
     truncated = len(encoded) > CODE_MAX

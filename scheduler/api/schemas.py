@@ -31,7 +31,6 @@ VERSION_MAX = 200
 """The longest revision a run may be asked at (`core.bundle_specs.REF`'s bound)."""
 
 
-
 def _version(value: str) -> str:
     return storable(check_id_text(value))
 
@@ -431,7 +430,7 @@ class VersionList(BaseModel):
     dag_id: str
     versioned: bool = Field(
         description="the DAG comes from a git bundle; false: from a folder, which keeps no "
-        "versions (`versions` is empty)"
+        "versions (`versions` lists none, or those of when it came from a git bundle)"
     )
     versions: list[VersionOut] = Field(description="the newest commit first")
 

@@ -129,9 +129,11 @@ def record_commit(
     now: dt.datetime,
     result: SyncResult | None = None,
     as_head: bool = True,
+    only: str | None = None,
 ) -> dict[str, int]:
     """Parse commit `sha` of `bundle` and record its DAGs' versions (and, `as_head`, the
-    DAGs' rows and the bundle's head); dag_id → its version's id at that commit."""
+    DAGs' rows and the bundle's head; else, with `only`, that DAG's version alone);
+    dag_id → its version's id at that commit."""
     result = result if result is not None else SyncResult()
     root = bundle.checkout(sha)
     folder = root / bundle.spec.subdir
@@ -171,7 +173,8 @@ def record_commit(
                     )
                 else:
                     for spec in specs:
-                        version_id(spec)
+                        if only is None or spec["dag_id"] == only:
+                            version_id(spec)
             if not as_head:
                 if error is not None:
                     result.errors[fileloc] = one_line(error)
@@ -311,7 +314,7 @@ def dag_at_version(
     if place is None:
         raise UnknownVersion(
             f"DAG {dag.dag_id!r} comes from a folder, which keeps no versions: "
-            "--version needs a git bundle (SLUICE_DAG_BUNDLES)"
+            "a version needs a git bundle (SLUICE_DAG_BUNDLES)"
         )
     bundle = bundles_of(settings).get(place[0])
     if bundle is None:
@@ -327,7 +330,14 @@ def dag_at_version(
         if row is None:
             result = SyncResult()
             found = record_commit(
-                factory, settings, bundle, sha, now=now, result=result, as_head=False
+                factory,
+                settings,
+                bundle,
+                sha,
+                now=now,
+                result=result,
+                as_head=False,
+                only=dag.dag_id,
             )
             if dag.dag_id not in found:
                 why = "; ".join(f"{f}: {e}" for f, e in sorted(result.errors.items()))

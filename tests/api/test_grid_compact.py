@@ -158,7 +158,16 @@ def test_every_compact_cell_is_the_default_formats_cell(client: TestClient, db_u
     rows = ["extract", "audit", "transform", "load", "gone"]
     assert grid["task_ids"] == cells["task_ids"] == rows
     assert decoded(grid) == [run["cells"] for run in cells["runs"]]
-    headers = ("run_id", "state", "run_type", "logical_date", "start_date", "end_date")
+    headers = (
+        "run_id",
+        "state",
+        "run_type",
+        "logical_date",
+        "start_date",
+        "end_date",
+        "bundle_version",
+        "version",
+    )
     for run_c, run_d in zip(grid["runs"], cells["runs"], strict=True):
         assert {k: run_c[k] for k in headers} == {k: run_d[k] for k in headers}
     assert grid["active"] is cells["active"] is True
@@ -281,6 +290,8 @@ def test_format_cells_is_the_default(client: TestClient, db_url: str) -> None:
         "logical_date",
         "start_date",
         "end_date",
+        "bundle_version",
+        "version",
         "cells",
     }
 

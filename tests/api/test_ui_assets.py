@@ -43,7 +43,7 @@ def test_assets_load_nothing_from_other_hosts() -> None:
 
 
 def test_pages_refuse_foreign_scripts(client) -> None:
-    for path in ("/", "/dags/demo"):
+    for path in ("/", "/dags/demo", "/dags/demo/versions/0123abcd"):
         response = client.get(path)
         assert response.status_code == 200 and "<!doctype html>" in response.text
         policy = response.headers["Content-Security-Policy"]

@@ -12,7 +12,12 @@
    tasks coloured by their state in that run, from the same grid read: while the graph
    is shown the grid read covers every task, SluiceGraph.MAX_NODES at most) or its Gantt
    chart (from `…/runs/{run_id}/tries`, read again at each refresh while the run is
-   active). */
+   active).
+
+   A run of a git bundle's DAG shows its version: the short sha under its column (the
+   subject in its title) and, in the run view, the short sha and the commit's subject,
+   each linked to the version's page (`/dags/{dag_id}/versions/{sha}`: the DAG file's
+   code at that version, and the tasks it adds and removes). */
 "use strict";
 
 (() => {
@@ -41,6 +46,19 @@
   let ganttDone = null; /* the run whose Gantt chart is loaded and will not change */
 
   function report(text, kind) { S.setStatus(status, text, kind); }
+
+  function versionHref(sha) { return dagPath + "/versions/" + encodeURIComponent(sha); }
+
+  /* The link to a run's version: its short sha as text (the subject in its title). */
+  function versionLink(run, cls, text) {
+    return S.el("a", {
+      class: cls,
+      href: versionHref(run.version.sha),
+      title: "version " + run.version.short + ": " + run.version.subject,
+      dataset: { run: run.run_id, sha: run.version.sha },
+      text,
+    });
+  }
 
   // -- the DAG ---------------------------------------------------------------------------
   async function loadDag() {
@@ -104,6 +122,7 @@
         S.el("span", { class: "run-label", text: run.run_id }),
       ]),
       S.chip(run.state, "run " + run.run_id),
+      run.version ? versionLink(run, "run-version mono", run.version.short.slice(0, 7)) : null,
     ]);
   }
 
@@ -184,6 +203,10 @@
       const again = thead.querySelector('button.run-pick[data-run="' + CSS.escape(active.dataset.run) + '"]');
       if (again) again.focus();
     }
+    if (active && active.classList && active.classList.contains("run-version")) {
+      const again = thead.querySelector('a.run-version[data-run="' + CSS.escape(active.dataset.run) + '"]');
+      if (again) again.focus();
+    }
     lastGrid = grid;
     showRunView();
   }
@@ -201,8 +224,24 @@
     $("run-view-run").textContent = run
       ? run.run_id + " · " + S.stateWords(run.state) + (run.start_date ? " · " + S.fmtDuration(run.start_date, run.end_date) : "")
       : "(no run yet)";
+    showRunVersion(run);
     if (view === "graph") showGraph(run);
     else showGantt(run);
+  }
+
+  /* "Version <short sha> <subject>" of the shown run (a git bundle's DAG), as text. */
+  function showRunVersion(run) {
+    const line = $("run-view-version");
+    const version = run && run.version;
+    const key = version ? run.run_id + " " + version.sha + " " + (run.bundle_version || "") : "";
+    if (line.dataset.key === key) return; /* unchanged: a focused link stays focused */
+    line.dataset.key = key;
+    line.hidden = !version;
+    line.replaceChildren(...(version ? [
+      "Version ", versionLink(run, "mono", version.short), " " + version.subject,
+      run.bundle_version && run.bundle_version !== version.sha
+        ? " (the run's commit " + run.bundle_version.slice(0, 12) + " did not change the DAG)" : "",
+    ] : []));
   }
 
   function showGraph(run) {
@@ -326,7 +365,9 @@
     const runId = $("run-id").value.trim();
     const logicalDate = $("logical-date").value.trim();
     const confText = $("conf").value.trim();
+    const version = $("version").value.trim();
     if (runId) body.run_id = runId;
+    if (version) body.version = version;
     if (logicalDate) body.logical_date = logicalDate;
     if (confText) {
       let conf;
@@ -346,9 +387,11 @@
     button.disabled = true;
     try {
       const run = await S.api("POST", dagPath + "/runs", body);
-      S.setStatus(out, "Triggered run " + run.run_id + " (" + run.state + ")", "ok");
+      S.setStatus(out, "Triggered run " + run.run_id + " (" + run.state + ")" +
+        (run.version ? " at version " + run.version.short : ""), "ok");
       $("run-id").value = "";
       $("logical-date").value = "";
+      $("version").value = "";
       await refresh();
     } catch (e) {
       S.setStatus(out, e.message, "error");

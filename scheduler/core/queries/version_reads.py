@@ -91,9 +91,7 @@ def task_ids(spec: dict[str, Any]) -> list[str]:
     return list(tasks) if isinstance(tasks, dict) else []
 
 
-def task_changes(
-    old: dict[str, Any] | None, new: dict[str, Any]
-) -> tuple[list[str], list[str]]:
+def task_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(added, removed): the task ids of `new` that `old` lacks and the task ids of `old`
     that `new` lacks, each sorted; with no `old`, every task of `new` is added."""
     before = set(task_ids(old)) if old is not None else set()
