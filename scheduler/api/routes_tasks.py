@@ -37,12 +37,13 @@ from sluice.scheduler.control import operations
 from sluice.scheduler.control.explain import ExplainError, explain_ti
 from sluice.scheduler.control.inputs import MAX_MAP_INDEX, MAX_TRY, InputError
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
+from sluice.scheduler.core.dag_cache import dag_of_run
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, TaskInstanceState
-from sluice.scheduler.scheduling.clearing import clear_task_instances
+from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances
 from sluice.scheduler.scheduling.marking import Marked
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
@@ -173,9 +174,13 @@ def clear_task(
     else:
         dag, run = find_task(session, dag_id, run_id, task_id)
     downstream = body.downstream if body is not None else False
-    cleared = clear_task_instances(
-        session, run, dag, [task_id], downstream=downstream, now=utcnow(), map_index=map_index
-    )
+    dag = dag_of_run(session, run) or dag  # the run's own version: a clear keeps it
+    try:
+        cleared = clear_task_instances(
+            session, run, dag, [task_id], downstream=downstream, now=utcnow(), map_index=map_index
+        )
+    except UnknownTask as exc:  # a TI of a task the run's version no longer has
+        raise not_found(str(exc)) from None
     after.add_task(revoke_external_tasks, state.settings, cleared.external_ids)
     after.add_task(wake_schedulers, state.settings)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
@@ -295,6 +300,8 @@ def apply_mark(
         done = mark()
     except operations.NothingToMark as exc:
         raise ApiError(409, str(exc)) from None
+    except operations.UnknownTaskId as exc:  # a TI of a task its DAG no longer has
+        raise not_found(str(exc)) from None
     after.add_task(operations.after_mark, settings, run, done)
     run_state = session.scalar(select(DagRun.state).where(DagRun.id == run.id))
     assert run_state is not None

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.control.inputs import InputError, check_note
+from sluice.scheduler.core.dag_cache import dag_of_run
 from sluice.scheduler.core.models import AuditEvent, Dag, DagRun
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
@@ -182,7 +183,9 @@ def mark_tasks(
 ) -> Marked:
     """Mark the TI `task_id` of `run` (with its upstream/downstream) `state`
     (`scheduling.marking`), one audit event per TI marked, in the caller's transaction.
-    The caller commits, then calls `after_mark`."""
+    The caller commits, then calls `after_mark`. A git bundle's run is marked by its own
+    version (`dag_of_run`), whatever `dag`'s."""
+    dag = dag_of_run(session, run) or dag
     try:
         done = mark_task_instances(
             session, run, dag, [task_id], state, upstream=upstream, downstream=downstream, now=now

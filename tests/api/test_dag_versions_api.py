@@ -144,6 +144,20 @@ def test_a_run_triggered_at_a_version_takes_its_commit_and_tasks(
     assert api.get("/api/v1/dags/demo/runs").json()["runs"][0]["version"] is None
 
 
+def test_clearing_a_task_of_an_older_version_keeps_the_runs_version(
+    api: TestClient, bundled: Bundled
+) -> None:
+    # b is in v1 only: the run at v1 still has it, and a clear keeps the run at v1
+    assert api.post(RUNS, json={"run_id": "old", "version": bundled.v1}, headers=AUTH).is_success
+    marked = api.post(f"{RUNS}/old/tasks/b/mark", json={"state": "failed"}, headers=AUTH)
+    assert marked.status_code == 200, marked.text
+    cleared = api.post(f"{RUNS}/old/tasks/b/clear", json={}, headers=AUTH)
+    assert cleared.status_code == 200, cleared.text
+    assert cleared.json()["cleared"] == 1
+    assert api.get(f"{RUNS}/old").json()["bundle_version"] == bundled.v1
+    assert task_ids(api, "old") == {"a", "b"}
+
+
 @pytest.mark.parametrize(
     ("dag_id", "version", "said"),
     [
