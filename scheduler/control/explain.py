@@ -29,6 +29,7 @@ from sluice.scheduler.control.explain_model import (
     iso,
 )
 from sluice.scheduler.control.explain_reasons import reasons_for
+from sluice.scheduler.core.dag_cache import dag_of_run
 from sluice.scheduler.core.models import AuditEvent, Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries import audit
 from sluice.scheduler.core.settings import Settings
@@ -93,6 +94,7 @@ def load_subject(
     run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
     if run is None:
         raise ExplainError(f"DAG {dag_id!r} has no run {run_id!r}")
+    dag = dag_of_run(session, run) or dag  # a git bundle's run is explained by its version
     rows = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run.id)).all()
     wanted = -1 if map_index is None else map_index
     ti = next((r for r in rows if r.task_id == task_id and r.map_index == wanted), None)

@@ -217,6 +217,9 @@ def test_each_run_runs_the_code_of_its_commit(sluice: Sluice, tmp_path: Path) ->
     checkouts = {p.name for p in (tmp_path / "cache-worker" / "main").iterdir()}
     assert {v1, v2} <= checkouts
 
+    explained = json.loads(sluice.run("tasks", "explain", "versioned", r1, "b", "--json"))
+    assert explained["state"] == "success", explained  # b of v1, which v2 lacks
+
     versions = json.loads(sluice.run("dags", "versions", "versioned", "--json"))
     assert [(v["commit_sha"], v["runs"], v["author"]) for v in versions] == [
         (v2, 1, "Ada Lovelace"),

@@ -312,6 +312,7 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
         ("standalone",): None,
         ("dags", "list"): ["dags", "list", "--json"],
         ("dags", "runs"): ["dags", "runs", "pair", "--json"],
+        ("dags", "versions"): ["dags", "versions", "pair", "--json"],  # a folder's: []
         ("tasks", "states"): ["tasks", "states", "pair", run_id, "--json"],
         ("tasks", "explain"): ["tasks", "explain", "pair", run_id, "a", "--json"],
         ("status",): ["status", "--json", "--workers-timeout", "0.5"],
