@@ -132,6 +132,9 @@ def test_the_checkout_cache_is_bounded_shared_and_refuses_options(
             bundle.resolve(hostile)
     with pytest.raises(BundleError, match="has no commit, tag or branch"):
         bundle.resolve("0" * 40)
+    # a file:// URL is fetched as a path is
+    by_url = GitBundle(spec.model_copy(update={"url": repo.remote.as_uri()}), tmp_path / "url")
+    assert by_url.fetch() == shas[-1]
 
 
 @pytest.mark.parametrize(
