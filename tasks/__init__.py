@@ -17,6 +17,7 @@ from sluice.tasks.errors import (
     TaskTimeout,
 )
 from sluice.tasks.notifiers import Webhook
+from sluice.tasks.sensor import PokeReturnValue
 from sluice.tasks.task import ShellTask, Task, task
 from sluice.tasks.trigger_rules import TriggerRule
 
@@ -24,6 +25,7 @@ __all__ = [
     "CeleryTask",
     "DAG",
     "DagDefinitionError",
+    "PokeReturnValue",
     "ResultError",
     "ShellCommandError",
     "ShellTask",

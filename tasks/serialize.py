@@ -71,6 +71,8 @@ def serialize_task(task: Task) -> dict[str, Any]:
         spec["queued_timeout"] = _seconds(task.queued_timeout)
     if any(task.callbacks.values()):
         spec["callbacks"] = kinds_set(task.callbacks)
+    if task.sensor is not None:  # only for a sensor: other DAGs keep their version hash
+        spec["sensor"] = task.sensor.serialized()
     if isinstance(task, CeleryTask):
         spec["celery"] = {
             "name": task.name,

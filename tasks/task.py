@@ -18,6 +18,7 @@ from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
 from sluice.tasks.dag_context import DAG_ID_RE, TaskOwner, current_dag
 from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH, KWARGS, PRODUCT, MapSpec, reference_of
+from sluice.tasks.sensor import SensorOptions, sensor_options
 from sluice.tasks.trigger_rules import TriggerRule
 
 #: Options every task has, with their defaults (a DAG's default_args may override them).
@@ -215,6 +216,8 @@ class Task:
         deployment's ``SLUICE_MAX_MAP_LENGTH`` caps it)."""
         self.max_active_tis_per_dagrun: int | None = opts["max_active_tis_per_dagrun"]
         """Most of the task's TIs (its indexes) queued or running at once in one run."""
+        self.sensor: SensorOptions | None = None
+        """Set by ``@task.sensor``: the function pokes (``sluice.tasks.sensor``)."""
         dag.add_task(self)
 
     def __repr__(self) -> str:
@@ -420,15 +423,20 @@ class ShellTask(Task):
 _Fn = Callable[..., Any]
 
 
-def _make_task(fn: _Fn, options: dict[str, Any], is_branch: bool) -> Task:
+def _make_task(
+    fn: _Fn, options: dict[str, Any], is_branch: bool, sensor: SensorOptions | None = None
+) -> Task:
     if not callable(fn):
         raise DagDefinitionError(f"@task decorates a function, got {fn!r}")
     task_id: Any = options.pop("task_id", None) or getattr(fn, "__name__", "")
-    return Task(task_id, python_callable=fn, is_branch=is_branch, **options)
+    made = Task(task_id, python_callable=fn, is_branch=is_branch, **options)
+    made.sensor = sensor
+    return made
 
 
 class _TaskDecorator:
-    """``@task``, ``@task(...)``, ``@task.branch``, ``@task.branch(...)``: each returns a Task."""
+    """``@task``, ``@task(...)``, ``@task.branch``, ``@task.branch(...)``,
+    ``@task.sensor(...)``: each returns a Task."""
 
     @overload
     def __call__(self, fn: _Fn, /) -> Task: ...
@@ -444,6 +452,33 @@ class _TaskDecorator:
     def branch(self, fn: _Fn | None = None, /, **options: Any) -> Task | Callable[[_Fn], Task]:
         """A branch task returns the downstream task id(s) to follow; the others are skipped."""
         return self._decorate(fn, options, is_branch=True)
+
+    def sensor(
+        self,
+        fn: _Fn | None = None,
+        /,
+        *,
+        poke_interval: Any = 60.0,
+        timeout: Any = 7 * 24 * 3600.0,
+        mode: str = "poke",
+        soft_fail: bool = False,
+        exponential_backoff: bool = False,
+        **options: Any,
+    ) -> Any:
+        """A sensor: the function returns a bool (or ``PokeReturnValue``) and is poked
+        every ``poke_interval`` until true, for at most ``timeout`` (timedeltas or
+        seconds). ``mode="reschedule"`` frees the worker and the pool slot between pokes
+        (``sluice.tasks.sensor``). Takes every other task option."""
+        checked = sensor_options(
+            poke_interval=poke_interval,
+            timeout=timeout,
+            mode=mode,
+            soft_fail=soft_fail,
+            exponential_backoff=exponential_backoff,
+        )
+        if fn is not None:
+            return _make_task(fn, dict(options), False, checked)
+        return lambda f: _make_task(f, dict(options), False, checked)
 
     @staticmethod
     def _decorate(

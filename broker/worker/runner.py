@@ -90,6 +90,7 @@ from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
 from sluice.tasks.mapping import check_map_output, per_index_of
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
+from sluice.tasks.sensor import Reschedule, SensorTimeout, Waiting, sense
 from sluice.tasks.serialize import retry_delay_for
 from sluice.tasks.task import ShellTask, Task
 
@@ -101,6 +102,8 @@ class Outcome(StrEnum):
     SUCCESS = "success"
     FAILED = "failed"
     UP_FOR_RETRY = "up_for_retry"
+    UP_FOR_RESCHEDULE = "up_for_reschedule"
+    """A reschedule-mode sensor's poke found nothing; it pokes again later."""
     SKIPPED = "skipped"
     REMOVED = "removed"
     """The task is in neither the DAG file nor the DAG's stored version (`_stored_has`)."""
@@ -480,7 +483,10 @@ def _execute(
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
             return TI.RUNNING, {"external_id": external_id}
         with _hard_limit(ctx, msg, claimed, task, captured):
-            value = run_task(task, claimed.context, stop)
+            if task.sensor is not None:
+                value = _sense(ctx, msg, claimed, task, stop)
+            else:
+                value = run_task(task, claimed.context, stop)
         result = check_result(value, msg.task_id)
         output = claimed.spec.get("map_output") if claimed.spec else None
         if output is not None:
@@ -493,9 +499,40 @@ def _execute(
     except Skip as exc:
         log.info("%s skipped itself: %s", _what(msg), exc)
         return TI.SKIPPED, {"next_retry_at": None}
+    except Reschedule as exc:
+        log.info("%s found nothing yet: next poke at %s", _what(msg), exc.at.isoformat())
+        return TI.UP_FOR_RESCHEDULE, {
+            "next_retry_at": exc.at,
+            "waiting": exc.waiting.stored(),
+            "try_number": claimed.try_number - 1,  # queueing it again adds the 1 back
+            "error": None,
+        }
+    except SensorTimeout as exc:
+        log.warning("%s, try %s: %s", _what(msg), claimed.try_number, exc)
+        return TI.FAILED, {"error": error_line(exc), "next_retry_at": None}
     except (Exception, TaskTimeout) as exc:
         return _failure(msg, claimed, exc)
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+def _sense(ctx: WorkerContext, msg: RunMessage, claimed: Claimed, task: Task, stop: Stop) -> Any:
+    """Poke a sensor (`tasks.sensor.sense`): until done in poke mode; once in reschedule
+    mode, whose state between pokes (its first poke, its pokes) is read from its TI."""
+    options = task.sensor
+    assert options is not None
+    stored = None
+    if options.mode == "reschedule":
+        with transaction(single_statement_factory(ctx.session_factory)) as session:
+            stored = session.scalar(
+                select(TaskInstance.waiting).where(TaskInstance.id == msg.ti_id)
+            )
+    return sense(
+        options,
+        lambda: run_task(task, claimed.context, stop),
+        Waiting.of(stored, claimed.try_number, utcnow()),
+        clock=utcnow,
+        stopped=lambda: stop.error() if stop.reason is not None else None,
+    )
 
 
 def _hard_limit(

@@ -221,6 +221,9 @@ class TaskInstance(Base):
     error: Mapped[str | None] = mapped_column(Text)
     external_id: Mapped[str | None] = mapped_column(String(250))
     """The Celery task id a CeleryTask try waits on (`tasks.celery_task.external_id_for`)."""
+    waiting: Mapped[dict[str, Any] | None] = mapped_column(JSON, deferred=True)
+    """What a reschedule-mode sensor's next poke needs (`tasks.sensor.Waiting`: its try,
+    its first poke, its pokes); NULL for any other TI. Read only by the sensor's worker."""
     callback_mask: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Which of the TI's state moves have a task callback (`core.callback_kinds.BITS`)."""
     map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")

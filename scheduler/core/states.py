@@ -17,6 +17,9 @@ class TaskInstanceState(StrEnum):
     SUCCESS = "success"
     FAILED = "failed"
     UP_FOR_RETRY = "up_for_retry"
+    UP_FOR_RESCHEDULE = "up_for_reschedule"
+    """A reschedule-mode sensor between two pokes: no worker, no pool slot; scheduled
+    again at `next_retry_at`, its `try_number` unchanged (`tasks.sensor`)."""
     UPSTREAM_FAILED = "upstream_failed"
     SKIPPED = "skipped"
     REMOVED = "removed"
@@ -61,6 +64,9 @@ TI_UNFINISHED: frozenset[TaskInstanceState] = frozenset(TI) - TI_TERMINAL
 TI_ACTIVE: frozenset[TaskInstanceState] = frozenset({TI.QUEUED, TI.RUNNING})
 """States that occupy a pool slot and count against max_active_tasks."""
 
+TI_WAITING: frozenset[TaskInstanceState] = frozenset({TI.UP_FOR_RETRY, TI.UP_FOR_RESCHEDULE})
+"""States a scheduler moves back to `scheduled` once `next_retry_at` has passed."""
+
 RUN_TERMINAL: frozenset[DagRunState] = frozenset({DagRunState.SUCCESS, DagRunState.FAILED})
 RUN_UNFINISHED: frozenset[DagRunState] = frozenset(DagRunState) - RUN_TERMINAL
 
@@ -77,10 +83,14 @@ _TI_MOVES_BY_SLUICE: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
     # Claimed by a worker with a compare-and-set on attempt_id.
     TI.QUEUED: frozenset({TI.RUNNING, TI.FAILED, TI.UP_FOR_RETRY, TI.REMOVED}) | _CLEARABLE,
     # Finished by the worker that claimed it, or by a liveness sweep; removed by that
-    # worker when the DAG's stored version no longer has its task.
-    TI.RUNNING: frozenset({TI.SUCCESS, TI.FAILED, TI.UP_FOR_RETRY, TI.SKIPPED, TI.REMOVED})
+    # worker when the DAG's stored version no longer has its task; a sensor's poke that
+    # found nothing yet reschedules it.
+    TI.RUNNING: frozenset(
+        {TI.SUCCESS, TI.FAILED, TI.UP_FOR_RETRY, TI.UP_FOR_RESCHEDULE, TI.SKIPPED, TI.REMOVED}
+    )
     | _CLEARABLE,
     TI.UP_FOR_RETRY: frozenset({TI.SCHEDULED, TI.REMOVED, TI.FAILED}) | _CLEARABLE,
+    TI.UP_FOR_RESCHEDULE: frozenset({TI.SCHEDULED, TI.REMOVED, TI.FAILED}) | _CLEARABLE,
     TI.SUCCESS: _CLEARABLE | {TI.REMOVED},
     TI.FAILED: _CLEARABLE | {TI.REMOVED},
     TI.UPSTREAM_FAILED: _CLEARABLE | {TI.REMOVED},

@@ -57,8 +57,8 @@ def _ti_stamps(new: TaskInstanceState, now: dt.datetime) -> dict[str, Any]:
         return {"start_date": now, "last_heartbeat_at": now, "end_date": None}
     if new is TI.UP_FOR_RETRY or new in TI_TERMINAL:
         return {"end_date": now}
-    if new is TI.NONE:
-        return {"end_date": None, "next_retry_at": None, "error": None}
+    if new is TI.NONE:  # a clear: a sensor's next try pokes afresh
+        return {"end_date": None, "next_retry_at": None, "error": None, "waiting": None}
     return {}
 
 

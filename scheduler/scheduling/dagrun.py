@@ -21,7 +21,7 @@ from sluice.scheduler.core.db import as_utc, executed
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.named_sql import hot_statement, same_values
-from sluice.scheduler.core.states import TI, DagRunState, RunType
+from sluice.scheduler.core.states import TI, TI_WAITING, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
 from sluice.scheduler.core.upsert import insert_unless_clash
@@ -337,8 +337,9 @@ def _read_tis(session: Session, run: DagRun, dag: Dag) -> list[TiView]:
 def _write_moves(
     session: Session, decisions: Decisions, outcome: RunDecision, now: dt.datetime
 ) -> dict[int, TI]:
-    """Write the decided moves (each a compare-and-set from `none`, or `up_for_retry` for
-    a retry); the TIs that moved and where to."""
+    """Write the decided moves (each a compare-and-set from `none`, or `up_for_retry` /
+    `up_for_reschedule` for a retry or a sensor's next poke); the TIs that moved and where
+    to."""
     moved: dict[int, TI] = {}
     retries = set(decisions.retries)
     for new, ids in decisions.moves.items():
@@ -359,7 +360,7 @@ def _write_moves(
         else:
             won = move_tis(session, fresh, new, expect=[TI.NONE], now=now)
         if new is TI.SCHEDULED:
-            won += move_tis(session, decisions.retries, new, expect=[TI.UP_FOR_RETRY], now=now)
+            won += move_tis(session, decisions.retries, new, expect=list(TI_WAITING), now=now)
             outcome.scheduled += won
         elif new is TI.SKIPPED:
             outcome.skipped += len(won)

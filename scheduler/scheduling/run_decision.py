@@ -1,8 +1,8 @@
 """Deciding one run's TIs in memory: the scheduler's full decision (`decide_run`).
 
 Nothing here touches the database. TIs are visited in topological order, so a move
-decided upstream flows downstream within one pass. For each task: an `up_for_retry` TI
-whose `next_retry_at` has passed is scheduled again; a `none` TI is judged by
+decided upstream flows downstream within one pass. For each task: an `up_for_retry` or
+`up_for_reschedule` TI whose `next_retry_at` has passed is scheduled again; a `none` TI is judged by
 `deps.verdict_state` (a branch's choice, then the trigger rule over every upstream TI);
 a mapped task's TIs by `mapped.decide_mapped`, which may ask for an expansion. A task's
 `max_active_tis_per_dagrun` bounds how many of its TIs are scheduled (`deps.Limit`).
@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.states import TI, TI_WAITING
 from sluice.scheduler.decide.decisions import Decisions, TiView
 from sluice.scheduler.decide.deps import Limit, RunTis, topological_order, verdict_state
 from sluice.scheduler.scheduling.mapped import decide_mapped
@@ -49,16 +49,14 @@ def decide_run(
                 if new is not None:
                     state[ti.id] = new
                     decisions.add(new, ti.id)
-            elif current is TI.UP_FOR_RETRY and (
-                ti.next_retry_at is None or ti.next_retry_at <= now
-            ):
+            elif current in TI_WAITING and (ti.next_retry_at is None or ti.next_retry_at <= now):
                 state[ti.id] = TI.SCHEDULED
                 decisions.add(TI.SCHEDULED, ti.id)
                 decisions.retries.append(ti.id)
             continue
         limit = Limit.of(task, mine, run)
         for ti in mine:
-            if state[ti.id] is not TI.UP_FOR_RETRY:
+            if state[ti.id] not in TI_WAITING:
                 continue
             due = ti.next_retry_at is None or ti.next_retry_at <= now
             if due and limit.take():

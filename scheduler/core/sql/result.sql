@@ -5,7 +5,7 @@
 -- row is reached by its key: a generic plan made on a small table would otherwise read
 -- the index on state. `state = 'scheduled'` stays a literal: it is the predicate of the
 -- partial index ix_task_instance_waiting. A TI is unfinished in 'none', 'queued',
--- 'running', 'scheduled' or 'up_for_retry' (states.TI_UNFINISHED). A worker's queueing
+-- 'running', 'scheduled', 'up_for_retry' or 'up_for_reschedule' (states.TI_UNFINISHED). A worker's queueing
 -- leaves queued_by_job_id NULL: no job queued the TI.
 
 -- name: run_lock
@@ -50,7 +50,8 @@ RETURNING
     EXISTS (
         SELECT FROM task_instance AS other
         WHERE other.dag_run_id = :run_pk
-          AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry')
+          AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
+                            'up_for_reschedule')
           AND other.task_id = ANY(:fan_in::varchar[])
     ) AS unfinished,
     EXISTS (
@@ -79,7 +80,8 @@ RETURNING
     EXISTS (
         SELECT FROM task_instance AS other
         WHERE other.dag_run_id = :run_pk
-          AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry')
+          AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
+                            'up_for_reschedule')
           AND other.task_id <> ALL(:fan_in::varchar[])
     ) AS unfinished,
     EXISTS (
@@ -109,7 +111,8 @@ RETURNING
     EXISTS (
         SELECT FROM task_instance AS other
         WHERE other.dag_run_id = :run_pk
-          AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry')
+          AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
+                            'up_for_reschedule')
           AND other.id <> task_instance.id
     ) AS unfinished,
     (
@@ -135,7 +138,8 @@ RETURNING
     EXISTS (
         SELECT FROM task_instance AS sibling
         WHERE sibling.dag_run_id = :run_pk
-          AND sibling.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry')
+          AND sibling.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
+                            'up_for_reschedule')
           AND sibling.task_id = :counted_task
           AND sibling.id <> task_instance.id
     ) AS unfinished,
