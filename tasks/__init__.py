@@ -20,6 +20,7 @@ from sluice.tasks.notifiers import Webhook
 from sluice.tasks.sensor import PokeReturnValue
 from sluice.tasks.task import ShellTask, Task, task
 from sluice.tasks.trigger_rules import TriggerRule
+from sluice.tasks.triggers import Trigger, TriggerEvent, defer
 
 __all__ = [
     "CeleryTask",
@@ -33,8 +34,11 @@ __all__ = [
     "Task",
     "TaskStopped",
     "TaskTimeout",
+    "Trigger",
+    "TriggerEvent",
     "TriggerRule",
     "Upstream",
     "Webhook",
+    "defer",
     "task",
 ]

@@ -80,10 +80,11 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.named_sql import hot_statement, same_values
 from sluice.scheduler.core.queries.sql import unindexed
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
+from sluice.scheduler.core.queries.triggers import add_trigger, trigger_event_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.text import storable
-from sluice.scheduler.core.transitions import short_error, ti_move_returning
+from sluice.scheduler.core.transitions import move_ti, short_error, ti_move_returning
 from sluice.scheduler.decide.downstream import FollowUp
 from sluice.scheduler.decide.plans import arguments_upstream
 from sluice.tasks.celery_task import CeleryTask
@@ -93,6 +94,7 @@ from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, w
 from sluice.tasks.sensor import Reschedule, SensorTimeout, Waiting, sense
 from sluice.tasks.serialize import retry_delay_for
 from sluice.tasks.task import ShellTask, Task
+from sluice.tasks.triggers import TaskDeferred
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,8 @@ class Outcome(StrEnum):
     UP_FOR_RETRY = "up_for_retry"
     UP_FOR_RESCHEDULE = "up_for_reschedule"
     """A reschedule-mode sensor's poke found nothing; it pokes again later."""
+    WAITING_ON_TRIGGER = "waiting on a trigger"
+    """The task deferred (`sluice.defer`): a triggerer resumes it."""
     SKIPPED = "skipped"
     REMOVED = "removed"
     """The task is in neither the DAG file nor the DAG's stored version (`_stored_has`)."""
@@ -135,6 +139,9 @@ class Claimed:
     """The upstream results read with the claim (for the upstream ids it names)."""
     bundle_version: str | None = None
     """The commit of a git bundle's run: its code comes from that commit's checkout."""
+    waiting: Any = None
+    """The TI's `waiting` as claimed: a sensor's state between pokes, or what a resumed
+    try's trigger fired with (`tasks.triggers`); None for any other try."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,8 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
     values = masked_error(ctx.settings, values)  # the secrets of the deployment: ***
     if new is TI.RUNNING:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
+    if new is TI.DEFERRED:
+        return _wait_on_trigger(ctx, msg, claimed, values["trigger"], captured.final_snapshot())
     outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
         _follow_up(ctx, claimed, follow)
@@ -268,6 +277,7 @@ _CLAIMED = hot(
         _TI.c.max_tries,
         _TI.c.pool,
         _TI.c.map_index,
+        _TI.c.waiting,
         _TI.c.dag_run_id.label("run_pk"),
         _of_run(_RUN.c.logical_date).label("logical_date"),
         _of_run(_RUN.c.dag_hash).label("dag_hash"),
@@ -390,6 +400,7 @@ def _read_context(
         "conf": {},  # read by _read_for_context, for a task that takes the context
         "attempt_id": msg.attempt_id,
         "upstream": upstream,
+        "trigger_event": trigger_event_of(row.waiting, row.try_number),
     }
     return Claimed(
         run_pk=row.run_pk,
@@ -405,6 +416,7 @@ def _read_context(
         mapped_upstream=frozenset(u for u in upstream_ids if tasks.get(u, {}).get("map")),
         per_index=per_index_of(spec) if spec else None,
         bundle_version=row.bundle_version,
+        waiting=row.waiting,
     )
 
 
@@ -504,9 +516,13 @@ def _execute(
         return TI.UP_FOR_RESCHEDULE, {
             "next_retry_at": exc.at,
             "waiting": exc.waiting.stored(),
-            "try_number": claimed.try_number - 1,  # queueing it again adds the 1 back
             "error": None,
         }
+    except TaskDeferred as exc:
+        log.info("%s deferred on %s", _what(msg), exc.classpath)
+        due = utcnow() + dt.timedelta(seconds=exc.timeout) if exc.timeout else None
+        trigger = {"classpath": exc.classpath, "kwargs": exc.kwargs, "timeout_at": due}
+        return TI.DEFERRED, {"trigger": trigger}
     except SensorTimeout as exc:
         log.warning("%s, try %s: %s", _what(msg), claimed.try_number, exc)
         return TI.FAILED, {"error": error_line(exc), "next_retry_at": None}
@@ -517,19 +533,13 @@ def _execute(
 
 def _sense(ctx: WorkerContext, msg: RunMessage, claimed: Claimed, task: Task, stop: Stop) -> Any:
     """Poke a sensor (`tasks.sensor.sense`): until done in poke mode; once in reschedule
-    mode, whose state between pokes (its first poke, its pokes) is read from its TI."""
+    mode, whose state between pokes (its first poke, its pokes) came with the claim."""
     options = task.sensor
     assert options is not None
-    stored = None
-    if options.mode == "reschedule":
-        with transaction(single_statement_factory(ctx.session_factory)) as session:
-            stored = session.scalar(
-                select(TaskInstance.waiting).where(TaskInstance.id == msg.ti_id)
-            )
     return sense(
         options,
         lambda: run_task(task, claimed.context, stop),
-        Waiting.of(stored, claimed.try_number, utcnow()),
+        Waiting.of(claimed.waiting, claimed.try_number, utcnow()),
         clock=utcnow,
         stopped=lambda: stop.error() if stop.reason is not None else None,
     )
@@ -667,6 +677,45 @@ def _defer(
         sending_app(ctx).control.revoke(external_id)
         return Outcome.STALE
     return Outcome.DEFERRED
+
+
+def _wait_on_trigger(
+    ctx: WorkerContext,
+    msg: RunMessage,
+    claimed: Claimed,
+    trigger: dict[str, Any],
+    task_log: LogSnapshot | None,
+) -> Outcome:
+    """running -> deferred for this attempt, and its `trigger` row, in one transaction
+    (a triggerer takes it from there). Then wake the schedulers: its pool slot is free."""
+
+    def write() -> bool:
+        now = utcnow()
+        with transaction(ctx.session_factory) as session:
+            if task_log is not None:
+                save_task_log(session, task_log, now=now)
+            moved = move_ti(
+                session,
+                msg.ti_id,
+                TI.DEFERRED,
+                expect=[TI.RUNNING],
+                attempt_id=msg.attempt_id,
+                now=now,
+                values={
+                    "waiting": {"try": claimed.try_number, "trigger": trigger["classpath"]},
+                    "next_retry_at": trigger["timeout_at"],
+                    "error": None,
+                },
+            )
+            if moved:
+                add_trigger(session, msg.ti_id, msg.attempt_id, trigger, now)
+            return moved
+
+    if not retrying(write):
+        log.info("%s moved meanwhile: its deferral is dropped", _what(msg))
+        return Outcome.STALE
+    ctx.waker.wake(claimed.run_pk, shared=not claimed.run_claimed)
+    return Outcome.WAITING_ON_TRIGGER
 
 
 def _failure(msg: RunMessage, claimed: Claimed, exc: BaseException) -> tuple[TI, dict[str, Any]]:

@@ -4,9 +4,12 @@ compact form of `format=compact` (one string of state codes per run).
 Invariants:
 - Both formats show the same cells: a cell is its task's TI in the run, or, for a mapped
   task (a TI with a map index >= 0), the summary `grid_cell` makes of all its TIs.
-- The compact format's `legend` is `SUMMARY_ORDER`, so a cell's code is its state's rank:
-  a mapped cell shows the lowest code among its indexes.
-- A compact cell's try number is `tries[row]` if listed, else `usual_try(state)`.
+- The compact format's `legend` is `SUMMARY_ORDER`, so a cell's code is its state's rank
+  in base 36 (`CODES`): a mapped cell shows the lowest code among its indexes. A state
+  added to `SUMMARY_ORDER` is all the format needs (codes, SQL and the UI's decoder follow
+  the legend), up to 26 states (`ODD_CODES`).
+- A compact cell's try number is `tries[row]` if listed, else `usual_try(state)`; the
+  format lists the states whose usual try is 1 (`TRIED`) as `tried`.
 - On PostgreSQL the compact states are aggregated in SQL, one statement for every run
   (`_compact_rows`): a run whose unmapped TIs are exactly the rows' tasks is read in the
   unique index's order and its codes put in row order in Python (`_indexed_rows`); the
@@ -44,6 +47,8 @@ SUMMARY_ORDER: tuple[TaskInstanceState, ...] = (
     TI.QUEUED,
     TI.SCHEDULED,
     TI.UP_FOR_RETRY,
+    TI.UP_FOR_RESCHEDULE,
+    TI.DEFERRED,
     TI.NONE,
     TI.FAILED,
     TI.UPSTREAM_FAILED,
@@ -52,7 +57,7 @@ SUMMARY_ORDER: tuple[TaskInstanceState, ...] = (
     TI.REMOVED,
 )
 """A mapped task's cell shows the first of its indexes' states in this order: what is
-still moving, then what failed, then how it ended. Every state is in it."""
+still moving, then what failed, then how it ended. Every state is in it, once."""
 
 CODES = "0123456789abcdefghijklmnopqrstuvwxyz"
 """The code of `SUMMARY_ORDER[i]` is `CODES[i]` (the index in base 36)."""
@@ -62,16 +67,29 @@ NO_TI = "-"
 
 CODE_OF: dict[str, str] = {str(s): CODES[i] for i, s in enumerate(SUMMARY_ORDER)}
 
-_ODD_SHIFT = ord("A") - ord("0")
-"""`_INDEXED_SQL` marks a cell whose try is unusual by shifting its code ('0'-'9') by this
-much ('A'-'J'); the codes are digits, as `SUMMARY_ORDER` has ten states."""
-_ODD = re.compile("[A-J]")
-_UNSHIFT = str.maketrans({chr(ord(c) + _ODD_SHIFT): c for c in CODES[: len(SUMMARY_ORDER)]})
+ODD_CODES = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+"""`_INDEXED_SQL`'s code of `SUMMARY_ORDER[i]` when the cell's try is not the usual one:
+`ODD_CODES[i]`, an upper-case letter, never a code of `CODES` (digits, then lower case):
+the two sets stay apart for up to 26 states (the first ten's '0'-'9' are 'A'-'J', as when
+there were ten; the eleventh's 'a' is 'K'). Internal: the format never shows them."""
+ODD_CODE_OF: dict[str, str] = {str(s): ODD_CODES[i] for i, s in enumerate(SUMMARY_ORDER)}
+_ODD = re.compile(f"[{ODD_CODES[0]}-{ODD_CODES[-1]}]")
+_UNSHIFT = str.maketrans(ODD_CODES[: len(SUMMARY_ORDER)], CODES[: len(SUMMARY_ORDER)])
 
 TRIED: frozenset[TaskInstanceState] = frozenset(
-    {TI.QUEUED, TI.RUNNING, TI.SUCCESS, TI.FAILED, TI.UP_FOR_RETRY}
+    {
+        TI.QUEUED,
+        TI.RUNNING,
+        TI.SUCCESS,
+        TI.FAILED,
+        TI.UP_FOR_RETRY,
+        TI.UP_FOR_RESCHEDULE,
+        TI.DEFERRED,
+    }
 )
-"""States a TI reaches with a try: their usual try number is 1, the others' 0."""
+"""States a TI reaches with a try: their usual try number is 1, the others' 0. A sensor
+between two pokes (`up_for_reschedule`), or waiting on its trigger (`deferred`), is within
+its try: its usual try is 1 too."""
 
 
 def usual_try(state: str) -> int:
@@ -245,6 +263,7 @@ def compact_grid(
     return CompactGrid(
         dag_id=dag_id,
         legend=list(SUMMARY_ORDER),
+        tried=[s for s in SUMMARY_ORDER if s in TRIED],
         task_ids=task_ids,
         rows_total=rows_total,
         runs=[
@@ -394,7 +413,7 @@ def _compact_rows(
     return found
 
 
-BY_FREQUENCY: tuple[TaskInstanceState, ...] = (
+_MOST_MET: tuple[TaskInstanceState, ...] = (
     TI.SUCCESS,
     TI.NONE,
     TI.SKIPPED,
@@ -403,23 +422,24 @@ BY_FREQUENCY: tuple[TaskInstanceState, ...] = (
     TI.RUNNING,
     TI.QUEUED,
     TI.SCHEDULED,
-    TI.UP_FOR_RETRY,
-    TI.REMOVED,
+)
+BY_FREQUENCY: tuple[TaskInstanceState, ...] = (
+    *_MOST_MET,
+    *(s for s in SUMMARY_ORDER if s not in _MOST_MET),
 )
 """`SUMMARY_ORDER`'s states in the order a grid meets them most (a CASE tries its WHENs in
-turn, for each of a big grid's TIs)."""
+turn, for each of a big grid's TIs): those of `_MOST_MET`, then the rarer ones (waiting,
+removed) in `SUMMARY_ORDER`'s order, so that a state added there has its WHEN too."""
 
 
 def _cell_code_case(state: str, try_number: str) -> str:
-    """SQL: a TI's code in one CASE, shifted by `_ODD_SHIFT` when its try is not the usual
+    """SQL: a TI's code in one CASE, its `ODD_CODES` code when its try is not the usual
     one for its state (`usual_try`); NO_TI for a state outside `SUMMARY_ORDER`."""
     whens = []
     for s in BY_FREQUENCY:
-        code = CODE_OF[str(s)]
-        usual = usual_try(s)
-        shifted = chr(ord(code) + _ODD_SHIFT)
+        code, odd, usual = CODE_OF[str(s)], ODD_CODE_OF[str(s)], usual_try(s)
         whens.append(
-            f"WHEN '{s}' THEN CASE {try_number} WHEN {usual} THEN '{code}' ELSE '{shifted}' END"
+            f"WHEN '{s}' THEN CASE {try_number} WHEN {usual} THEN '{code}' ELSE '{odd}' END"
         )
     return f"CASE {state} {' '.join(whens)} ELSE '{NO_TI}' END"
 
@@ -430,7 +450,9 @@ FROM unnest(CAST(:runs AS BIGINT[])) AS r(id)
 CROSS JOIN LATERAL (
     SELECT string_agg(ti.code, '') FILTER (WHERE ti.map_index = -1) AS states,
            string_agg(ti.try_number::text, ',')
-               FILTER (WHERE ti.map_index = -1 AND ti.code COLLATE "C" >= 'A') AS tries,
+               FILTER (WHERE ti.map_index = -1
+                       AND ti.code COLLATE "C" BETWEEN '{ODD_CODES[0]}' AND '{ODD_CODES[-1]}')
+               AS tries,
            count(*) FILTER (WHERE ti.map_index = -1) AS unmapped,
            md5(string_agg(ti.task_id, ',') FILTER (WHERE ti.map_index = -1)) AS known,
            count(*) FILTER (WHERE ti.map_index >= 0) AS others
@@ -440,13 +462,14 @@ CROSS JOIN LATERAL (
 ) AS g
 """
 """Per run, its TIs in the order of the unique index on (run, task, map index), with no
-join and no sort: the codes of its unmapped TIs (one CASE a TI: shifted by `_ODD_SHIFT`
-when its try is unusual) and those tries in the same order (each aggregate takes the
-subquery's rows in its order: a subquery with ORDER BY is not flattened, and a plan
-parameterized by the run is never parallel); how many unmapped TIs there are and the md5
-of their task ids joined by commas (the rows' own, in the same order, when each is a
-row's task: a task id never holds a comma); how many TIs are mapped indexes. A hash of
-the ids costs a quarter of looking each up among the rows."""
+join and no sort: the codes of its unmapped TIs (one CASE a TI: its `ODD_CODES` code
+when its try is unusual, told apart from the codes by a byte comparison) and those tries
+in the same order (each aggregate takes the subquery's rows in its order: a subquery
+with ORDER BY is not flattened, and a plan parameterized by the run is never parallel);
+how many unmapped TIs there are and the md5 of their task ids joined by commas (the
+rows' own, in the same order, when each is a row's task: a task id never holds a comma);
+how many TIs are mapped indexes. A hash of the ids costs a quarter of looking each up
+among the rows."""
 _INDEXED_SQL = text(_INDEXED_TEXT).bindparams(bindparam("runs", type_=ARRAY(BigInteger)))
 
 _COLLATED_SQL = text(

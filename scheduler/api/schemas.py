@@ -221,7 +221,10 @@ class TaskInstanceOut(BaseModel):
     queued_at: dt.datetime | None
     start_date: dt.datetime | None
     end_date: dt.datetime | None
-    next_retry_at: dt.datetime | None
+    next_retry_at: dt.datetime | None = Field(
+        description="when its retry is due (up_for_retry), or a sensor's next poke "
+        "(up_for_reschedule)"
+    )
     error: str | None
 
 
@@ -329,8 +332,8 @@ class MarkOut(BaseModel):
 class GridCell(BaseModel):
     state: TaskInstanceState = Field(
         description="the TI's state; for a mapped task the first of its indexes' states "
-        "among running, queued, scheduled, up_for_retry, none, failed, upstream_failed, "
-        "success, skipped, removed"
+        "in the order of the compact grid's `legend` (what is still moving, then what "
+        "failed, then how it ended)"
     )
     try_number: int
     mapped: int | None = Field(default=None, description="a mapped task's number of indexes")
@@ -378,12 +381,12 @@ class CompactGridRun(GridRunHeader):
         description="one character per row of `task_ids`: the state's index in `legend` "
         "in base 36 ('0'-'9', then 'a'-'z'), or '-' where the run has no TI of that task; "
         "a mapped task's character is the first of its indexes' states in `legend`",
-        examples=["777-40"],
+        examples=["888-50"],
     )
     tries: dict[int, int] = Field(
         description="the try number by row (its index in `task_ids`) where it is not the "
-        "usual one; a row not listed has try 1 if its state is queued, running, success, "
-        "failed or up_for_retry, else 0 (a mapped task's: its indexes' highest)",
+        "usual one; a row not listed has try 1 if its state is in the grid's `tried`, "
+        "else 0 (a mapped task's: its indexes' highest)",
         examples=[{"3": 2}],
     )
     mapped: dict[int, GridMapped] = Field(
@@ -399,6 +402,11 @@ class CompactGrid(BaseModel):
     legend: list[TaskInstanceState] = Field(
         description="the states the characters of a run's `states` stand for, by index; "
         "in the order a mapped task's cell picks its state by (running first)"
+    )
+    tried: list[TaskInstanceState] = Field(
+        description="the states whose usual try number is 1 (a TI reaches them with a "
+        "try), in `legend`'s order: a row that `tries` does not list has try 1 in one of "
+        "them, else 0"
     )
     task_ids: list[str] = Field(
         description="the rows: the DAG's tasks in topological order, then the task ids of "

@@ -32,6 +32,7 @@ COMMANDS = {
     "db": "services",
     "scheduler": "services",
     "worker": "services",
+    "triggerer": "services",
     "pools": "services",
     "dags": "dags",
     "tasks": "tasks_cmd",
@@ -62,7 +63,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _default_level(command: str) -> str:
-    daemons = {"scheduler", "worker", "backfill", "api"}
+    daemons = {"scheduler", "worker", "backfill", "api", "triggerer"}
     return "INFO" if command in daemons else "WARNING"
 
 

@@ -1,4 +1,5 @@
-"""`sluice db migrate|clean`, `sluice scheduler`, `sluice worker`, `sluice pools`."""
+"""`sluice db migrate|clean`, `sluice scheduler`, `sluice triggerer`, `sluice worker`,
+`sluice pools`."""
 
 from __future__ import annotations
 
@@ -42,6 +43,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="the address the metrics are served on (default 127.0.0.1; 0.0.0.0 for all)",
     )
     p.set_defaults(func=scheduler)
+
+    p = sub.add_parser("triggerer", help="run the triggers deferred tasks wait on")
+    p.add_argument(
+        "--capacity",
+        type=int,
+        default=1000,
+        help="triggers run at once on its loop (default 1000)",
+    )
+    p.add_argument("--num-loops", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=triggerer)
 
     p = sub.add_parser("worker", help="run a Celery worker serving Sluice queues")
     p.add_argument("-Q", "--queues", default="default", help="comma-separated Sluice queues")
@@ -129,6 +140,29 @@ def scheduler(cli: Cli, args: argparse.Namespace) -> int:
         metrics=metrics,
         publish_callbacks=lambda messages: publish_callbacks(app, messages),
     )
+    install_stop_handlers(job)
+    try:
+        job.run(num_loops=args.num_loops)
+    finally:
+        waker.close()
+    return 0
+
+
+def triggerer(cli: Cli, args: argparse.Namespace) -> int:
+    """`sluice triggerer [--capacity N]`: one triggerer (run as many as you like)."""
+    check_int(args.capacity, "--capacity", 1, 100_000)
+    if args.num_loops is not None:
+        check_int(args.num_loops, "--num-loops", 0, INT_MAX)
+    cli.check_bundles()
+    cli.wait_for_database()
+    from sluice.broker.wakeup import waker_for
+    from sluice.broker.worker.task_env import hide_secrets
+    from sluice.scheduler.jobs.triggerer import TriggererJob
+
+    waker = waker_for(cli.settings)
+    factory = cli.at_start(lambda: cli.factory)
+    hide_secrets(cli.settings)  # triggers are user code: they see no secret of ours
+    job = TriggererJob(cli.settings, factory, waker, capacity=args.capacity)
     install_stop_handlers(job)
     try:
         job.run(num_loops=args.num_loops)

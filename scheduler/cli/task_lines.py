@@ -38,7 +38,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.cli.render import visible
-from sluice.scheduler.cli.timefmt import seconds_text
+from sluice.scheduler.cli.timefmt import seconds_text, when
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.queries.task_changes import (
     ENDED,
@@ -75,6 +75,9 @@ def line_for(row: Any, width: int = 0) -> str:
     if row.state == TI.UP_FOR_RETRY:
         said = f"try {row.try_number} of {row.max_tries} failed, {_retrying(row)}"
         parts.append(f"{said}: {error}" if error else said)
+    elif row.state == TI.UP_FOR_RESCHEDULE and row.next_retry_at is not None:
+        at = row.next_retry_at
+        parts.append(f"poke again at {when(at, row.end_date or at)}")
     elif row.state == TI.FAILED and error:
         tries = f"try {row.try_number} of {row.max_tries}: " if row.max_tries > 1 else ""
         parts.append(f"{tries}{error}")

@@ -53,6 +53,8 @@ LEADS: dict[str, str] = {
     TI.QUEUED: "Queued but not running",
     TI.RUNNING: "Running",
     TI.UP_FOR_RETRY: "Waiting to retry",
+    TI.UP_FOR_RESCHEDULE: "Waiting for its next poke",
+    TI.DEFERRED: "Waiting on its trigger",
     TI.SUCCESS: "Succeeded",
     TI.FAILED: "Failed",
     TI.UPSTREAM_FAILED: "Upstream failed",
@@ -63,7 +65,9 @@ LEADS: dict[str, str] = {
 
 WAITS_FOR_A_WORKER = frozenset({TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.UP_FOR_RETRY})
 """States in which a TI may still wait for a worker to serve its queue: only then do
-the workers matter to an explanation (a finished or running TI's do not)."""
+the workers matter to an explanation (a finished or running TI's do not). Not
+`up_for_reschedule`: a sensor between two pokes waits for its time, not for a worker
+(a worker served its queue at its last poke; they are asked once it is scheduled again)."""
 
 
 def main_reasons(reasons: list[Reason]) -> list[str]:

@@ -12,8 +12,12 @@ Invariant: reads only (the caller's session); never writes.
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
+
+from sqlalchemy import select
 
 from sluice.scheduler.control.explain_limits import (
     driver_reasons,
@@ -24,6 +28,8 @@ from sluice.scheduler.control.explain_limits import (
 )
 from sluice.scheduler.control.explain_model import Reason, Subject, duration, iso
 from sluice.scheduler.control.explain_model import ReasonKind as K
+from sluice.scheduler.core.models import TaskInstance
+from sluice.scheduler.core.models import Trigger as TriggerRow
 from sluice.scheduler.core.states import TI, TI_UNFINISHED, DagRunState, TaskInstanceState
 from sluice.scheduler.decide.decisions import TiView
 from sluice.scheduler.decide.deps import RunTis, branch_choice, upstream_counts
@@ -81,13 +87,15 @@ def reasons_for(subject: Subject) -> tuple[list[Reason], list[str]]:
         return queue_reasons(subject), notes
     if state is TI.RUNNING:
         return running_reasons(subject), notes
-    if state is TI.UP_FOR_RETRY:
-        reasons = [retry_reason(subject)]
+    if state in WAITING_REASONS:
+        reasons = [WAITING_REASONS[state](subject)]
         if not running:
             reasons += run_reasons(subject)
         elif reasons[0].data["due"]:
             reasons += driver_reasons(subject)
         return reasons + _not_blocking(no_worker_reasons(subject)), notes
+    if state is TI.DEFERRED:
+        return [deferred_reason(subject)], notes
     if state is TI.REMOVED:
         return [removed_reason(subject)], notes
     if state is TI.SKIPPED and ti.start_date is not None:
@@ -274,16 +282,23 @@ def running_reasons(subject: Subject) -> list[Reason]:
     return reasons
 
 
-def retry_reason(subject: Subject) -> Reason:
+def _due(subject: Subject, what: str) -> tuple[float, str]:
+    """A waiting TI's seconds to its `next_retry_at` (0 when due or unset) and, in words,
+    when `what` (its retry, its next poke) is due and who acts then."""
     ti, now = subject.ti, subject.now
     assert ti is not None
     due_at = ti.next_retry_at
     wait = 0.0 if due_at is None else max((due_at - now).total_seconds(), 0.0)
-    error = f" ({ti.error})" if ti.error else ""
     if due_at is None or wait <= 0:
-        when = "its retry is due now: the next scheduler decision schedules it"
-    else:
-        when = f"its retry is due at {due_at:%Y-%m-%d %H:%M:%S} UTC, in {duration(wait)}"
+        return wait, f"{what} is due now: the next scheduler decision schedules it"
+    return wait, f"{what} is due at {due_at:%Y-%m-%d %H:%M:%S} UTC, in {duration(wait)}"
+
+
+def retry_reason(subject: Subject) -> Reason:
+    ti = subject.ti
+    assert ti is not None
+    wait, when = _due(subject, "its retry")
+    error = f" ({ti.error})" if ti.error else ""
     return Reason(
         K.RETRY,
         f"try {ti.try_number} of {ti.max_tries} failed{error}; {when}",
@@ -291,12 +306,102 @@ def retry_reason(subject: Subject) -> Reason:
             "try_number": ti.try_number,
             "max_tries": ti.max_tries,
             "next_try": ti.try_number + 1,
-            "next_retry_at": iso(due_at),
+            "next_retry_at": iso(ti.next_retry_at),
             "due": wait <= 0,
             "due_in_seconds": round(wait, 3),
             "error": ti.error,
         },
     )
+
+
+def _sensor_state(ti: TaskInstance) -> tuple[int, int | None, dt.datetime | None]:
+    """A sensor's try, empty pokes so far and first poke, as its worker keeps them between
+    pokes (`task_instance.waiting`, `tasks.sensor.Waiting`); the TI's try number (and
+    None, None) when they are not kept or do not parse."""
+    kept = ti.waiting if isinstance(ti.waiting, dict) else {}
+    number, pokes, since = kept.get("try"), kept.get("pokes"), kept.get("since")
+    try:
+        first = dt.datetime.fromisoformat(since) if isinstance(since, str) else None
+    except ValueError:
+        first = None
+    return (
+        number if isinstance(number, int) else ti.try_number,
+        pokes if isinstance(pokes, int) else None,
+        first,
+    )
+
+
+def reschedule_reason(subject: Subject) -> Reason:
+    """A reschedule-mode sensor between two pokes: its try goes on, holding no worker and
+    no pool slot until its next poke is due (`next_retry_at`); a scheduler then schedules
+    and queues it like any TI."""
+    ti = subject.ti
+    assert ti is not None
+    number, pokes, since = _sensor_state(ti)
+    wait, when = _due(subject, "its next poke")
+    if wait <= 0:
+        when += " and a scheduler queues it"
+    so_far = (
+        f" ({pokes} empty poke{'s' if pokes != 1 else ''} since {since:%Y-%m-%d %H:%M:%S} UTC)"
+        if pokes and since is not None
+        else ""
+    )
+    return Reason(
+        K.RESCHEDULE,
+        f"the sensor's try {number} of {ti.max_tries} found its condition not met at its "
+        f"last poke{so_far}; {when}",
+        data={
+            "try_number": number,
+            "max_tries": ti.max_tries,
+            "pokes": pokes,
+            "first_poke_at": iso(since),
+            "next_poke_at": iso(ti.next_retry_at),
+            "due": wait <= 0,
+            "due_in_seconds": round(wait, 3),
+        },
+    )
+
+
+def deferred_reason(subject: Subject) -> Reason:
+    """A deferred TI: what its trigger waits for (class and arguments), since when, until
+    when, and whether a triggerer runs it now (a lease) or none has taken it yet."""
+    ti = subject.ti
+    assert ti is not None
+    row = subject.session.scalar(select(TriggerRow).where(TriggerRow.ti_id == ti.id))
+    since = ti.end_date
+    if row is None:
+        text = "it deferred, and its trigger is being recorded or has just fired"
+        data: dict[str, Any] = {"trigger": None}
+    else:
+        arguments = ", ".join(f"{k}={v!r}" for k, v in sorted(row.kwargs.items()))
+        until = (
+            f" until {row.timeout_at:%Y-%m-%d %H:%M:%S} UTC (then it fails)"
+            if row.timeout_at is not None
+            else ""
+        )
+        held = row.lease_until is not None and row.lease_until > subject.now
+        by = (
+            f"; triggerer job {row.triggerer_id} runs it"
+            if held
+            else "; no triggerer runs it now: start `sluice triggerer`"
+        )
+        text = f"it waits on its trigger {row.classpath}({arguments[:300]}){until}{by}"
+        data = {
+            "trigger": row.classpath,
+            "kwargs": row.kwargs,
+            "since": iso(since),
+            "until": iso(row.timeout_at),
+            "triggerer_job_id": row.triggerer_id if held else None,
+        }
+    return Reason(K.DEFERRED, text, data=data)
+
+
+WAITING_REASONS: dict[TaskInstanceState, Callable[[Subject], Reason]] = {
+    TI.UP_FOR_RETRY: retry_reason,
+    TI.UP_FOR_RESCHEDULE: reschedule_reason,
+}
+"""The reason of each state in which a TI waits for its `next_retry_at` (`TI_WAITING`):
+when it is due; then the run's next decision schedules it (`run_decision`)."""
 
 
 def removed_reason(subject: Subject) -> Reason:

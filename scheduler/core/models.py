@@ -116,6 +116,29 @@ class DagVersion(Base):
     )
 
 
+class Trigger(Base):
+    """What a deferred TI waits on (`tasks.triggers`): its trigger's class and arguments,
+    the try it resumes (`attempt_id`), its deadline, and the triggerer that runs it
+    (`triggerer_id`, until `lease_until`: past it, another triggerer takes it over).
+    Written with the TI's move to `deferred`, deleted with its resume or its failure."""
+
+    __tablename__ = "trigger"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    ti_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("task_instance.id", ondelete="CASCADE"), unique=True
+    )
+    attempt_id: Mapped[str] = mapped_column(String(36))
+    classpath: Mapped[str] = mapped_column(String(1000))
+    kwargs: Mapped[dict[str, Any]]
+    created_at: Mapped[dt.datetime]
+    timeout_at: Mapped[dt.datetime | None]
+    triggerer_id: Mapped[int | None] = mapped_column(ID)
+    lease_until: Mapped[dt.datetime | None]
+
+    __table_args__ = (Index("ix_trigger_lease_until", "lease_until"),)
+
+
 class BundleState(Base):
     """What the schedulers last fetched of a git bundle, and since when its fetch fails."""
 

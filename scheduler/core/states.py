@@ -20,6 +20,9 @@ class TaskInstanceState(StrEnum):
     UP_FOR_RESCHEDULE = "up_for_reschedule"
     """A reschedule-mode sensor between two pokes: no worker, no pool slot; scheduled
     again at `next_retry_at`, its `try_number` unchanged (`tasks.sensor`)."""
+    DEFERRED = "deferred"
+    """Waiting on a trigger (`sluice.defer`): no worker, no pool slot; a triggerer queues
+    it again when the trigger fires, its `try_number` unchanged (`tasks.triggers`)."""
     UPSTREAM_FAILED = "upstream_failed"
     SKIPPED = "skipped"
     REMOVED = "removed"
@@ -67,6 +70,9 @@ TI_ACTIVE: frozenset[TaskInstanceState] = frozenset({TI.QUEUED, TI.RUNNING})
 TI_WAITING: frozenset[TaskInstanceState] = frozenset({TI.UP_FOR_RETRY, TI.UP_FOR_RESCHEDULE})
 """States a scheduler moves back to `scheduled` once `next_retry_at` has passed."""
 
+TI_PARKED: frozenset[TaskInstanceState] = TI_WAITING | {TI.DEFERRED}
+"""States of a started TI that holds no worker: between tries, pokes, or on a trigger."""
+
 RUN_TERMINAL: frozenset[DagRunState] = frozenset({DagRunState.SUCCESS, DagRunState.FAILED})
 RUN_UNFINISHED: frozenset[DagRunState] = frozenset(DagRunState) - RUN_TERMINAL
 
@@ -86,11 +92,22 @@ _TI_MOVES_BY_SLUICE: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
     # worker when the DAG's stored version no longer has its task; a sensor's poke that
     # found nothing yet reschedules it.
     TI.RUNNING: frozenset(
-        {TI.SUCCESS, TI.FAILED, TI.UP_FOR_RETRY, TI.UP_FOR_RESCHEDULE, TI.SKIPPED, TI.REMOVED}
+        {
+            TI.SUCCESS,
+            TI.FAILED,
+            TI.UP_FOR_RETRY,
+            TI.UP_FOR_RESCHEDULE,
+            TI.DEFERRED,
+            TI.SKIPPED,
+            TI.REMOVED,
+        }
     )
     | _CLEARABLE,
     TI.UP_FOR_RETRY: frozenset({TI.SCHEDULED, TI.REMOVED, TI.FAILED}) | _CLEARABLE,
     TI.UP_FOR_RESCHEDULE: frozenset({TI.SCHEDULED, TI.REMOVED, TI.FAILED}) | _CLEARABLE,
+    # Resumed by a triggerer when its trigger fires; failed (or retried) by its timeout
+    # or a trigger that raises.
+    TI.DEFERRED: frozenset({TI.SCHEDULED, TI.UP_FOR_RETRY, TI.FAILED, TI.REMOVED}) | _CLEARABLE,
     TI.SUCCESS: _CLEARABLE | {TI.REMOVED},
     TI.FAILED: _CLEARABLE | {TI.REMOVED},
     TI.UPSTREAM_FAILED: _CLEARABLE | {TI.REMOVED},

@@ -33,6 +33,7 @@ from sluice.scheduler.core.models import DagRun, TaskInstance
 from sluice.scheduler.core.queries.sql import expected_state
 from sluice.scheduler.core.states import (
     TI,
+    TI_PARKED,
     TI_TERMINAL,
     DagRunState,
     SpanStatus,
@@ -55,7 +56,7 @@ def _ti_stamps(new: TaskInstanceState, now: dt.datetime) -> dict[str, Any]:
         return {"queued_at": now}
     if new is TI.RUNNING:
         return {"start_date": now, "last_heartbeat_at": now, "end_date": None}
-    if new is TI.UP_FOR_RETRY or new in TI_TERMINAL:
+    if new in TI_PARKED or new in TI_TERMINAL:  # a try, a poke, or a wait's start ended
         return {"end_date": now}
     if new is TI.NONE:  # a clear: a sensor's next try pokes afresh
         return {"end_date": None, "next_retry_at": None, "error": None, "waiting": None}

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import DagRun, TaskInstance
-from sluice.scheduler.core.states import TI, TI_WAITING, DagRunState, SpanStatus
+from sluice.scheduler.core.states import TI, TI_PARKED, DagRunState, SpanStatus
 from sluice.scheduler.core.transitions import move_run, move_spans, move_tis
 
 CANCELLED = "cancelled"
@@ -59,12 +59,12 @@ def cancel_runs(
         tis = session.scalars(
             select(TaskInstance).where(
                 TaskInstance.dag_run_id == run.id,
-                TaskInstance.state.in_([TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.RUNNING, *TI_WAITING]),
+                TaskInstance.state.in_([TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.RUNNING, *TI_PARKED]),
             )
         ).all()
-        started = [ti for ti in tis if ti.state in (TI.QUEUED, TI.RUNNING, *TI_WAITING)]
+        started = [ti for ti in tis if ti.state in (TI.QUEUED, TI.RUNNING, *TI_PARKED)]
         done.attempts += [
-            ti.attempt_id for ti in started if ti.attempt_id and ti.state not in TI_WAITING
+            ti.attempt_id for ti in started if ti.attempt_id and ti.state not in TI_PARKED
         ]
         done.external_ids += [
             ti.external_id for ti in started if ti.external_id and ti.state == TI.RUNNING
@@ -80,7 +80,7 @@ def cancel_runs(
             session,
             [ti.id for ti in started],
             TI.FAILED,
-            expect=[TI.QUEUED, TI.RUNNING, *TI_WAITING],
+            expect=[TI.QUEUED, TI.RUNNING, *TI_PARKED],
             now=now,
             values={"error": error, "next_retry_at": None},
         )

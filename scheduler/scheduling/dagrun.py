@@ -21,7 +21,7 @@ from sluice.scheduler.core.db import as_utc, executed
 from sluice.scheduler.core.hot_sql import hot
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.named_sql import hot_statement, same_values
-from sluice.scheduler.core.states import TI, TI_WAITING, DagRunState, RunType
+from sluice.scheduler.core.states import TI, DagRunState, RunType
 from sluice.scheduler.core.tracing_ids import new_carrier
 from sluice.scheduler.core.transitions import move_run, move_tis
 from sluice.scheduler.core.upsert import insert_unless_clash
@@ -360,7 +360,15 @@ def _write_moves(
         else:
             won = move_tis(session, fresh, new, expect=[TI.NONE], now=now)
         if new is TI.SCHEDULED:
-            won += move_tis(session, decisions.retries, new, expect=list(TI_WAITING), now=now)
+            won += move_tis(session, decisions.retries, new, expect=[TI.UP_FOR_RETRY], now=now)
+            won += move_tis(  # a poke is no new try: queueing adds back the 1 taken here
+                session,
+                decisions.retries,
+                new,
+                expect=[TI.UP_FOR_RESCHEDULE],
+                now=now,
+                values={"try_number": TaskInstance.try_number - 1},
+            )
             outcome.scheduled += won
         elif new is TI.SKIPPED:
             outcome.skipped += len(won)

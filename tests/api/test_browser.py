@@ -380,6 +380,8 @@ def _big_dag_runs(database_url: str, folder: Path) -> None:
                     for task_id, state, tries in (
                         ("start", TI.SUCCESS, 1),
                         ("t300", TI.UP_FOR_RETRY, 2),
+                        ("t301", TI.UP_FOR_RESCHEDULE, 1),  # its usual try: not listed
+                        ("t302", TI.REMOVED, 2),  # a state past the tenth: a letter code
                     ):
                         session.execute(
                             update(TaskInstance)
@@ -418,6 +420,13 @@ def test_a_big_dag_shows_its_rows_in_steps(browser: Any, pg_url: str, tmp_path: 
             retrying = page.locator('button.cell[data-task="t300"][data-run="big-1"]')
             expect(retrying).to_have_attribute("data-state", "up_for_retry")
             expect(retrying).to_have_attribute("title", re.compile(r"try 2$"))
+            poking = page.locator('button.cell[data-task="t301"][data-run="big-1"]')
+            expect(poking).to_have_attribute("data-state", "up_for_reschedule")
+            expect(poking).to_have_text("resched")
+            expect(poking).to_have_attribute("title", re.compile(r": up for reschedule$"))
+            gone = page.locator('button.cell[data-task="t302"][data-run="big-1"]')
+            expect(gone).to_have_attribute("data-state", "removed")
+            expect(gone).to_have_attribute("title", re.compile(r": removed, try 2$"))
             page.get_by_role("button", name="Show 50 more").click()
             expect(rows_shown).to_have_count(450)
             expect(page.locator("#grid-more")).to_be_hidden()

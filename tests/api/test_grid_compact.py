@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.api import create_app, grid
 from sluice.scheduler.api.config import ApiConfig
-from sluice.scheduler.api.grid import SUMMARY_ORDER
+from sluice.scheduler.api.grid import SUMMARY_ORDER, TRIED
 from sluice.scheduler.api.schemas import CompactGrid
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
@@ -31,7 +31,6 @@ from sluice.scheduler.scheduling.dagrun import create_dagrun
 from tests.api.test_dag_shapes import sent_statements
 
 V1 = "/api/v1"
-TRIED = {"queued", "running", "success", "failed", "up_for_retry"}
 DAY = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
@@ -120,9 +119,15 @@ def _seed(session: Session, old: int, new: int) -> None:
     _add(session, new, "load", 2, TI.SUCCESS, 1)
 
 
+def codes(*states: TI | None) -> str:
+    """A run's `states` for cells in these states (None: no TI): their codes, spelled out
+    from the legend's order (which a new state may change)."""
+    return "".join("-" if s is None else grid.CODE_OF[s] for s in states)
+
+
 def decoded(grid: dict[str, Any]) -> list[dict[str, dict[str, Any]]]:
     """Each run's cells by task id, decoded from the compact grid as its schema says."""
-    legend = grid["legend"]
+    legend, tried = grid["legend"], set(grid["tried"])
     out = []
     for run in grid["runs"]:
         cells: dict[str, dict[str, Any]] = {}
@@ -133,7 +138,7 @@ def decoded(grid: dict[str, Any]) -> list[dict[str, dict[str, Any]]]:
             mapped = run["mapped"].get(str(row))
             cells[task_id] = {
                 "state": state,
-                "try_number": run["tries"].get(str(row), 1 if state in TRIED else 0),
+                "try_number": run["tries"].get(str(row), 1 if state in tried else 0),
                 "mapped": mapped["count"] if mapped else None,
                 "states": mapped["states"] if mapped else None,
             }
@@ -155,6 +160,8 @@ def test_every_compact_cell_is_the_default_formats_cell(client: TestClient, db_u
     grid = CompactGrid.model_validate_json(compact.content).model_dump(mode="json")
     assert grid == compact.json()
     assert grid["legend"] == [str(s) for s in SUMMARY_ORDER]
+    assert grid["tried"] == [s for s in grid["legend"] if s in TRIED]
+    assert {"up_for_retry", "up_for_reschedule"} <= set(grid["tried"])
     rows = ["extract", "audit", "transform", "load", "gone"]
     assert grid["task_ids"] == cells["task_ids"] == rows
     assert decoded(grid) == [run["cells"] for run in cells["runs"]]
@@ -173,9 +180,13 @@ def test_every_compact_cell_is_the_default_formats_cell(client: TestClient, db_u
     assert grid["active"] is cells["active"] is True
     # ... and spelled out: a missing TI, an unknown task, the retry, the mapped task
     oldest, middle, newest = grid["runs"]
-    assert oldest["states"] == "7-778" and oldest["tries"] == {} and oldest["mapped"] == {}
-    assert middle["states"] == "4444-" and middle["tries"] == {} and middle["mapped"] == {}
-    assert newest["states"][2:4] == "30"  # up_for_retry; load shows its running index
+    ok, none = TI.SUCCESS, TI.NONE
+    assert oldest["states"] == codes(ok, None, ok, ok, TI.SKIPPED)
+    assert oldest["tries"] == {} and oldest["mapped"] == {}
+    assert middle["states"] == codes(none, none, none, none, None)
+    assert middle["tries"] == {} and middle["mapped"] == {}
+    # the retry; load shows its running index
+    assert newest["states"][2:4] == codes(TI.UP_FOR_RETRY, TI.RUNNING)
     assert newest["tries"] == {"2": 2, "3": 3}
     assert newest["mapped"] == {"3": {"count": 3, "states": {"success": 2, "running": 1}}}
 
@@ -207,11 +218,73 @@ def test_runs_of_the_dags_own_tasks_show_each_cell_in_its_tasks_row(
     # Then each cell is in its task's row, with its state and its unusual try
     assert decoded(grid) == [run["cells"] for run in cells["runs"]]
     older, newer = grid["runs"]
-    assert older["states"] == "7530" and older["tries"] == {"1": 2, "2": 2}
-    assert newer["states"] == "8671" and newer["tries"] == {"2": 4}
+    assert older["states"] == codes(*(state for state, _ in seeded[first]))
+    assert newer["states"] == codes(*(state for state, _ in seeded[second]))
+    assert older["tries"] == {"1": 2, "2": 2} and newer["tries"] == {"2": 4}
     assert older["mapped"] == newer["mapped"] == {}
     if db_url.startswith("postgresql"):  # read in the unique index's order: no join
         assert not any("FULL JOIN" in s for s in sent)
+
+
+def test_the_legend_has_every_state_once_and_the_odd_codes_stay_apart() -> None:
+    # The compact format, its SQL and its decoders follow SUMMARY_ORDER: each state of a TI
+    # must be in it (else its cells read as no TI), and its unusual-try codes must never be
+    # codes (an eleventh state's 'a' is not an odd 'A')
+    count = len(SUMMARY_ORDER)
+    assert sorted(SUMMARY_ORDER) == sorted(TI) and len(set(SUMMARY_ORDER)) == count
+    assert sorted(grid.BY_FREQUENCY) == sorted(SUMMARY_ORDER)
+    assert set(SUMMARY_ORDER) >= grid.TRIED
+    assert count <= len(grid.ODD_CODES)
+    assert not set(grid.CODES[:count]) & set(grid.ODD_CODES[:count])
+    assert all(int(grid.CODE_OF[s], 36) == i for i, s in enumerate(SUMMARY_ORDER))
+    for state in SUMMARY_ORDER:
+        odd = grid.ODD_CODE_OF[state]
+        assert grid._ODD.fullmatch(odd) and not grid._ODD.fullmatch(grid.CODE_OF[state])
+        assert odd.translate(grid._UNSHIFT) == grid.CODE_OF[state]
+
+
+def test_states_past_the_tenth_and_their_unusual_tries(client: TestClient, db_url: str) -> None:
+    # Given a run with exactly the DAG's tasks (read in index order on PostgreSQL), its TIs
+    # in a state past the tenth (removed: a letter, 'a' when there were eleven states) and
+    # up_for_reschedule, with usual and unusual tries; and a run whose `load` is mapped
+    # over both states (read by a join)
+    first, second = _runs(db_url, 2)
+    tasks = ("extract", "audit", "transform", "load")
+    rows = [(TI.UP_FOR_RESCHEDULE, 1), (TI.REMOVED, 0), (TI.REMOVED, 1), (TI.UP_FOR_RESCHEDULE, 0)]
+
+    def seed(session: Session) -> None:
+        for task, (state, try_number) in zip(tasks, rows, strict=True):
+            _set(session, first, task, state, try_number)
+        _set(session, second, "extract", TI.UP_FOR_RESCHEDULE, 2)
+        _set(session, second, "audit", TI.SUCCESS, 1)
+        _set(session, second, "transform", TI.REMOVED, 0)
+        session.execute(
+            update(TaskInstance)
+            .where(TaskInstance.dag_run_id == second, TaskInstance.task_id == "load")
+            .values(map_index=0, state=TI.REMOVED, try_number=0)
+        )
+        _add(session, second, "load", 1, TI.UP_FOR_RESCHEDULE, 1)
+
+    _write(db_url, seed)
+
+    # When a user asks for the compact grid (whole, and its first rows) and for the cells
+    grid = client.get(f"{V1}/dags/demo/grid?format=compact&limit=2").json()
+    window = client.get(f"{V1}/dags/demo/grid?format=compact&limit=2&rows=3").json()
+    cells = client.get(f"{V1}/dags/demo/grid?limit=2").json()
+
+    # Then each cell decodes to the default format's, every code a base-36 index of legend
+    assert decoded(grid) == [run["cells"] for run in cells["runs"]]
+    assert decoded(window) == [
+        {t: c for t, c in r.items() if t in tasks[:3]} for r in decoded(grid)
+    ]
+    older, newer = grid["runs"]
+    resched, removed = TI.UP_FOR_RESCHEDULE, TI.REMOVED
+    assert grid["legend"].index(removed) >= 10
+    assert older["states"] == codes(resched, removed, removed, resched)
+    assert older["tries"] == {"2": 1, "3": 0}
+    assert newer["states"] == codes(resched, TI.SUCCESS, removed, resched)  # load's first
+    assert newer["tries"] == {"0": 2}
+    assert newer["mapped"] == {"3": {"count": 2, "states": {"removed": 1, "up_for_reschedule": 1}}}
 
 
 @pytest.mark.parametrize(
@@ -264,7 +337,7 @@ def test_a_mapped_task_with_its_placeholder_left_is_one_cell(
 
     assert decoded(grid) == [r["cells"] for r in cells["runs"]]
     [only] = grid["runs"]
-    assert only["states"][3] == "5" and only["tries"] == {}
+    assert only["states"][3] == codes(TI.FAILED) and only["tries"] == {}
     assert only["mapped"] == {"3": {"count": 2, "states": {"failed": 1, "upstream_failed": 1}}}
 
 
@@ -348,4 +421,4 @@ def test_finished_runs_are_read_from_the_key_alone_on_postgresql(
     assert "Heap Fetches: 0" in plan, plan
     # and the grid shows them
     compact = client.get(f"{V1}/dags/demo/grid?format=compact&limit=3").json()
-    assert [r["states"] for r in compact["runs"]] == ["7777"] * 3
+    assert [r["states"] for r in compact["runs"]] == [codes(*[TI.SUCCESS] * 4)] * 3

@@ -71,8 +71,10 @@ def test_a_reschedule_sensor_frees_its_slot_between_pokes(sluice: Sluice, tmp_pa
     sensing = sluice.trigger("sensing")
     wait_until(lambda: pokes_of(pokes, "wait_for_other"), timeout=60)
     wait_until(
-        lambda: sluice.db_task_states("sensing", sensing)["wait_for_other"]["state"]
-        == "up_for_reschedule",
+        lambda: (
+            sluice.db_task_states("sensing", sensing)["wait_for_other"]["state"]
+            == "up_for_reschedule"
+        ),
         timeout=30,
     )
     other = sluice.trigger("other")  # its one-slot pool is free while the sensor waits

@@ -11,8 +11,9 @@ import json
 
 import pytest
 
-from sluice.scheduler.control.explain import ExplainError, ReasonKind
-from sluice.scheduler.core.states import TI
+from sluice.scheduler.control.explain import LEADS, ExplainError, ReasonKind
+from sluice.scheduler.control.explain_reasons import WAITING_REASONS
+from sluice.scheduler.core.states import TI, TI_WAITING
 from tests.operators.helpers import World
 
 K = ReasonKind
@@ -293,6 +294,54 @@ def test_retry_due_later_and_due_now(chain: World) -> None:
     now_due = chain.explain("chain", "r1", "b", at=due + dt.timedelta(seconds=1))
     retry = now_due.reason(K.RETRY)
     assert retry is not None and retry.data["due"] is True
+
+
+def test_a_sensor_between_pokes_says_when_it_pokes_again(chain: World) -> None:
+    # Given a reschedule-mode sensor whose poke found nothing: its next poke in 30 s
+    due = chain.now + dt.timedelta(seconds=30)
+    chain.advance("chain", "r1", "a", TI.SUCCESS)
+    chain.advance("chain", "r1", "b", TI.UP_FOR_RESCHEDULE, next_retry_at=due)
+    # When it is explained before its next poke is due
+    e = chain.explain("chain", "r1", "b")
+    # Then it waits for its time, within its try; not for a worker (none was asked)
+    assert e.state == "up_for_reschedule" and e.kinds() == [K.RESCHEDULE]
+    poke = e.reason(K.RESCHEDULE)
+    assert poke is not None and poke.blocking
+    assert poke.data["next_poke_at"] == due.isoformat()
+    assert (poke.data["due"], poke.data["due_in_seconds"]) == (False, 30)
+    assert (poke.data["try_number"], poke.data["max_tries"]) == (1, 3)
+    assert e.summary.startswith("Waiting for its next poke: the sensor's try 1 of 3")
+    assert e.summary.endswith(f"due at {due:%Y-%m-%d %H:%M:%S} UTC, in 30s.")
+    assert not any("workers were not asked" in n for n in e.notes)
+    # ... and once it is due, a scheduler's next decision schedules it and queues it
+    now_due = chain.explain("chain", "r1", "b", at=due + dt.timedelta(seconds=1))
+    poked = now_due.reason(K.RESCHEDULE)
+    assert poked is not None and poked.data["due"] is True
+    assert poked.detail.endswith(
+        "the next scheduler decision schedules it and a scheduler queues it"
+    )
+
+
+def test_a_sensor_between_pokes_is_said_by_what_its_worker_kept(chain: World) -> None:
+    # Given a sensor's TI as a worker leaves it between pokes: its try and its empty pokes
+    # kept in `waiting` (its try number one less: its next queueing adds the 1 back)
+    first = chain.now - dt.timedelta(minutes=2)
+    kept = {"try": 1, "since": first.isoformat(), "pokes": 3}
+    due = chain.now + dt.timedelta(seconds=40)
+    chain.advance(
+        "chain", "r1", "a", TI.UP_FOR_RESCHEDULE, next_retry_at=due, try_number=0, waiting=kept
+    )
+    # When it is explained, then it is said in its try, with its pokes since the first
+    poke = chain.explain("chain", "r1", "a").reason(K.RESCHEDULE)
+    assert poke is not None
+    assert (poke.data["try_number"], poke.data["pokes"]) == (1, 3)
+    assert poke.data["first_poke_at"] == first.isoformat()
+    assert "try 1 of 1 found its condition not met at its last poke (3 empty pokes" in poke.detail
+
+
+def test_each_waiting_state_has_its_reason_and_lead() -> None:
+    assert set(WAITING_REASONS) == TI_WAITING
+    assert set(LEADS) >= TI_WAITING
 
 
 def test_removed_task(chain: World) -> None:

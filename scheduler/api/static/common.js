@@ -14,6 +14,8 @@ const Sluice = (() => {
     success: ["ok", "success"],
     failed: ["fail", "failed"],
     up_for_retry: ["retry", "up for retry"],
+    up_for_reschedule: ["resched", "up for reschedule"],
+    deferred: ["defer", "deferred"],
     upstream_failed: ["upfail", "upstream failed"],
     skipped: ["skip", "skipped"],
     removed: ["rem", "removed"],

@@ -26,7 +26,6 @@
   const IDLE_MS = 10000;
   const GRID_RUNS = 25;
   const ROWS_STEP = 200;
-  const TRIED = new Set(["queued", "running", "success", "failed", "up_for_retry"]);
   const RUN_ACTIVE = new Set(["queued", "running"]);
   const dagId = decodeURIComponent(window.location.pathname.split("/")[2] || "");
   const dagPath = "/dags/" + encodeURIComponent(dagId);
@@ -137,7 +136,17 @@
     return Object.keys(states).sort().map((s) => states[s] + " " + S.stateWords(s)).join(", ");
   }
 
-  /* The cell of `row` in a compact grid's run: {state, tryNumber, mapped, states}. */
+  /* The states whose usual try is 1 (a compact grid's `tried`), as a Set, once a read. */
+  const triedSets = new WeakMap();
+  function triedOf(grid) {
+    let tried = triedSets.get(grid);
+    if (!tried) { tried = new Set(grid.tried); triedSets.set(grid, tried); }
+    return tried;
+  }
+
+  /* The cell of `row` in a compact grid's run: {state, tryNumber, mapped, states}. A code
+     is its state's index in `legend` in base 36 ('0'-'9', then 'a'-'z'), whatever the
+     number of states; a row `tries` does not list has try 1 if its state is `tried`. */
   function cellOf(grid, run, row) {
     const code = run.states[row];
     if (code === undefined || code === "-") return { state: "none", tryNumber: 0, mapped: null, states: null };
@@ -146,7 +155,7 @@
     const m = run.mapped[row];
     return {
       state,
-      tryNumber: listed !== undefined ? listed : (TRIED.has(state) ? 1 : 0),
+      tryNumber: listed !== undefined ? listed : (triedOf(grid).has(state) ? 1 : 0),
       mapped: m ? m.count : null,
       states: m ? m.states : null,
     };
@@ -457,7 +466,8 @@
       ...fact("Scheduled", S.fmtTime(ti.scheduled_at)), ...fact("Queued", S.fmtTime(ti.queued_at)),
       ...fact("Started", S.fmtTime(ti.start_date)), ...fact("Ended", S.fmtTime(ti.end_date)),
       ...fact("Duration", S.fmtDuration(ti.start_date, ti.end_date)),
-      ...(ti.next_retry_at ? fact("Next retry", S.fmtTime(ti.next_retry_at)) : []),
+      ...(ti.next_retry_at ? fact(ti.state === "up_for_reschedule" ? "Next poke" : "Next retry",
+        S.fmtTime(ti.next_retry_at)) : []),
       ...fact("Upstream", ti.upstream.join(", ")), ...fact("Downstream", ti.downstream.join(", ")),
     );
     $("panel-why").hidden = !ti.why;

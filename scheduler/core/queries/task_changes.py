@@ -20,7 +20,9 @@ from sluice.scheduler.core.models import DagRun, TaskInstance, TaskTry
 from sluice.scheduler.core.states import RUN_UNFINISHED, TI, TI_TERMINAL
 
 ENDED = frozenset(TI_TERMINAL | {TI.UP_FOR_RETRY})
-"""The states a try ends in: each stamps the TI's `end_date`."""
+"""The states a try ends in: each stamps the TI's `end_date`. Not `up_for_reschedule`:
+it ends a sensor's poke, not its try (the try goes on, its number unchanged, and ends in
+one of these), so a line per try stays one line, not one per poke."""
 
 _TI = TaskInstance
 _CHUNK = 500

@@ -5,7 +5,8 @@
 -- The claim of a try: queued -> running for the message's attempt, by this worker's
 -- host and pid, returning what the try needs of its run and its DAG (scalar subqueries
 -- on their keys: the claim is one statement; `bundle_version`, the commit a git
--- bundle's run keeps, NULL for a folder's). The code a try runs is the claimed row's:
+-- bundle's run keeps, NULL for a folder's; `waiting`, the row's own: a resumed try's
+-- trigger event or a sensor's state between pokes, NULL for any other). The code a try runs is the claimed row's:
 -- a message whose ids disagree with its TI's claims nothing (stale), whatever its ti_id
 -- and attempt_id. `state`, `dag_id`, `run_id` and `task_id` are compared through
 -- `|| ''`: the row is reached by its key whatever the statistics (on `dag_id` itself a
@@ -25,7 +26,7 @@ WHERE id = :ti_id
   AND (run_id || '') = :run_id
   AND (task_id || '') = :task_id
 RETURNING
-    id, dag_id, run_id, task_id, try_number, max_tries, pool, map_index,
+    id, dag_id, run_id, task_id, try_number, max_tries, pool, map_index, waiting,
     dag_run_id AS run_pk,
     (SELECT logical_date FROM dag_run WHERE dag_run.id = task_instance.dag_run_id)
         AS logical_date,

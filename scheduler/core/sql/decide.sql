@@ -2,8 +2,8 @@
 -- the TIs it reads, its result's write fused with that read, the one TI it queues, the
 -- freed slot it fills, and whether the run has a TI left (`sluice.scheduler.decide`).
 -- Lock order, as everywhere: the run's row, then its TIs, then pool rows. A TI is
--- unfinished in 'none', 'queued', 'running', 'scheduled', 'up_for_retry' or
--- 'up_for_reschedule'
+-- unfinished in 'none', 'queued', 'running', 'scheduled', 'up_for_retry',
+-- 'up_for_reschedule' or 'deferred'
 -- (states.TI_UNFINISHED); active in 'queued' or 'running' (states.TI_ACTIVE).
 
 -- name: read_run_tis
@@ -132,5 +132,5 @@ SELECT id
 FROM task_instance
 WHERE dag_run_id = :run_pk
   AND state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
-                            'up_for_reschedule')
+                            'up_for_reschedule', 'deferred')
 LIMIT 1;

@@ -5,7 +5,8 @@
 -- row is reached by its key: a generic plan made on a small table would otherwise read
 -- the index on state. `state = 'scheduled'` stays a literal: it is the predicate of the
 -- partial index ix_task_instance_waiting. A TI is unfinished in 'none', 'queued',
--- 'running', 'scheduled', 'up_for_retry' or 'up_for_reschedule' (states.TI_UNFINISHED). A worker's queueing
+-- 'running', 'scheduled', 'up_for_retry', 'up_for_reschedule' or 'deferred'
+-- (states.TI_UNFINISHED). A worker's queueing
 -- leaves queued_by_job_id NULL: no job queued the TI.
 
 -- name: run_lock
@@ -51,7 +52,7 @@ RETURNING
         SELECT FROM task_instance AS other
         WHERE other.dag_run_id = :run_pk
           AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
-                            'up_for_reschedule')
+                            'up_for_reschedule', 'deferred')
           AND other.task_id = ANY(:fan_in::varchar[])
     ) AS unfinished,
     EXISTS (
@@ -81,7 +82,7 @@ RETURNING
         SELECT FROM task_instance AS other
         WHERE other.dag_run_id = :run_pk
           AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
-                            'up_for_reschedule')
+                            'up_for_reschedule', 'deferred')
           AND other.task_id <> ALL(:fan_in::varchar[])
     ) AS unfinished,
     EXISTS (
@@ -112,7 +113,7 @@ RETURNING
         SELECT FROM task_instance AS other
         WHERE other.dag_run_id = :run_pk
           AND other.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
-                            'up_for_reschedule')
+                            'up_for_reschedule', 'deferred')
           AND other.id <> task_instance.id
     ) AS unfinished,
     (
@@ -139,7 +140,7 @@ RETURNING
         SELECT FROM task_instance AS sibling
         WHERE sibling.dag_run_id = :run_pk
           AND sibling.state IN ('none', 'queued', 'running', 'scheduled', 'up_for_retry',
-                            'up_for_reschedule')
+                            'up_for_reschedule', 'deferred')
           AND sibling.task_id = :counted_task
           AND sibling.id <> task_instance.id
     ) AS unfinished,

@@ -19,8 +19,8 @@ WHERE (state || '') = 'none'
       FROM task_instance AS other
       WHERE other.dag_run_id = ANY(:runs::bigint[])
         AND other.state IN ('scheduled', 'queued', 'running', 'success', 'failed',
-                            'up_for_retry', 'up_for_reschedule', 'upstream_failed',
-                            'skipped', 'removed')
+                            'up_for_retry', 'up_for_reschedule', 'deferred',
+                            'upstream_failed', 'skipped', 'removed')
   )
 RETURNING id, dag_run_id;
 

@@ -1,0 +1,176 @@
+"""Deferral: a task that waits without a worker (`sluice.defer`), and the triggers that
+say when it may go on (`sluice.Trigger`, the built-ins `sluice.triggers.*`).
+
+Inside a `@task` function, `defer(trigger, timeout=None)` ends the try without finishing
+the task: the worker records its TI `deferred` (no worker, no pool slot) with the trigger,
+stored as its class path and `serialize()`'s keyword arguments (JSON, at most
+`MAX_TRIGGER_BYTES`). A triggerer (`sluice triggerer`) rebuilds the trigger, runs its
+`run()` on an asyncio loop, and at its first event queues the TI again: the function runs
+again, its `context["trigger_event"]` the event's payload (None on a task's first run).
+Neither a deferral nor a resume grows `try_number`; past `timeout` the TI fails (retries
+apply).
+
+A trigger's module must be importable where the triggerers run (the DAGs folder is on
+their path). Its code runs in the triggerer's process, never in a scheduler's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import importlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DAG_MODULE_PREFIX = "sluice_dag_"
+"""The module names the loader imports DAG files under (`loader.module_name_for`)."""
+
+MAX_TRIGGER_BYTES = 64 * 1024
+"""Largest `serialize()` of a trigger, in bytes of compact JSON."""
+
+
+@dataclass(frozen=True)
+class TriggerEvent:
+    """What a trigger yields when its TI may go on: `payload` (JSON) becomes the TI's
+    `context["trigger_event"]`."""
+
+    payload: Any = None
+
+
+class Trigger:
+    """Base of every trigger: `serialize()` returns the `__init__` keyword arguments
+    (JSON); `run()` is an async generator that yields a `TriggerEvent` when its TI may go
+    on. It must not block its loop (no `time.sleep`: `await asyncio.sleep`)."""
+
+    def serialize(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def run(self) -> AsyncIterator[TriggerEvent]:
+        raise NotImplementedError
+
+    def classpath(self) -> str:
+        """`module.Class`; for a class defined in a DAG file (imported under a name of
+        the loader's, `loader.module_name_for`), `/path/of/the/file.py:Class`."""
+        kind = type(self)
+        module = sys.modules.get(kind.__module__)
+        where = getattr(module, "__file__", None)
+        if kind.__module__.startswith(DAG_MODULE_PREFIX) and where:
+            return f"{where}:{kind.__qualname__}"
+        return f"{kind.__module__}.{kind.__qualname__}"
+
+
+class TaskDeferred(BaseException):  # noqa: N818 - as Airflow's, what the task asked for
+    """Raised by `defer`: the try ends, its TI waits on `trigger`. A BaseException, so a
+    task's `except Exception` does not swallow it."""
+
+    def __init__(self, classpath: str, kwargs: dict[str, Any], timeout: float | None) -> None:
+        super().__init__(f"deferred on {classpath}")
+        self.classpath = classpath
+        self.kwargs = kwargs
+        self.timeout = timeout
+
+
+def defer(trigger: Trigger, timeout: dt.timedelta | float | None = None) -> None:
+    """End this try without finishing the task; run it again when `trigger` fires (its
+    `context["trigger_event"]` then the event's payload). Past `timeout` the TI fails."""
+    if not isinstance(trigger, Trigger):
+        raise TypeError(f"defer() takes a sluice.Trigger, got {type(trigger).__name__}")
+    kwargs = trigger.serialize()
+    text = json.dumps(kwargs, separators=(",", ":"), allow_nan=False)
+    if len(text.encode("utf-8")) > MAX_TRIGGER_BYTES:
+        raise ValueError(f"a trigger's serialize() is over {MAX_TRIGGER_BYTES} bytes of JSON")
+    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+    if seconds is not None and (isinstance(seconds, bool) or seconds <= 0):
+        raise ValueError("defer()'s timeout must be positive")
+    raise TaskDeferred(trigger.classpath(), json.loads(text), seconds)
+
+
+def rebuild(classpath: str, kwargs: dict[str, Any]) -> Trigger:
+    """The trigger stored as `classpath` and `kwargs` (ImportError, TypeError, ... if it
+    cannot be: its TI then fails with that error). A DAG file's class is had by importing
+    the file as the loader does (once per process)."""
+    if ":" in classpath:
+        path, _, name = classpath.rpartition(":")
+        module = _dag_module(path)
+    else:
+        module_name, _, name = classpath.rpartition(".")
+        module = importlib.import_module(module_name)
+    kind = getattr(module, name)
+    if not (isinstance(kind, type) and issubclass(kind, Trigger)):
+        raise TypeError(f"{classpath} is not a sluice.Trigger")
+    return kind(**kwargs)
+
+
+def _dag_module(path: str) -> Any:
+    from sluice.tasks.loader import load_file, module_name_for
+
+    name = module_name_for(path)
+    if name not in sys.modules:
+        load_file(path)
+    return sys.modules[name]
+
+
+def _due(at: dt.datetime) -> TriggerEvent:
+    return TriggerEvent({"due": at.isoformat()})
+
+
+class Sleep(Trigger):
+    """Fires `{"due": ISO}` once `delta` has passed since the deferral."""
+
+    def __init__(self, delta: dt.timedelta | float, due: str | None = None) -> None:
+        seconds = delta.total_seconds() if isinstance(delta, dt.timedelta) else float(delta)
+        self.seconds = seconds
+        self.due = (
+            dt.datetime.fromisoformat(due)
+            if due is not None
+            else dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)
+        )
+
+    def serialize(self) -> dict[str, Any]:
+        return {"delta": self.seconds, "due": self.due.isoformat()}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await _sleep_until(self.due)
+        yield _due(self.due)
+
+
+class Until(Trigger):
+    """Fires `{"due": ISO}` at `moment` (a timezone-aware datetime or its ISO text)."""
+
+    def __init__(self, moment: dt.datetime | str) -> None:
+        at = dt.datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+        if at.tzinfo is None:
+            raise ValueError("Until needs a timezone-aware datetime")
+        self.moment = at
+
+    def serialize(self) -> dict[str, Any]:
+        return {"moment": self.moment.isoformat()}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await _sleep_until(self.moment)
+        yield _due(self.moment)
+
+
+class FileExists(Trigger):
+    """Fires `{"path": path}` once `path` exists, looked at every `poke_interval` s."""
+
+    def __init__(self, path: str, poke_interval: float = 5.0) -> None:
+        self.path = str(path)
+        self.poke_interval = float(poke_interval)
+
+    def serialize(self) -> dict[str, Any]:
+        return {"path": self.path, "poke_interval": self.poke_interval}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while not await asyncio.to_thread(Path(self.path).exists):
+            await asyncio.sleep(self.poke_interval)
+        yield TriggerEvent({"path": self.path})
+
+
+async def _sleep_until(at: dt.datetime) -> None:
+    while (left := (at - dt.datetime.now(dt.UTC)).total_seconds()) > 0:
+        await asyncio.sleep(min(left, 60.0))
