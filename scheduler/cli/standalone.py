@@ -1,4 +1,5 @@
-"""`sluice standalone`: SQLite, an embedded broker, a scheduler and a worker in one process.
+"""`sluice standalone`: SQLite, an embedded broker, a scheduler, a worker and a triggerer in
+one process.
 
 It needs no server: the broker is kombu's in-memory transport and the worker
 runs on a thread pool inside this process. `SLUICE_BROKER_URL` is ignored.
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 from sqlalchemy import select
@@ -139,6 +141,7 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
     from sluice.scheduler.control.inputs import parse_conf
     from sluice.scheduler.core.tracing import Tracing
     from sluice.scheduler.jobs.standalone import OneRunJob, StandaloneJob
+    from sluice.scheduler.jobs.triggerer import TriggererJob
 
     check_arguments(args)
     conf: dict[str, Any] = parse_conf(
@@ -174,6 +177,8 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
         else OneRunJob(*job_args, run_pk=run_pk, **common)
     )
     install_stop_handlers(job)
+    triggerer = TriggererJob(cli.settings, cli.factory, job_args[3])  # deferred tasks' waits
+    waiting = threading.Thread(target=triggerer.run, name="sluice-triggerer", daemon=True)
     lines = TaskLines(reader_factory(cli.factory), run_pk=run_pk, task_ids=task_ids)
     with stdout_to_stderr():  # what tasks print never mixes into the result
         embedded.start(all_queues(cli), args.concurrency)
@@ -181,8 +186,11 @@ def standalone(cli: Cli, args: argparse.Namespace) -> int:
             if run_pk is None:
                 say_how_to_trigger(cli)
             lines.start()
+            waiting.start()
             job.run()
         finally:
+            triggerer.stopping = True
+            waiting.join(timeout=10)
             embedded.stop()
             lines.stop()  # the last tries' lines, before the result
     return 0 if run_pk is None else report(cli, run_pk, as_json=args.json)

@@ -172,8 +172,51 @@ def test_trigger_runs_exactly_the_triggered_run_to_its_end(tmp_path: Path) -> No
         ("second", "success"),
     ]
     assert f"run {document['run_id']}: success" in done.stderr
-    # and the job it ran ended (nothing left for `sluice status` to show as running)
-    assert rows(url, "SELECT state FROM job") == [("success",)]
+    # and the jobs it ran ended (nothing left for `sluice status` to show as running)
+    assert rows(url, "SELECT job_type, state FROM job ORDER BY job_type") == [
+        ("scheduler", "success"),
+        ("triggerer", "success"),
+    ]
+
+
+WAITS = """
+import json
+from datetime import timedelta
+import sluice
+from sluice import DAG, task
+from sluice.triggers import Sleep
+
+with DAG("waits", schedule=None) as dag:
+    @task.sensor(poke_interval=0.2, timeout=30, mode="reschedule")
+    def three_pokes(context):
+        three_pokes.pokes = getattr(three_pokes, "pokes", 0) + 1
+        return three_pokes.pokes >= 3
+
+    @task
+    def sleeps(context):
+        if context["trigger_event"] is None:
+            sluice.defer(Sleep(timedelta(seconds=0.5)))
+        return sorted(context["trigger_event"])
+
+    three_pokes >> sleeps
+"""
+
+
+def test_standalone_runs_sensors_and_deferred_tasks_in_its_process(tmp_path: Path) -> None:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "waits.py").write_text(textwrap.dedent(WAITS))
+    url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    done = standalone(tmp_path, dags, url, "--trigger", "waits", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    assert document["state"] == "success"
+    assert rows(
+        url, "SELECT task_id, state, try_number, result FROM task_instance ORDER BY task_id"
+    ) == [
+        ("sleeps", "success", 1, '["due"]'),
+        ("three_pokes", "success", 1, None),
+    ]
 
 
 def test_standalone_without_trigger_says_how_to_trigger_and_runs_until_ctrl_c(
@@ -266,7 +309,12 @@ def test_a_second_standalone_takes_up_at_once_what_a_killed_one_left(tmp_path: P
     err = second.stderr()
     assert "publishing again 2 queued tries" in err, err[-3000:]
     # and the killed one's job is no longer shown as running
-    assert rows(url, "SELECT state FROM job ORDER BY id") == [("failed",), ("success",)]
+    assert rows(url, "SELECT job_type, state FROM job ORDER BY job_type, id") == [
+        ("scheduler", "failed"),
+        ("scheduler", "success"),
+        ("triggerer", "failed"),
+        ("triggerer", "success"),
+    ]
 
 
 def commands_with_json() -> set[tuple[str, ...]]:
