@@ -34,8 +34,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.messages import RunMessage
-from sluice.scheduler.core.models import Pool, TaskInstance
+from sluice.scheduler.core.models import Pool, TaskInstance, Trigger
 from sluice.scheduler.core.queries.callbacks import counts as callback_counts
 from sluice.scheduler.core.queries.tis import used_slots_by_pool
 from sluice.scheduler.core.settings import ConfigError, Settings
@@ -243,6 +244,16 @@ class SchedulerMetrics:
             "callbacks by status: pending, queued, running, delivered, failed",
         )
 
+        def observe_triggers(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(n, {"triggerer": t}) for t, n in self._trigger_counts().items()]
+
+        meter.create_observable_gauge(
+            "sluice.triggers",
+            [observe_triggers],
+            "1",
+            "triggers of deferred TIs by the triggerer job running them ('none': waiting)",
+        )
+
     # -- what the loop calls -----------------------------------------------------------------
     def record_tick(self, result: TickResult, seconds: float) -> None:
         """After each tick: its duration and counts; now and then, queued → running delays.
@@ -356,6 +367,23 @@ class SchedulerMetrics:
         except Exception as exc:
             log.warning("metrics: counting callbacks failed: %s", _short(exc))
             return {}
+
+    def _trigger_counts(self) -> dict[str, int]:
+        """Triggers by the triggerer job that leases them now; `none` for the others."""
+        try:
+            with self.factory() as session:
+                rows = session.execute(
+                    select(Trigger.triggerer_id, func.count())
+                    .where(Trigger.lease_until > utcnow())
+                    .group_by(Trigger.triggerer_id)
+                ).all()
+                waiting = session.scalar(select(func.count()).select_from(Trigger)) or 0
+        except Exception as exc:
+            log.warning("metrics: counting triggers failed: %s", _short(exc))
+            return {}
+        counts = {str(job): int(n) for job, n in rows if job is not None}
+        counts["none"] = int(waiting) - sum(counts.values())
+        return counts
 
     def _pool_slots(self) -> dict[str, tuple[int, int]]:
         """Pool → (used, free) slots, counted as `queue_scheduled` counts them.

@@ -133,6 +133,8 @@ def test_a_tick_with_real_work_shows_up_on_the_endpoint(world: World) -> None:
     assert one(samples, "sluice_task_instances", state="scheduled", queue="default") == 0
     # every unfinished state has its gauge, a sensor's between pokes too
     assert one(samples, "sluice_task_instances", state="up_for_reschedule", queue="default") == 0
+    assert one(samples, "sluice_task_instances", state="deferred", queue="default") == 0
+    assert one(samples, "sluice_triggers", triggerer="none") == 0  # no trigger waits
     assert one(samples, "sluice_pool_slots_used", pool="default_pool") == 5
     assert one(samples, "sluice_pool_slots_free", pool="default_pool") == 123
     # callbacks by status, every status present
