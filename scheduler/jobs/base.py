@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 
@@ -28,6 +26,7 @@ from sluice.scheduler.core.db_wait import Backoff, database_place, database_reas
 from sluice.scheduler.core.hot_sql import built
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, Job
+from sluice.scheduler.core.queries.jobs import add_job
 from sluice.scheduler.core.queries.runs import claim_runs_to_examine
 from sluice.scheduler.core.retries import failure_of
 from sluice.scheduler.core.settings import Settings
@@ -220,20 +219,10 @@ class DagRunJob:
     def register(self) -> int:
         now = self.clock()
         with transaction(self.factory) as session:
-            job = Job(
-                job_type=self.job_type,
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                state=JobState.RUNNING,
-                start_date=now,
-                latest_heartbeat=now,
-            )
-            session.add(job)
-            session.flush()
-            self.job_id = job.id
+            self.job_id = job_id = add_job(session, self.job_type, now)
         self._heartbeats.mark(now)
-        log.info("%s job %s started", self.job_type, self.job_id)
-        return job.id
+        log.info("%s job %s started", self.job_type, job_id)
+        return job_id
 
     def heartbeat(self, now: dt.datetime, *, force: bool = False) -> None:
         """Refresh the job row's heartbeat; if the row is no longer `running` (another job

@@ -9,6 +9,8 @@ on each dead job.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 from collections.abc import Sequence
 
 from sqlalchemy import select, update
@@ -75,3 +77,19 @@ def release_orphaned_runs(session: Session) -> int:
         .execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
+
+
+def add_job(session: Session, job_type: str, now: dt.datetime) -> int:
+    """A new `running` job row of this process (host and pid), heartbeating from `now`;
+    its id (flushed in the caller's transaction)."""
+    job = Job(
+        job_type=job_type,
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        state=JobState.RUNNING,
+        start_date=now,
+        latest_heartbeat=now,
+    )
+    session.add(job)
+    session.flush()
+    return job.id
