@@ -1,5 +1,7 @@
 """Deferral: a task that waits without a worker (`sluice.defer`), and the triggers that
-say when it may go on (`sluice.Trigger`, the built-ins `sluice.triggers.*`).
+say when it may go on (`sluice.Trigger`, the built-ins `sluice.triggers.*`:
+`Sleep`, `Until`, `FileExists`, and `Event`, which waits for an event sent by a person or
+a system, an approval).
 
 Inside a `@task` function, `defer(trigger, timeout=None)` ends the try without finishing
 the task: the worker records its TI `deferred` (no worker, no pool slot) with the trigger,
@@ -169,6 +171,51 @@ class FileExists(Trigger):
         while not await asyncio.to_thread(Path(self.path).exists):
             await asyncio.sleep(self.poke_interval)
         yield TriggerEvent({"path": self.path})
+
+
+EVENT_KEY_MAX = 250
+"""Longest key of an `Event` (the `event` table's column)."""
+
+
+def check_event_key(key: object) -> str:
+    """`key` if it may name an event: text of 1 to EVENT_KEY_MAX characters, no C0
+    control character nor DEL; ValueError otherwise (one line)."""
+    if not isinstance(key, str):
+        raise ValueError(f"an event key must be text, got {type(key).__name__}")
+    if not 1 <= len(key) <= EVENT_KEY_MAX:
+        raise ValueError(f"an event key must be 1 to {EVENT_KEY_MAX} characters, got {len(key)}")
+    bad = next((c for c in key if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise ValueError(
+            f"an event key must not contain control characters (found U+{ord(bad):04X})"
+        )
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("an event key must be valid UTF-8 text") from None
+    return key
+
+
+class Event(Trigger):
+    """Fires with the payload of an event sent on `key` (`sluice events send KEY
+    [--payload JSON]`, `POST /api/v1/events`, the UI's Approve and Reject buttons): the
+    oldest such event sent after the TI's run was queued, so an event sent before the TI
+    deferred is not missed. Its `run()` is never used: the triggerers and the senders find
+    the events in the database (`scheduler.core.queries.events`)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = check_event_key(key)
+
+    def serialize(self) -> dict[str, Any]:
+        return {"key": self.key}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        raise RuntimeError("an Event trigger is resolved from the database, never run")
+        yield  # an async generator
+
+
+EVENT_CLASSPATH = f"{Event.__module__}.{Event.__qualname__}"
+"""The class path an `Event` trigger is stored under (`trigger.classpath`)."""
 
 
 async def _sleep_until(at: dt.datetime) -> None:

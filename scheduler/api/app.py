@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 from sluice.scheduler.api import (
     health,
     routes_dags,
+    routes_events,
     routes_runs,
     routes_tasks,
     routes_versions,
@@ -94,7 +95,14 @@ def create_app(
     app.state.sluice = state
     app.add_middleware(RequestGuard, config=config)
     install_error_handlers(app)
-    for module in (health, routes_dags, routes_runs, routes_tasks, routes_versions):
+    for module in (
+        health,
+        routes_dags,
+        routes_runs,
+        routes_tasks,
+        routes_versions,
+        routes_events,
+    ):
         app.include_router(module.router)
     install_ui(app)
     return app

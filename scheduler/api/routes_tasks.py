@@ -29,6 +29,7 @@ from sluice.scheduler.api.schemas import (
     TaskInstanceList,
     TaskLogOut,
     TaskMarkIn,
+    TriggerOut,
     TryOut,
 )
 from sluice.scheduler.api.ti_pages import page_of_tis
@@ -39,12 +40,13 @@ from sluice.scheduler.control.inputs import MAX_MAP_INDEX, MAX_TRY, InputError
 from sluice.scheduler.control.operations import revoke_external_tasks, wake_schedulers
 from sluice.scheduler.core.dag_cache import dag_of_run
 from sluice.scheduler.core.db import utcnow
-from sluice.scheduler.core.models import DagRun, TaskInstance
+from sluice.scheduler.core.models import DagRun, TaskInstance, Trigger
 from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, TaskInstanceState
 from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances
 from sluice.scheduler.scheduling.marking import Marked
+from sluice.tasks.triggers import EVENT_CLASSPATH
 
 router = APIRouter(prefix="/api/v1/dags/{dag_id}/runs/{run_id}/tasks", tags=["tasks"])
 
@@ -134,6 +136,23 @@ def get_task_instance(
         tries=tries,
         trace_url=state.config.trace_link(trace_id_of(run.context_carrier)),
         note=note_out(session, run.dag_id, run.run_id, ti.task_id),
+        trigger=trigger_out(session, ti) if ti.state == TI.DEFERRED else None,
+    )
+
+
+def trigger_out(session: Session, ti: TaskInstance) -> TriggerOut | None:
+    """What a deferred TI waits on (one query); None while its trigger is being recorded
+    or has just fired."""
+    row = session.scalar(select(Trigger).where(Trigger.ti_id == ti.id))
+    if row is None:
+        return None
+    key = row.kwargs.get("key") if row.classpath == EVENT_CLASSPATH else None
+    return TriggerOut(
+        classpath=row.classpath,
+        kwargs=row.kwargs,
+        since=ti.end_date,
+        until=row.timeout_at,
+        event_key=key if isinstance(key, str) else None,
     )
 
 

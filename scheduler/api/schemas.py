@@ -14,7 +14,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
-from sluice.scheduler.control.inputs import ID_MAX, MAX_MAP_INDEX, check_id_text, storable
+from sluice.scheduler.control.inputs import (
+    ID_MAX,
+    MAX_MAP_INDEX,
+    check_event_key,
+    check_id_text,
+    storable,
+)
 from sluice.scheduler.core.states import DagRunState, RunType, TaskInstanceState
 from sluice.scheduler.scheduling.dagrun import check_run_id
 
@@ -102,6 +108,23 @@ class TaskMarkIn(Strict):
 
 class RunMarkIn(Strict):
     state: Literal["success", "failed"]
+
+
+EventKeyIn = Annotated[str, Field(min_length=1, max_length=ID_MAX), AfterValidator(check_event_key)]
+
+
+class EventIn(Strict):
+    key: EventKeyIn = Field(
+        description="the key of the Event(key) triggers to fire", examples=["approve-load"]
+    )
+    payload: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "a JSON object, the resumed tasks' context['trigger_event'] (null: {}); at most "
+            "SLUICE_MAX_CONF_BYTES (64 KiB) and SLUICE_MAX_CONF_DEPTH (32) levels deep"
+        ),
+        examples=[{"approved": True}],
+    )
 
 
 # -- responses -----------------------------------------------------------------------------
@@ -228,6 +251,22 @@ class TaskInstanceOut(BaseModel):
     error: str | None
 
 
+class TriggerOut(BaseModel):
+    """What a deferred task instance waits on."""
+
+    classpath: str = Field(description="the trigger's class, `module.Class`")
+    kwargs: dict[str, Any] = Field(description="its arguments (`serialize()`)")
+    since: dt.datetime | None = Field(description="when the task deferred")
+    until: dt.datetime | None = Field(description="its timeout: then the task fails; null: none")
+    event_key: str | None = Field(
+        description="of an Event trigger: the key whose event resumes it (POST /api/v1/events)"
+    )
+
+
+class EventOut(BaseModel):
+    resumed: int = Field(description="the task instances the event resumed")
+
+
 class TaskInstanceList(BaseModel):
     task_instances: list[TaskInstanceOut] = Field(
         description="in the DAG's topological order, a mapped task's by map index"
@@ -259,6 +298,9 @@ class TaskInstanceDetail(TaskInstanceOut):
     )
     reasons: list[str] = Field(default_factory=list, description="the details behind `why`")
     note: NoteOut | None = Field(default=None, description="the task instance's note, if any")
+    trigger: TriggerOut | None = Field(
+        default=None, description="what it waits on, while it is deferred"
+    )
 
 
 class TryTimes(BaseModel):

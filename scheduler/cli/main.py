@@ -26,7 +26,16 @@ from sluice.scheduler.core.db_wait import database_place, database_reason
 from sluice.scheduler.core.migrate import SchemaNotReady
 from sluice.scheduler.core.settings import ConfigError, Settings
 
-MODULES = ("services", "dags", "tasks_cmd", "standalone", "backfill", "status", "api_cmd")
+MODULES = (
+    "services",
+    "dags",
+    "tasks_cmd",
+    "events_cmd",
+    "standalone",
+    "backfill",
+    "status",
+    "api_cmd",
+)
 """The modules of `sluice.scheduler.cli` that add the commands, in `--help`'s order."""
 COMMANDS = {
     "db": "services",
@@ -36,6 +45,7 @@ COMMANDS = {
     "pools": "services",
     "dags": "dags",
     "tasks": "tasks_cmd",
+    "events": "events_cmd",
     "standalone": "standalone",
     "backfill": "backfill",
     "status": "status",

@@ -35,6 +35,7 @@ from sluice.scheduler.decide.decisions import TiView
 from sluice.scheduler.decide.deps import RunTis, branch_choice, upstream_counts
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
+from sluice.tasks.triggers import EVENT_CLASSPATH
 
 _UNFINISHED = frozenset(str(s) for s in TI_UNFINISHED)
 
@@ -380,11 +381,12 @@ def deferred_reason(subject: Subject) -> Reason:
             else ""
         )
         held = row.lease_until is not None and row.lease_until > subject.now
-        by = (
-            f"; triggerer job {row.triggerer_id} runs it"
-            if held
-            else "; no triggerer runs it now: start `sluice triggerer`"
-        )
+        if row.classpath == EVENT_CLASSPATH:  # never leased: an event fires it
+            by = f"; `sluice events send {row.kwargs.get('key')}` (or the UI's Approve) resumes it"
+        elif held:
+            by = f"; triggerer job {row.triggerer_id} runs it"
+        else:
+            by = "; no triggerer runs it now: start `sluice triggerer`"
         text = f"it waits on its trigger {row.classpath}({arguments[:300]}){until}{by}"
         data = {
             "trigger": row.classpath,

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sluice.scheduler.core.settings import DEFAULTS
+from sluice.tasks import triggers
 
 
 class InputError(ValueError):
@@ -74,6 +75,17 @@ def check_name(value: str, what: str) -> str:
     except InputError as exc:
         raise InputError(f"{what} {exc}") from None
     return value
+
+
+def check_event_key(value: str) -> str:
+    """`value` as the key of an event (`Event(key)`): 1 to 250 characters, no control
+    character, storable; InputError otherwise."""
+    try:
+        return storable(triggers.check_event_key(value))
+    except InputError as exc:
+        raise InputError(f"an event key {exc}") from None
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 NOTE_MAX_CHARS = 500

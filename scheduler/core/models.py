@@ -139,6 +139,23 @@ class Trigger(Base):
     __table_args__ = (Index("ix_trigger_lease_until", "lease_until"),)
 
 
+class Event(Base):
+    """An event sent on a key (`sluice events send`, `POST /api/v1/events`). It resumes
+    the TIs deferred on `Event(key)` when it is sent; kept, it also resumes a TI that
+    defers on the key later, if the TI's run was queued before the event was sent
+    (`queries.events`)."""
+
+    __tablename__ = "event"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(250))
+    payload: Mapped[dict[str, Any]]
+    """A JSON object (`{}` when none was sent): the resumed try's `context["trigger_event"]`."""
+    sent_at: Mapped[dt.datetime]
+
+    __table_args__ = (Index("ix_event_key_sent_at", "key", "sent_at"),)
+
+
 class BundleState(Base):
     """What the schedulers last fetched of a git bundle, and since when its fetch fails."""
 

@@ -9,6 +9,11 @@ on the loop; then record what the loop reported: a first event resumes its TI
 (`deferred -> scheduled`, one compare-and-set on the trigger's attempt), an exception
 fails it (retries apply), and the schedulers are woken.
 
+`Event` triggers are not leased nor run: at each tick every triggerer resumes the TIs
+whose `Event` an event stored since their run was queued fires (`queries.events`:
+one that deferred while the event was being sent is not missed), and fails those past
+their timeout; each resume or failure is one compare-and-set, so triggerers share them.
+
 A trigger is user code: it runs in this process only, never in a scheduler's. One that
 blocks the loop is named in a warning (`SLOW_CALLBACK`, `_watch_the_loop`).
 """
@@ -18,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import os
 import queue
-import socket
 import sys
 import threading
 from concurrent.futures import Future
@@ -33,6 +36,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Job, TaskInstance, Trigger
+from sluice.scheduler.core.queries.events import resume_pending, timed_out_events
+from sluice.scheduler.core.queries.jobs import add_job
 from sluice.scheduler.core.queries.triggers import (
     drop_orphans,
     fail_deferred,
@@ -129,17 +134,7 @@ class TriggererJob:
     def register(self) -> None:
         now = utcnow()
         with transaction(self.factory) as session:
-            job = Job(
-                job_type=self.job_type,
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                state=JobState.RUNNING,
-                start_date=now,
-                latest_heartbeat=now,
-            )
-            session.add(job)
-            session.flush()
-            self.job_id = job.id
+            self.job_id = add_job(session, self.job_type, now)
         log.info("triggerer job %s started (capacity %d)", self.job_id, self.capacity)
 
     def finish(self) -> None:
@@ -169,9 +164,25 @@ class TriggererJob:
         for lost in set(self.running) - held:  # taken over after a lapse, or gone
             self.running.pop(lost)[1].cancel()
         busy = self._time_out(now)
+        busy |= self._resolve_events(now)
         busy |= self._take_more(now)
         busy |= self._record_ended()
         return busy
+
+    def _resolve_events(self, now: dt.datetime) -> bool:
+        """Resume the TIs an event fires (`Event` triggers), fail those past their
+        timeout; whether any."""
+        with transaction(self.factory) as session:
+            resumed = resume_pending(session, now)
+            due = timed_out_events(session, now)
+            for row in due:
+                session.expunge(row)
+        if resumed:
+            log.info("TIs %s resumed by events", ", ".join(map(str, resumed)))
+            self.waker.wake()
+        for row in due:
+            self._fail(row, "deferred task timed out waiting for its event", now)
+        return bool(resumed or due)
 
     def _take_more(self, now: dt.datetime) -> bool:
         assert self.job_id is not None

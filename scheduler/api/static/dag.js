@@ -430,6 +430,8 @@
     $("panel-indexes").replaceChildren();
     $("clear-result").textContent = "";
     $("ops-result").textContent = "";
+    $("event-result").textContent = "";
+    $("event-payload").value = "";
     $("note-text").value = "";
     $("run-note-text").value = "";
     disarmAll();
@@ -472,6 +474,7 @@
     );
     $("panel-why").hidden = !ti.why;
     $("panel-why").replaceChildren(...(ti.why ? [S.el("strong", { text: "Why: " }), ti.why] : []));
+    showTrigger(ti.trigger);
     showNote($("panel-note"), "Note", ti.note);
     S.api("GET", dagPath + "/runs/" + encodeURIComponent(want.runId)).then((run) => {
       if (selected === want && call === panelCall) showNote($("panel-run-note"), "Run note", run.note);
@@ -493,6 +496,58 @@
     }))) : [S.el("li", { class: "muted", text: "Not run yet." })]));
     const logDone = await loadLog(tiPath, current, () => call === panelCall, indexQuery(want, "&"));
     if (selected === want && call === panelCall) want.finished = S.TERMINAL.has(ti.state) && logDone;
+  }
+
+  /* A deferred TI's trigger (class, arguments, since, until), as text; an Event trigger's
+     key arms the Approve and Reject buttons, which send the event on it. */
+  let eventKey = null;
+  function showTrigger(trigger) {
+    $("panel-trigger").hidden = !trigger;
+    eventKey = trigger && typeof trigger.event_key === "string" ? trigger.event_key : null;
+    $("event-actions").hidden = eventKey === null;
+    $("trigger-facts").replaceChildren(...(trigger ? [
+      ...fact("Trigger", trigger.classpath, true),
+      ...fact("Arguments", JSON.stringify(trigger.kwargs), true),
+      ...fact("Since", S.fmtTime(trigger.since)),
+      ...fact("Until", trigger.until ? S.fmtTime(trigger.until) + " (then it fails)" : "no timeout"),
+    ] : []));
+  }
+
+  /* The payload Approve sends: {"approved": true} with the typed object's keys, or null
+     (said in `out`) if what was typed is not a JSON object. */
+  function approvalPayload(out) {
+    const text = $("event-payload").value.trim();
+    if (!text) return { approved: true };
+    let typed;
+    try { typed = JSON.parse(text); } catch (e) {
+      S.setStatus(out, "Payload is not valid JSON: " + e.message, "error");
+      $("event-payload").focus();
+      return null;
+    }
+    if (typed === null || typeof typed !== "object" || Array.isArray(typed)) {
+      S.setStatus(out, "Payload must be a JSON object, e.g. {\"reason\": \"checked\"}", "error");
+      $("event-payload").focus();
+      return null;
+    }
+    return Object.assign({}, typed, { approved: true });
+  }
+
+  async function sendEvent(approved) {
+    const key = eventKey;
+    const out = $("event-result");
+    if (key === null || !selected) return;
+    const payload = approved ? approvalPayload(out) : { approved: false };
+    if (payload === null) return;
+    const buttons = [$("event-approve"), $("event-reject")];
+    buttons.forEach((b) => { b.disabled = true; });
+    try {
+      await operate(out, () => S.api("POST", "/events", { key, payload }), (answer) =>
+        (approved ? "Approved" : "Rejected") + " (event " + key + "): resumed " + answer.resumed +
+        " task instance(s).");
+      if (approved && !out.classList.contains("error")) $("event-payload").value = "";
+    } finally {
+      buttons.forEach((b) => { b.disabled = false; });
+    }
   }
 
   /* A note (or none) as "<label> (who, when): text", as text, never as markup. */
@@ -604,6 +659,10 @@
   confirmed($("clear"), () => "clear " + whichTi(selected), () => operate($("clear-result"),
     () => S.api("POST", tiPathOf(selected) + "/clear", clearBody(selected)),
     (out) => "Cleared " + out.cleared + " task instance(s); the run is " + out.run_state + "."));
+
+  /* An Event trigger's buttons: Approve at once, Reject on a second click. */
+  $("event-approve").addEventListener("click", () => sendEvent(true));
+  confirmed($("event-reject"), () => "reject (send event " + eventKey + ")", () => sendEvent(false));
 
   for (const id of ["mark-success", "mark-failed", "mark-skipped"]) {
     const state = $(id).dataset.state;

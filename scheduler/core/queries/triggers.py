@@ -21,6 +21,7 @@ from sluice.scheduler.core.models import TaskInstance, TaskLog, Trigger
 from sluice.scheduler.core.queries.task_logs import task_log_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import move_ti
+from sluice.tasks.triggers import EVENT_CLASSPATH
 
 
 def add_trigger(
@@ -54,12 +55,16 @@ def lease_triggers(
 ) -> list[Trigger]:
     """Up to `capacity` triggers with no lease or a lapsed one, leased to `triggerer_id`
     until `now + lease` (rows taken `SKIP LOCKED`: two triggerers never take one row at
-    once)."""
+    once). `Event` triggers are never leased: nothing runs them, the events in the
+    database fire them (`queries.events`)."""
     if capacity <= 0:
         return []
     rows = session.scalars(
         select(Trigger)
-        .where(or_(Trigger.lease_until.is_(None), Trigger.lease_until < now))
+        .where(
+            or_(Trigger.lease_until.is_(None), Trigger.lease_until < now),
+            Trigger.classpath != EVENT_CLASSPATH,
+        )
         .order_by(Trigger.id)
         .limit(capacity)
         .with_for_update(skip_locked=True)
