@@ -1,9 +1,18 @@
 """The built-in triggers a deferred task waits on (`sluice.defer`): `Sleep`, `Until`,
-`FileExists`, and `Event` (an event sent on a key: `sluice events send`, an approval in
-the UI). They live in `sluice.tasks.triggers`, with the `Trigger` base class."""
+`FileExists`, `RunFinished` (another run's end) and `Event` (an event sent on a key:
+`sluice events send`, an approval in the UI). They live in `sluice.tasks.triggers`,
+with the `Trigger` base class."""
 
 from __future__ import annotations
 
-from sluice.tasks.triggers import Event, FileExists, Sleep, Trigger, TriggerEvent, Until
+from sluice.tasks.triggers import (
+    Event,
+    FileExists,
+    RunFinished,
+    Sleep,
+    Trigger,
+    TriggerEvent,
+    Until,
+)
 
-__all__ = ["Event", "FileExists", "Sleep", "Trigger", "TriggerEvent", "Until"]
+__all__ = ["Event", "FileExists", "RunFinished", "Sleep", "Trigger", "TriggerEvent", "Until"]

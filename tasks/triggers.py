@@ -218,6 +218,40 @@ EVENT_CLASSPATH = f"{Event.__module__}.{Event.__qualname__}"
 """The class path an `Event` trigger is stored under (`trigger.classpath`)."""
 
 
+RUN_END_STATES = ("success", "failed")
+
+
+class RunFinished(Trigger):
+    """Fires with `{"dag_id", "run_id", "state"}` once that run ends in one of `states`;
+    a run that ends in another state fails the waiting task (retries apply). As `Event`,
+    its `run()` is never used: the triggerers read the run's state from the database
+    (`scheduler.core.queries.run_waits`)."""
+
+    def __init__(self, dag_id: str, run_id: str, states: Any = ("success",)) -> None:
+        for name, value in (("dag_id", dag_id), ("run_id", run_id)):
+            if not isinstance(value, str) or not 0 < len(value) <= 250:
+                raise ValueError(f"RunFinished's {name} must be 1 to 250 characters")
+        wanted = (states,) if isinstance(states, str) else tuple(states)
+        unknown = sorted(set(wanted) - set(RUN_END_STATES))
+        if not wanted or unknown:
+            raise ValueError(f"RunFinished's states must be among {', '.join(RUN_END_STATES)}")
+        self.dag_id, self.run_id, self.states = dag_id, run_id, wanted
+
+    def serialize(self) -> dict[str, Any]:
+        return {"dag_id": self.dag_id, "run_id": self.run_id, "states": list(self.states)}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        raise RuntimeError("RunFinished is resolved by the triggerers, never run")
+        yield  # an async generator
+
+
+RUN_FINISHED_CLASSPATH = f"{RunFinished.__module__}.{RunFinished.__qualname__}"
+"""The class path a `RunFinished` trigger is stored under."""
+
+RESOLVED_BY_THE_ENGINE = frozenset({EVENT_CLASSPATH, RUN_FINISHED_CLASSPATH})
+"""Triggers no triggerer leases nor runs: each tick resolves them from the database."""
+
+
 async def _sleep_until(at: dt.datetime) -> None:
     while (left := (at - dt.datetime.now(dt.UTC)).total_seconds()) > 0:
         await asyncio.sleep(min(left, 60.0))

@@ -35,7 +35,7 @@ from sluice.scheduler.decide.decisions import TiView
 from sluice.scheduler.decide.deps import RunTis, branch_choice, upstream_counts
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
-from sluice.tasks.triggers import EVENT_CLASSPATH
+from sluice.tasks.triggers import EVENT_CLASSPATH, RUN_FINISHED_CLASSPATH
 
 _UNFINISHED = frozenset(str(s) for s in TI_UNFINISHED)
 
@@ -383,6 +383,8 @@ def deferred_reason(subject: Subject) -> Reason:
         held = row.lease_until is not None and row.lease_until > subject.now
         if row.classpath == EVENT_CLASSPATH:  # never leased: an event fires it
             by = f"; `sluice events send {row.kwargs.get('key')}` (or the UI's Approve) resumes it"
+        elif row.classpath == RUN_FINISHED_CLASSPATH:  # never leased: the run's end fires it
+            by = "; a triggerer resumes it when that run ends"
         elif held:
             by = f"; triggerer job {row.triggerer_id} runs it"
         else:

@@ -38,6 +38,7 @@ from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Job, TaskInstance, Trigger
 from sluice.scheduler.core.queries.events import resume_pending, timed_out_events
 from sluice.scheduler.core.queries.jobs import add_job
+from sluice.scheduler.core.queries.run_waits import ended_runs_waited_on
 from sluice.scheduler.core.queries.triggers import (
     drop_orphans,
     fail_deferred,
@@ -165,6 +166,7 @@ class TriggererJob:
             self.running.pop(lost)[1].cancel()
         busy = self._time_out(now)
         busy |= self._resolve_events(now)
+        busy |= self._resolve_run_waits(now)
         busy |= self._take_more(now)
         busy |= self._record_ended()
         return busy
@@ -183,6 +185,18 @@ class TriggererJob:
         for row in due:
             self._fail(row, "deferred task timed out waiting for its event", now)
         return bool(resumed or due)
+
+    def _resolve_run_waits(self, now: dt.datetime) -> bool:
+        """Resume the TIs whose awaited run ended as they wait for (`RunFinished`), fail
+        those whose run ended otherwise; whether any."""
+        with transaction(self.factory) as session:
+            resumed, otherwise = ended_runs_waited_on(session, now)
+        if resumed:
+            log.info("TIs %s resumed by the runs they waited for", ", ".join(map(str, resumed)))
+            self.waker.wake()
+        for row, why in otherwise:
+            self._fail(row, why, now)
+        return bool(resumed or otherwise)
 
     def _take_more(self, now: dt.datetime) -> bool:
         assert self.job_id is not None

@@ -11,6 +11,7 @@ read back from it.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import textwrap
@@ -25,7 +26,7 @@ import json, pathlib
 from datetime import timedelta
 import sluice
 from sluice import DAG, task
-from sluice.triggers import FileExists, Sleep
+from sluice.triggers import FileExists, RunFinished, Sleep
 
 RECORD = pathlib.Path({record!r})
 
@@ -71,6 +72,23 @@ with DAG("busy", schedule=None) as busy:
         return i
 
     work.expand(i=list(range(20)))
+
+with DAG("leader", schedule=None) as leader:
+    @task
+    def lead():
+        return 1
+
+with DAG("follower", schedule=None) as follower:
+    @task
+    def after_success(context):
+        if context["trigger_event"] is None:
+            sluice.defer(RunFinished("leader", "lead-1"))
+        return context["trigger_event"]
+
+    @task
+    def after_failure(context):
+        if context["trigger_event"] is None:
+            sluice.defer(RunFinished("leader", "lead-1", states=["failed"]))
 
 with DAG("broken", schedule=None) as broken:
     @task
@@ -176,3 +194,32 @@ def test_a_trigger_that_raises_fails_its_task_with_the_error_in_its_log(
     assert "the remote system answered 503" in ti["error"], ti
     shown = sluice.ok("tasks", "logs", "broken", run_id, "waits_on_a_broken_trigger")
     assert "RuntimeError: the remote system answered 503" in shown, shown
+
+
+@pytest.mark.timeout(120)
+def test_a_task_waits_for_another_dags_run_to_end(sluice: Sluice, tmp_path: Path) -> None:
+    write_dags(sluice, tmp_path / "record.txt", count=1, sleep=1)
+    sluice.scheduler()
+    sluice.worker()
+    sluice.start("triggerer", "triggerer")
+    run_id = sluice.trigger("follower")
+    wait_until(
+        lambda: (
+            count_in(sluice, "SELECT count(*) FROM task_instance WHERE state = 'deferred'") == 2
+        ),
+        timeout=60,
+    )
+    sluice.trigger("leader", "--run-id", "lead-1")
+    assert sluice.wait_run("follower", run_id, timeout=90) == "failed", sluice.logs()
+    states = sluice.db_task_states("follower", run_id)
+    assert states["after_success"]["state"] == "success", states
+    assert states["after_failure"]["state"] == "failed", states
+    assert (
+        "the awaited run leader.lead-1 ended success, not failed"
+        in (states["after_failure"]["error"])
+    )
+    with sluice._connect() as conn:
+        result = conn.exec_driver_sql(
+            "SELECT result FROM task_instance WHERE task_id = 'after_success'"
+        ).scalar()
+    assert json.loads(str(result)) == {"dag_id": "leader", "run_id": "lead-1", "state": "success"}

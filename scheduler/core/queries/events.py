@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import DagRun, Event, TaskInstance, Trigger
 from sluice.scheduler.core.queries.triggers import resume
-from sluice.tasks.triggers import EVENT_CLASSPATH
+from sluice.tasks.triggers import EVENT_CLASSPATH, RESOLVED_BY_THE_ENGINE
 
 
 def _trigger_key() -> ColumnElement[str]:
@@ -103,13 +103,13 @@ def resume_pending(session: Session, now: dt.datetime, limit: int = 500) -> list
 
 
 def timed_out_events(session: Session, now: dt.datetime, limit: int = 500) -> list[Trigger]:
-    """`Event` triggers past their `timeout_at` (no triggerer leases them: each finds
-    these itself and fails their TIs, one compare-and-set each)."""
+    """`Event` and `RunFinished` triggers past their `timeout_at` (no triggerer leases
+    them: each finds these itself and fails their TIs, one compare-and-set each)."""
     return list(
         session.scalars(
             select(Trigger)
             .where(
-                Trigger.classpath == EVENT_CLASSPATH,
+                Trigger.classpath.in_(sorted(RESOLVED_BY_THE_ENGINE)),
                 Trigger.timeout_at.is_not(None),
                 Trigger.timeout_at <= now,
             )

@@ -21,7 +21,7 @@ from sluice.scheduler.core.models import TaskInstance, TaskLog, Trigger
 from sluice.scheduler.core.queries.task_logs import task_log_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import move_ti
-from sluice.tasks.triggers import EVENT_CLASSPATH
+from sluice.tasks.triggers import RESOLVED_BY_THE_ENGINE
 
 
 def add_trigger(
@@ -55,15 +55,15 @@ def lease_triggers(
 ) -> list[Trigger]:
     """Up to `capacity` triggers with no lease or a lapsed one, leased to `triggerer_id`
     until `now + lease` (rows taken `SKIP LOCKED`: two triggerers never take one row at
-    once). `Event` triggers are never leased: nothing runs them, the events in the
-    database fire them (`queries.events`)."""
+    once). `Event` and `RunFinished` triggers are never leased: nothing runs them, the
+    database fires them (`queries.events`, `queries.run_waits`)."""
     if capacity <= 0:
         return []
     rows = session.scalars(
         select(Trigger)
         .where(
             or_(Trigger.lease_until.is_(None), Trigger.lease_until < now),
-            Trigger.classpath != EVENT_CLASSPATH,
+            Trigger.classpath.not_in(sorted(RESOLVED_BY_THE_ENGINE)),
         )
         .order_by(Trigger.id)
         .limit(capacity)
