@@ -26,7 +26,7 @@ from sluice.scheduler.cli.tables import Col, print_table
 from sluice.scheduler.cli.timefmt import TIMES_NOTE, when
 from sluice.scheduler.control.inputs import check_seconds
 from sluice.scheduler.core.db import utcnow
-from sluice.scheduler.core.models import BundleState, DagRun, Job, TaskInstance
+from sluice.scheduler.core.models import BundleState, DagRun, Job, TaskInstance, Trigger
 from sluice.scheduler.core.queries.callbacks import counts as callback_counts
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import DagRunState, JobState, TaskInstanceState
@@ -62,8 +62,28 @@ def read_status(session: Session, settings: Settings, now: dt.datetime) -> dict[
     )
     for queue, ti_state, n in rows:
         tis.setdefault(queue, {})[str(ti_state)] = int(n)
+    held = {
+        job_id: int(n)
+        for job_id, n in session.execute(
+            select(Trigger.triggerer_id, func.count())
+            .where(Trigger.lease_until > now)
+            .group_by(Trigger.triggerer_id)
+        )
+    }
     return {
         "now": iso(now),
+        "triggerers": [
+            {
+                "id": job.id,
+                "hostname": job.hostname,
+                "pid": job.pid,
+                "triggers": held.get(job.id, 0),
+                "capacity": job.capacity,
+                "heartbeat_age_seconds": round((now - job.latest_heartbeat).total_seconds(), 3),
+            }
+            for job in jobs
+            if job.job_type == "triggerer"
+        ],
         "jobs": [
             {
                 "id": job.id,
@@ -151,6 +171,9 @@ def print_status(
     else:
         out.print("[red]no scheduler or backfill is running[/]")
 
+    for triggerer in report["triggerers"]:
+        out.print(visible(triggerer_line(triggerer)))
+
     out.print("[bold]Runs by state[/]")
     run_cols = [Col(visible(str(state)), keep=True, right=True) for state in report["runs"]]
     print_table(out, run_cols, [list(report["runs"].values())])
@@ -183,6 +206,15 @@ def print_status(
         print_table(out, WORKER_COLUMNS, rows, empty="no queue has task instances or workers")
     for note in report["notes"]:
         out.print(f"[dim]note: {escape(visible(note))}[/]")
+
+
+def triggerer_line(triggerer: dict[str, Any]) -> str:
+    """`triggerer host:pid n/capacity triggers, heartbeat 0.4s ago`."""
+    return (
+        f"triggerer {triggerer['hostname']}:{triggerer['pid']} "
+        f"{triggerer['triggers']}/{triggerer['capacity']} triggers, "
+        f"heartbeat {triggerer['heartbeat_age_seconds']:.1f}s ago"
+    )
 
 
 def print_bundles(out: Console, bundles: list[dict[str, Any]], now: dt.datetime) -> None:

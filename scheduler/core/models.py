@@ -305,6 +305,8 @@ class Job(Base):
     latest_heartbeat: Mapped[dt.datetime]
     error: Mapped[str | None] = mapped_column(Text)
     """Why a `failed` job stopped (the exception that ended its loop); None otherwise."""
+    capacity: Mapped[int | None] = mapped_column(Integer)
+    """A triggerer's: the triggers it runs at once (`--capacity`); NULL for others."""
 
     __table_args__ = (Index("ix_job_state_heartbeat", "state", "latest_heartbeat"),)
 

@@ -135,7 +135,7 @@ class TriggererJob:
     def register(self) -> None:
         now = utcnow()
         with transaction(self.factory) as session:
-            self.job_id = add_job(session, self.job_type, now)
+            self.job_id = add_job(session, self.job_type, now, self.capacity)
         log.info("triggerer job %s started (capacity %d)", self.job_id, self.capacity)
 
     def finish(self) -> None:

@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import signal
+import socket
 import textwrap
 from pathlib import Path
 
@@ -162,6 +163,13 @@ def test_a_killed_triggerers_triggers_are_taken_over_and_resume_once(
     wait_until(lambda: count_in(sluice, held) == 50, timeout=60)
     holders = "SELECT count(DISTINCT triggerer_id) FROM trigger"
     assert count_in(sluice, holders) == 2
+    status = json.loads(sluice.run("status", "--json", "--workers-timeout", "0"))
+    assert sorted((t["triggers"], t["capacity"]) for t in status["triggerers"]) == [
+        (20, 50),
+        (30, 30),
+    ]
+    shown = sluice.run("status", "--workers-timeout", "0")
+    assert f"triggerer {socket.gethostname()}:{first.pid} 30/30 triggers, heartbeat" in shown
     explained = sluice.run(
         "tasks", "explain", "gated", run_id, "behind_the_gate", "--map-index", "0"
     )

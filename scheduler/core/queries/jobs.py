@@ -79,10 +79,11 @@ def release_orphaned_runs(session: Session) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
-def add_job(session: Session, job_type: str, now: dt.datetime) -> int:
-    """A new `running` job row of this process (host and pid), heartbeating from `now`;
-    its id (flushed in the caller's transaction)."""
+def add_job(session: Session, job_type: str, now: dt.datetime, capacity: int | None = None) -> int:
+    """A new `running` job row of this process (host and pid), heartbeating from `now`
+    (a triggerer's with its `capacity`); its id (flushed in the caller's transaction)."""
     job = Job(
+        capacity=capacity,
         job_type=job_type,
         hostname=socket.gethostname(),
         pid=os.getpid(),
