@@ -91,10 +91,25 @@ with DAG("follower", schedule=None) as follower:
         if context["trigger_event"] is None:
             sluice.defer(RunFinished("leader", "lead-1", states=["failed"]))
 
+class Blocking(sluice.Trigger):
+    def serialize(self):
+        return {{}}
+
+    async def run(self):
+        import time
+        time.sleep(2)  # blocks the triggers' loop: named in a warning
+        yield sluice.TriggerEvent({{"blocked": True}})
+
 with DAG("broken", schedule=None) as broken:
     @task
     def waits_on_a_broken_trigger():
         sluice.defer(Broken())
+
+    @task
+    def waits_on_a_blocking_trigger(context):
+        if context["trigger_event"] is None:
+            sluice.defer(Blocking())
+        return context["trigger_event"]
 """
 
 
@@ -188,7 +203,7 @@ def test_a_killed_triggerers_triggers_are_taken_over_and_resume_once(
 
 
 @pytest.mark.timeout(120)
-def test_a_trigger_that_raises_fails_its_task_with_the_error_in_its_log(
+def test_a_trigger_that_raises_fails_its_task_and_one_that_blocks_is_named(
     sluice: Sluice, tmp_path: Path
 ) -> None:
     write_dags(sluice, tmp_path / "record.txt", count=1, sleep=1)
@@ -202,6 +217,11 @@ def test_a_trigger_that_raises_fails_its_task_with_the_error_in_its_log(
     assert "the remote system answered 503" in ti["error"], ti
     shown = sluice.ok("tasks", "logs", "broken", run_id, "waits_on_a_broken_trigger")
     assert "RuntimeError: the remote system answered 503" in shown, shown
+    # a trigger that blocks the loop still fires, and is named in the triggerer's log
+    assert sluice.db_task_states("broken", run_id)["waits_on_a_blocking_trigger"]["state"] == (
+        "success"
+    )
+    assert ":Blocking of TI " in sluice.logs() and "triggers' loop is blocked" in sluice.logs()
 
 
 @pytest.mark.timeout(120)
