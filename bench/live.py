@@ -1,4 +1,5 @@
-"""A live Sluice deployment for the bench: its database, `sluice scheduler` and `sluice worker`.
+"""A live Sluice deployment for the bench: its database, `sluice scheduler`, `sluice worker`
+and, for W13, `sluice triggerer`.
 
 Runs are triggered in-process (one transaction for a batch, then a wake-up, as
 `sluice dags trigger` does), and waited for by polling the run rows with
@@ -31,7 +32,8 @@ from sluice.scheduler.scheduling.dagrun import create_dagrun
 
 
 class LiveEnv:
-    """One PostgreSQL database, a DAGs folder, and the scheduler and worker processes."""
+    """One PostgreSQL database, a DAGs folder, and the scheduler, worker and triggerer
+    processes."""
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class LiveEnv:
         """More settings for every process (e.g. SLUICE_SCHEDULE_AFTER_TASK)."""
         self.schedulers: list[Proc] = []
         self.workers: list[Proc] = []
+        self.triggerers: list[Proc] = []
         self.api: Proc | None = None
         """A `sluice api` process (`start_api`), at `api_port`, writes allowed with `api_token`."""
         self.api_port = 0
@@ -162,6 +165,32 @@ class LiveEnv:
         proc.wait_for_log(" ready.", timeout=60)
         return proc
 
+    def start_triggerer(self, capacity: int = 1000) -> Proc:
+        """`sluice triggerer --capacity N`; returns once its job row is registered (a
+        running `triggerer` job with its pid)."""
+        n = len(self.triggerers)
+        argv = [*sluice_argv(), "triggerer", "--capacity", str(capacity)]
+        proc = Proc(f"triggerer-{n}", argv, self.env, self.log_dir / f"triggerer-{n}.log")
+        self.triggerers.append(proc)
+
+        def registered() -> bool:
+            with self.factory() as session:
+                count = session.scalar(
+                    select(func.count()).where(
+                        Job.job_type == "triggerer",
+                        Job.pid == proc.pid,
+                        Job.state == JobState.RUNNING,
+                    )
+                )
+            return bool(count)
+
+        wait_until(registered, 60, f"{proc.name} to register its job", proc)
+        return proc
+
+    def stop_triggerer(self, proc: Proc) -> None:
+        proc.stop()
+        self.triggerers.remove(proc)
+
     def start_api(self, token: str) -> Proc:
         """`sluice api --host 127.0.0.1 --port <a free port>` with `SLUICE_API_TOKEN=token`;
         returns once GET /api/v1/health answers."""
@@ -184,10 +213,11 @@ class LiveEnv:
 
     def stop_all(self) -> None:
         self.stop_api()
-        for proc in [*self.schedulers, *self.workers]:
+        for proc in [*self.schedulers, *self.workers, *self.triggerers]:
             proc.stop()
         self.schedulers.clear()
         self.workers.clear()
+        self.triggerers.clear()
         if self._waker is not None:
             self._waker.close()
         if self._engine is not None:
@@ -247,7 +277,7 @@ class LiveEnv:
                 raise BenchError(
                     f"{len(run_pks) - done} of {len(run_pks)} runs unfinished after {timeout:g}s"
                 )
-            for proc in [*self.schedulers, *self.workers]:
+            for proc in [*self.schedulers, *self.workers, *self.triggerers]:
                 proc.check_alive()
             time.sleep(every)
 

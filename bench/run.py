@@ -2,7 +2,7 @@
 
 Order: the raw Celery floor (only its worker running), then one live Sluice
 deployment for W2, W1 (+W6), W3, W3API and W3B (with a `sluice api` process), W3CLI,
-W11, W7, W10 and W5 end to end, then the in-process
+W11, W7, W10, W13 (with a `sluice triggerer`) and W5 end to end, then the in-process
 W4 and W5 pass, then W8, then W9 (the API's reads of a big DAG), then W11's expansion
 in-process — so no two parts compete for the CPU. Every database and process the bench
 creates is removed at the end, also on errors and Ctrl-C.
@@ -31,7 +31,14 @@ import redis
 from sqlalchemy.exc import OperationalError
 
 from bench import api_reads, history, inproc, raw_celery, standalone, workloads
-from bench.dagfiles import chain_call, fanout_call, held_call, mapped_call, write_dag_file
+from bench.dagfiles import (
+    chain_call,
+    deferring_call,
+    fanout_call,
+    held_call,
+    mapped_call,
+    write_dag_file,
+)
 from bench.live import LiveEnv
 from bench.metrics import median_run, runs_of
 from bench.pg import ADMIN_URL, BenchDb, admin_engine, new_run_tag, server_version
@@ -48,6 +55,7 @@ from bench.sizes import (
     DAG_W7,
     DAG_W10,
     DAG_W11,
+    DAG_W13,
     DAG_WARMUP,
     FULL,
     QUICK,
@@ -63,7 +71,7 @@ LOOP_INTERVAL = 1.0
 
 FLUSHED = "a Redis db of the bench was flushed by another process during this workload"
 
-LIVE = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W6", "W7", "W10", "W11"}
+LIVE = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W6", "W7", "W10", "W11", "W13"}
 NEEDS_FLOOR = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W11"}
 PAIRED = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W11"}
 """The workloads each of whose runs follows a drain of the floor (`paired_floor`), or for
@@ -312,8 +320,9 @@ class Bench:
             chain_call(DAG_W7, s.w7_length),
             held_call(DAG_W10),
             mapped_call(DAG_W11, s.w11_indexes),
+            deferring_call(DAG_W13, s.w13_tis, s.w13_sleep_seconds),
         ]
-        expect = [DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3, DAG_W7, DAG_W10, DAG_W11]
+        expect = [DAG_WARMUP, DAG_W1, DAG_W2, DAG_W3, DAG_W7, DAG_W10, DAG_W11, DAG_W13]
         write_dag_file(folder / "bench_dags.py", calls)
         e2e = "W5" in want and s.w5_end_to_end
         if e2e:
@@ -385,6 +394,8 @@ class Bench:
                 attempt(["W7"], lambda: {"W7": workloads.w7_two_schedulers(env, s, self.prof)})
             if "W10" in want:
                 attempt(["W10"], lambda: {"W10": workloads.w10_mark(env, s)})
+            if "W13" in want:
+                attempt(["W13"], lambda: {"W13": workloads.w13_deferred(env, s, self.prof)})
             if e2e:
                 try:
                     self.guard.arm()

@@ -20,6 +20,7 @@ WORKLOADS = (
     "W10",
     "W11",
     "W12",
+    "W13",
     "W1R",
     "W2R",
     "W3R",
@@ -27,7 +28,8 @@ WORKLOADS = (
 """W3API, W3B and W3CLI: W3's runs triggered as users trigger them (the REST API of a
 `sluice api` process, `sluice dags trigger` processes). W1R, W2R, W3R: W1-W3 with
 RabbitMQ as the broker, beside raw Celery on RabbitMQ. W12: the same figures on an
-young database and on one with years of history."""
+young database and on one with years of history. W13: mapped TIs deferred on `Sleep`,
+resumed by one `sluice triggerer`."""
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"
@@ -38,6 +40,7 @@ DAG_W9 = "bench_w9_api"
 DAG_W10 = "bench_w10_mark"
 DAG_W11 = "bench_w11_mapped"
 DAG_W11_EXPAND = "bench_w11_expand"
+DAG_W13 = "bench_w13_deferred"
 DAG_WARMUP = "bench_warmup"
 
 
@@ -84,6 +87,10 @@ class Sizes:
     """Items of the upstream whose expansion W11 times in-process (one `update_state`)."""
     w11_expansions: int = 5
     """Expansions timed in-process, each of a fresh run; W11 reports their median."""
+    w13_tis: int = 1000
+    """Mapped TIs of W13's run, each deferred on `Sleep(w13_sleep_seconds)` on its first try."""
+    w13_sleep_seconds: float = 5.0
+    """What each of W13's TIs sleeps on the triggerer before it resumes."""
     run_timeout: float = 180.0
     repeats: int = 3
     """Runs of the floor's drain, W1, W2, W3 (W3API, W3B, W3CLI) and W11; each reports its
@@ -120,6 +127,8 @@ QUICK = Sizes(
     w11_indexes=10,
     w11_expand_items=100,
     w11_expansions=3,
+    w13_tis=20,
+    w13_sleep_seconds=1.0,
     run_timeout=60.0,
     repeats=1,
 )

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import select, text
 
-from bench.dagfiles import MAPPED_TASK, MAPPED_UPSTREAM, fanout_tasks
+from bench.dagfiles import DEFERRING_TASK, MAPPED_TASK, MAPPED_UPSTREAM, fanout_tasks
 from bench.live import LiveEnv
 from bench.metrics import (
     RunTimes,
@@ -50,6 +50,7 @@ from bench.sizes import (
     DAG_W7,
     DAG_W10,
     DAG_W11,
+    DAG_W13,
     DAG_WARMUP,
     Sizes,
 )
@@ -624,3 +625,92 @@ def _mark_to_start_ms(env: LiveEnv, pk: int) -> float:
             {"pk": pk},
         ).one()
     return (row.start_date - row.at).total_seconds() * 1000.0
+
+
+def w13_deferred(env: LiveEnv, sizes: Sizes, prof: Profiler) -> Result:
+    """One run of items() >> wait.expand(i=items()) with `w13_tis` indexes, each deferring
+    on `Sleep(w13_sleep_seconds)` on its first try, resumed by one `sluice triggerer`
+    started for it (and stopped after). Lateness per TI: its resume (`scheduled_at`,
+    stamped as the triggerer moves it deferred → scheduled) after its trigger's due time
+    (the event in its `waiting`). The triggerer's CPU from just before the run's trigger
+    to the last resume, and its peak RSS then."""
+    n = sizes.w13_tis
+    proc = env.start_triggerer()
+    try:
+        with profiled(prof, env, "W13"):
+            cpu0 = cpu_seconds(proc.pid)
+            [pk] = env.trigger(DAG_W13, 1, "w13")
+            wait_until(
+                lambda: _resumed(env, pk) >= n,
+                sizes.run_timeout + sizes.w13_sleep_seconds,
+                f"{n} deferred TIs to resume",
+                proc,
+                every=0.1,
+            )
+            cpu = cpu_seconds(proc.pid) - cpu0
+            rss = _rss_mb(proc.pid)
+            env.wait_runs([pk], sizes.run_timeout)
+    finally:
+        env.stop_triggerer(proc)
+    late = _resume_lateness_ms(env, pk)
+    if len(late) != n:
+        raise BenchError(f"expected {n} resumed {DEFERRING_TASK} TIs, found {len(late)}")
+    gap = summary_ms(late)
+    seconds = f"{sizes.w13_sleep_seconds:g}"
+    return {
+        "title": f"{n:,} mapped TIs deferred on Sleep({seconds} s): their resumes' lateness",
+        "figures": {
+            "resume_late_median_ms": round(gap["median_ms"], 2),
+            "resume_late_p95_ms": round(gap["p95_ms"], 2),
+            "resume_late_max_ms": round(gap["max_ms"], 2),
+            "tis": len(late),
+            "triggerer_cpu_seconds": round(cpu, 3),
+            "triggerer_rss_mb": round(rss, 1),
+        },
+    }
+
+
+def _resumed(env: LiveEnv, pk: int) -> int:
+    """TIs of W13's run the triggerer resumed (their `waiting` holds the trigger's event)."""
+    with env.factory() as session:
+        return int(
+            session.scalar(
+                text(
+                    "SELECT count(*) FROM task_instance WHERE dag_run_id = :pk "
+                    "AND task_id = :t AND waiting -> 'event' IS NOT NULL"
+                ),
+                {"pk": pk, "t": DEFERRING_TASK},
+            )
+            or 0
+        )
+
+
+def _resume_lateness_ms(env: LiveEnv, pk: int) -> list[float]:
+    """Per resumed TI of W13's run: its resume (`scheduled_at`) minus its due time, ms."""
+    with env.factory() as session:
+        rows = session.execute(
+            text(
+                "SELECT scheduled_at, waiting -> 'event' ->> 'due' AS due FROM task_instance "
+                "WHERE dag_run_id = :pk AND task_id = :t AND waiting -> 'event' IS NOT NULL"
+            ),
+            {"pk": pk, "t": DEFERRING_TASK},
+        ).all()
+    return [
+        _ms_between(_utc(dt.datetime.fromisoformat(row.due)), _utc(row.scheduled_at))
+        for row in rows
+        if row.due is not None and row.scheduled_at is not None
+    ]
+
+
+def _utc(at: dt.datetime) -> dt.datetime:
+    """`at` with its time zone; a naive one is taken as UTC (the database's clock)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
+
+
+def _rss_mb(pid: int) -> float:
+    """Peak resident memory of `pid` (VmHWM, else VmRSS), MB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    value = fields.get("VmHWM") or fields.get("VmRSS") or "0 kB"
+    return int(value.split()[0]) / 1024.0

@@ -51,7 +51,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=1000,
         help="triggers run at once on its loop (default 1000)",
     )
-    p.add_argument("--num-loops", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--num-loops",
+        type=int,
+        default=None,
+        help="stop after this many loops (default: run until stopped)",
+    )
     p.set_defaults(func=triggerer)
 
     p = sub.add_parser("worker", help="run a Celery worker serving Sluice queues")
