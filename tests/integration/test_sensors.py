@@ -1,5 +1,6 @@
 """Sensors (`@task.sensor`) on real processes: a reschedule-mode sensor frees its worker and
-its pool slot between pokes, keeps its try number, and counts its timeout across pokes;
+its pool slot between pokes, keeps its try number, goes on under another scheduler when
+the one that rescheduled it is killed, and counts its timeout across pokes;
 a poke-mode sensor keeps its try running; past the timeout a sensor fails, or is skipped
 with `soft_fail`.
 
@@ -9,6 +10,8 @@ a file (`<task> <try_number>`), so the pokes and the try each was made in are re
 
 from __future__ import annotations
 
+import os
+import signal
 import textwrap
 from pathlib import Path
 
@@ -66,7 +69,7 @@ def test_a_reschedule_sensor_frees_its_slot_between_pokes(sluice: Sluice, tmp_pa
         textwrap.dedent(DAGS.format(pokes=str(pokes), other_done=str(other_done)))
     )
     sluice.run("pools", "set", "one", "1")
-    sluice.scheduler()
+    first = sluice.scheduler()
     sluice.worker(concurrency=2)
     sensing = sluice.trigger("sensing")
     wait_until(lambda: pokes_of(pokes, "wait_for_other"), timeout=60)
@@ -77,6 +80,10 @@ def test_a_reschedule_sensor_frees_its_slot_between_pokes(sluice: Sluice, tmp_pa
         ),
         timeout=30,
     )
+    # what the sensor waits with is in the database: another scheduler takes it on
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    sluice.scheduler()
     other = sluice.trigger("other")  # its one-slot pool is free while the sensor waits
     assert sluice.wait_run("other", other, timeout=60) == "success", sluice.logs()
     assert sluice.wait_run("sensing", sensing, timeout=60) == "success", sluice.logs()
