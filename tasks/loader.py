@@ -22,11 +22,14 @@ from sluice.tasks.dag import DAG, collect_dags
 from sluice.tasks.errors import DagDefinitionError, TaskTimeout
 from sluice.tasks.runtime import call_with_timeout
 
+DAG_MODULE_PREFIX = "sluice_dag_"
+"""What the module name of every DAG file starts with (`module_name_for`)."""
+
 
 def module_name_for(path: str | os.PathLike[str]) -> str:
     """The module name a DAG file is imported under (stable for one absolute path)."""
     digest = hashlib.sha1(str(Path(path).resolve()).encode("utf-8")).hexdigest()
-    return f"sluice_dag_{digest}"
+    return f"{DAG_MODULE_PREFIX}{digest}"
 
 
 def load_file(path: str | os.PathLike[str]) -> list[DAG]:

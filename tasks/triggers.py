@@ -28,9 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DAG_MODULE_PREFIX = "sluice_dag_"
-"""The module names the loader imports DAG files under (`loader.module_name_for`)."""
-
 MAX_TRIGGER_BYTES = 64 * 1024
 """Largest `serialize()` of a trigger, in bytes of compact JSON."""
 
@@ -57,6 +54,8 @@ class Trigger:
     def classpath(self) -> str:
         """`module.Class`; for a class defined in a DAG file (imported under a name of
         the loader's, `loader.module_name_for`), `/path/of/the/file.py:Class`."""
+        from sluice.tasks.loader import DAG_MODULE_PREFIX
+
         kind = type(self)
         module = sys.modules.get(kind.__module__)
         where = getattr(module, "__file__", None)

@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import functools
 
-from sluice.scheduler.core.bundles import GitBundle, git_bundles, parse_location
+from sluice.scheduler.core.bundles import bundles_of, parse_location
 from sluice.scheduler.core.settings import Settings
 
-
-@functools.lru_cache(maxsize=4)
-def _bundles(settings: Settings) -> dict[str, GitBundle]:
-    return git_bundles(
-        settings.bundles,
-        settings.bundle_cache,
-        keep=settings.bundle_cache_versions,
-        drop_env=settings.hidden_from_tasks,
-    )
+_bundles = functools.lru_cache(maxsize=4)(bundles_of)
+"""This process's git bundles, by its settings (one `GitBundle` each, kept)."""
 
 
 def local_file(settings: Settings, fileloc: str, bundle_version: str | None) -> str:

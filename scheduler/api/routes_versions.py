@@ -32,7 +32,7 @@ from sluice.scheduler.api.schemas import (
     VersionList,
     VersionOut,
 )
-from sluice.scheduler.core.bundles import BundleError, parse_location
+from sluice.scheduler.core.bundles import BundleError, bundles_of, parse_location
 from sluice.scheduler.core.models import DagVersion
 from sluice.scheduler.core.queries.version_reads import (
     SHORT_SHA,
@@ -41,7 +41,6 @@ from sluice.scheduler.core.queries.version_reads import (
     version_before,
 )
 from sluice.scheduler.core.queries.versions import dag_versions
-from sluice.scheduler.scheduling.bundle_sync import bundles_of
 
 log = logging.getLogger(__name__)
 

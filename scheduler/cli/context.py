@@ -13,6 +13,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.control.inputs import InputError
+from sluice.scheduler.core.bundles import bundles_of
 from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
 from sluice.scheduler.core.db_wait import until_reachable, wait_for_database
 from sluice.scheduler.core.migrate import check_current
@@ -20,7 +21,7 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.queries.import_errors import why_missing
 from sluice.scheduler.core.queries.ti_lookup import TiNotFound, find_task_instance
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.scheduling.bundle_sync import bundles_of, sync_bundles
+from sluice.scheduler.scheduling.bundle_sync import sync_bundles
 
 T = TypeVar("T")
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sluice.scheduler.core.bundle_specs import REF, BundleSpec
+from sluice.scheduler.core.settings import Settings
 
 GIT_TIMEOUT = 120.0
 """Seconds one git command may take (a fetch of a big remote included)."""
@@ -291,12 +292,16 @@ def _mtime(path: Path) -> float:
         return time.time()
 
 
-def git_bundles(
-    bundles: Collection[BundleSpec], cache: Path, *, keep: int, drop_env: Collection[str] = ()
-) -> dict[str, GitBundle]:
-    """The git bundles of `bundles`, by name."""
+def bundles_of(settings: Settings) -> dict[str, GitBundle]:
+    """The git bundles of `settings`, by name, in its bundle cache (git runs without the
+    secret variables tasks do not see)."""
     return {
-        b.name: GitBundle(b, cache, keep=keep, drop_env=drop_env)
-        for b in bundles
+        b.name: GitBundle(
+            b,
+            settings.bundle_cache,
+            keep=settings.bundle_cache_versions,
+            drop_env=settings.hidden_from_tasks,
+        )
+        for b in settings.bundles
         if b.kind == "git"
     }

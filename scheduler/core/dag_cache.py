@@ -116,12 +116,7 @@ class SerializedDagCache:
         found = self._versions.get(key)
         if found is not None:
             return found
-        row = session.scalars(
-            select(DagVersion)
-            .where(DagVersion.dag_id == latest.dag_id, DagVersion.version_hash == version_hash)
-            .order_by(DagVersion.id.desc())
-            .limit(1)
-        ).first()
+        row = version_with_hash(session, latest.dag_id, version_hash)
         if row is None:
             return None
         found = self._versions[key] = as_version(latest, row)
@@ -135,10 +130,16 @@ def dag_of_run(session: Session, run: DagRun) -> Dag | None:
     latest = session.get(Dag, run.dag_id)
     if latest is None or run.bundle_version is None or latest.version_hash == run.dag_hash:
         return latest
-    version = session.scalars(
+    version = version_with_hash(session, run.dag_id, run.dag_hash)
+    return latest if version is None else as_version(latest, version, run.bundle_version)
+
+
+def version_with_hash(session: Session, dag_id: str, version_hash: str) -> DagVersion | None:
+    """The newest `dag_version` of `dag_id` whose definition has `version_hash` (several
+    commits may share one definition); None for a folder bundle's DAG."""
+    return session.scalars(
         select(DagVersion)
-        .where(DagVersion.dag_id == run.dag_id, DagVersion.version_hash == run.dag_hash)
+        .where(DagVersion.dag_id == dag_id, DagVersion.version_hash == version_hash)
         .order_by(DagVersion.id.desc())
         .limit(1)
     ).first()
-    return latest if version is None else as_version(latest, version, run.bundle_version)

@@ -20,6 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.wakeup import Waker
+from sluice.scheduler.core.bundles import bundles_of
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.db_wait import database_place, database_reason
 from sluice.scheduler.core.models import Dag
@@ -39,7 +40,7 @@ from sluice.scheduler.jobs.base import DagRunJob
 from sluice.scheduler.jobs.callbacks import CallbackDelivery, PublishCallbacks
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.jobs.tick import TickResult
-from sluice.scheduler.scheduling.bundle_sync import bundles_of, sync_bundles
+from sluice.scheduler.scheduling.bundle_sync import sync_bundles
 from sluice.scheduler.scheduling.dagbag import next_run_fields
 from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
 

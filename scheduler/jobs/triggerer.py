@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.wakeup import Waker
 from sluice.scheduler.core.db import transaction, utcnow
-from sluice.scheduler.core.models import Job, TaskInstance, Trigger
+from sluice.scheduler.core.models import Job, Trigger
 from sluice.scheduler.core.queries.events import resume_pending, timed_out_events
 from sluice.scheduler.core.queries.jobs import add_job
 from sluice.scheduler.core.queries.run_waits import ended_runs_waited_on
@@ -46,11 +46,9 @@ from sluice.scheduler.core.queries.triggers import (
     renew_leases,
     resume,
 )
-from sluice.scheduler.core.queries.versions import task_specs_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import JobState
 from sluice.scheduler.core.text import one_line
-from sluice.tasks.serialize import retry_delay_for
 from sluice.tasks.triggers import rebuild
 
 log = logging.getLogger(__name__)
@@ -291,16 +289,7 @@ class TriggererJob:
 
     def _fail(self, row: Trigger, error: str, now: dt.datetime) -> None:
         with transaction(self.factory) as session:
-            ti_spec = None
-            ti = session.get(TaskInstance, row.ti_id)
-            if ti is not None:
-                ti_spec = task_specs_of(session, [ti]).get(ti.id)
-            delay = (
-                retry_delay_for(dict(ti_spec), ti.try_number)
-                if ti_spec is not None and ti is not None
-                else None
-            )
-            new = fail_deferred(session, row, error, now, delay)
+            new = fail_deferred(session, row, error, now)
         if new is not None:
             log.warning("TI %s %s: %s", row.ti_id, new, error)
             self.waker.wake()

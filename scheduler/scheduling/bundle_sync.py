@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.scheduler.core.bundles import (
     BundleError,
     GitBundle,
-    git_bundles,
+    bundles_of,
     location,
     parse_location,
 )
@@ -59,16 +59,6 @@ class BundlesSynced:
     changed: bool = False
     folders_missing: list[str] = field(default_factory=list)
     fetch_errors: dict[str, str] = field(default_factory=dict)
-
-
-def bundles_of(settings: Settings) -> dict[str, GitBundle]:
-    """The git bundles of `settings`, by name, in its bundle cache."""
-    return git_bundles(
-        settings.bundles,
-        settings.bundle_cache,
-        keep=settings.bundle_cache_versions,
-        drop_env=settings.hidden_from_tasks,
-    )
 
 
 def sync_bundles(
@@ -220,11 +210,12 @@ def _version_of(
     definition nor its file changed since, else a new row (or the row of `sha`)."""
     dag_id = spec["dag_id"]
     digest = version_hash(spec)
-    at_commit = session.scalar(
-        select(DagVersion.id).where(DagVersion.dag_id == dag_id, DagVersion.commit_sha == sha)
+    at_commit = select(DagVersion.id).where(
+        DagVersion.dag_id == dag_id, DagVersion.commit_sha == sha
     )
-    if at_commit is not None:
-        return at_commit
+    found = session.scalar(at_commit)
+    if found is not None:
+        return found
     latest = session.execute(
         select(DagVersion.id, DagVersion.version_hash, DagVersion.source_hash)
         .where(DagVersion.dag_id == dag_id, DagVersion.bundle == bundle)
@@ -252,9 +243,7 @@ def _version_of(
     )
     if row is not None:
         return int(row.id)
-    found = session.scalar(  # another scheduler recorded it meanwhile
-        select(DagVersion.id).where(DagVersion.dag_id == dag_id, DagVersion.commit_sha == sha)
-    )
+    found = session.scalar(at_commit)  # another scheduler recorded it meanwhile
     assert found is not None
     return int(found)
 

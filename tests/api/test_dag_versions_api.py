@@ -20,9 +20,10 @@ from fastapi.testclient import TestClient
 
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.bundle_specs import parse_bundles
+from sluice.scheduler.core.bundles import bundles_of
 from sluice.scheduler.core.db import make_engine, make_session_factory, utcnow
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.scheduling.bundle_sync import bundles_of, sync_bundles
+from sluice.scheduler.scheduling.bundle_sync import sync_bundles
 from tests.api.conftest import AUTH, TOKEN, client_for
 from tests.api.test_browser import ServedApi, launched_browser, new_page
 from tests.integration.test_dag_bundles import Repo, bundle_env

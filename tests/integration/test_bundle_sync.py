@@ -17,11 +17,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.bundle_specs import BundleSpec
-from sluice.scheduler.core.bundles import BundleError, GitBundle
+from sluice.scheduler.core.bundles import BundleError, GitBundle, bundles_of
 from sluice.scheduler.core.db import make_engine, make_session_factory
 from sluice.scheduler.core.models import BundleState, Dag, DagFile, DagVersion
 from sluice.scheduler.core.settings import ConfigError, Settings
-from sluice.scheduler.scheduling.bundle_sync import bundles_of, sync_bundles
+from sluice.scheduler.scheduling.bundle_sync import sync_bundles
 from tests.integration.test_dag_bundles import Repo
 
 NOW = dt.datetime(2026, 12, 6, tzinfo=dt.UTC)

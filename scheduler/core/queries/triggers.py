@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import TaskInstance, TaskLog, Trigger
 from sluice.scheduler.core.queries.task_logs import task_log_of
+from sluice.scheduler.core.queries.versions import task_specs_of
 from sluice.scheduler.core.states import TI
-from sluice.scheduler.core.transitions import move_ti
+from sluice.scheduler.core.transitions import fail_try, move_ti
 from sluice.tasks.triggers import RESOLVED_BY_THE_ENGINE
 
 
@@ -117,37 +118,20 @@ def resume(session: Session, trigger: Trigger, payload: Any, now: dt.datetime) -
     return bool(moved)
 
 
-def fail_deferred(
-    session: Session,
-    trigger: Trigger,
-    error: str,
-    now: dt.datetime,
-    retry_delay: dt.timedelta | None,
-) -> TI | None:
-    """The trigger's TI fails with `error` (a trigger that raised, a timeout): to
-    `up_for_retry` after `retry_delay` if it has tries left (None: it has none), else
-    `failed`, `error` appended to the try's log. The trigger row goes. The state it moved
-    to; None if it had moved already."""
+def fail_deferred(session: Session, trigger: Trigger, error: str, now: dt.datetime) -> TI | None:
+    """The trigger's TI fails with `error` (a trigger that raised, a timeout) as any try
+    fails (`transitions.fail_try`, on the trigger's attempt: `up_for_retry` by its run's
+    version of the task, or `failed`), `error` appended to the try's log. The trigger row
+    goes. The state it moved to; None if it had moved already."""
     row = session.get(TaskInstance, trigger.ti_id)
     session.execute(delete(Trigger).where(Trigger.id == trigger.id))
-    if row is None:
+    if row is None or row.attempt_id != trigger.attempt_id:
+        return None
+    spec = task_specs_of(session, [row]).get(row.id)
+    new = fail_try(session, row, spec, now, error, expect=TI.DEFERRED)
+    if new is None:
         return None
     try_number = row.try_number  # the deferred try's own number
-    retry = retry_delay is not None and try_number < row.max_tries
-    new = TI.UP_FOR_RETRY if retry else TI.FAILED
-    values: dict[str, Any] = {"error": error[:2000], "waiting": None}
-    values["next_retry_at"] = now + retry_delay if retry and retry_delay is not None else None
-    moved = move_ti(
-        session,
-        trigger.ti_id,
-        new,
-        expect=[TI.DEFERRED],
-        attempt_id=trigger.attempt_id,
-        now=now,
-        values=values,
-    )
-    if not moved:
-        return None
     line = f"{now.isoformat()} ERROR sluice.triggerer: {error}\n"
     stored = task_log_of(session, trigger.ti_id, try_number)
     if stored is not None:  # the try's log ends with why it failed
