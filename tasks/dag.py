@@ -16,10 +16,12 @@ from typing import Any
 
 from croniter import croniter
 
+from sluice.tasks.assets import condition_json, is_asset_schedule
 from sluice.tasks.callbacks import Callback, check_callback
 from sluice.tasks.dag_context import DAG_ID_RE, enter, leave
 from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.task import Task
+from sluice.tasks.watch import Watch
 
 #: Schedule presets and the cron expression each stands for (evaluated in UTC).
 CRON_PRESETS: dict[str, str] = {
@@ -99,7 +101,7 @@ class DAG:
     def __init__(
         self,
         dag_id: str,
-        schedule: Schedule = None,
+        schedule: object = None,
         start_date: datetime | None = None,
         end_date: datetime | None = None,
         catchup: bool = False,
@@ -119,7 +121,21 @@ class DAG:
                 "not only dots"
             )
         self.dag_id = dag_id
-        self.schedule: Schedule = validate_schedule(schedule)
+        self.asset_condition: dict[str, Any] | None = None
+        """Of a DAG scheduled on assets: its condition (`assets.condition_json`)."""
+        self.watch: Watch | None = None
+        """Of a DAG scheduled by a watched source (`sluice.Watch`)."""
+        self.schedule: Schedule = None
+        """A time schedule (None for a DAG on assets or a watch: `asset_condition`, `watch`)."""
+        if isinstance(schedule, Watch):
+            self.watch = schedule
+        elif is_asset_schedule(schedule):
+            try:
+                self.asset_condition = condition_json(schedule)
+            except DagDefinitionError as exc:
+                raise DagDefinitionError(f"DAG '{dag_id}': {exc}") from None
+        else:
+            self.schedule = validate_schedule(schedule)
         self.start_date = _aware_utc("start_date", start_date, dag_id)
         self.end_date = _aware_utc("end_date", end_date, dag_id)
         if self.schedule is not None and self.start_date is None:

@@ -71,6 +71,8 @@ def serialize_task(task: Task) -> dict[str, Any]:
         spec["queued_timeout"] = _seconds(task.queued_timeout)
     if any(task.callbacks.values()):
         spec["callbacks"] = kinds_set(task.callbacks)
+    if task.outlets:  # only when set: other DAGs keep their version hash
+        spec["outlets"] = [asset.uri for asset in task.outlets]
     if task.sensor is not None:  # only for a sensor: other DAGs keep their version hash
         spec["sensor"] = task.sensor.serialized()
     if isinstance(task, CeleryTask):
@@ -117,10 +119,15 @@ def _map_output(task: Task) -> dict[str, Any] | None:
 
 
 def serialize_dag(dag: DAG) -> dict[str, Any]:
-    """The JSON form of ``dag``: schedule is null, a cron/preset string or {"seconds": s}."""
+    """The JSON form of ``dag``: schedule is null, a cron/preset string, {"seconds": s},
+    {"assets": condition} (``assets.condition_json``) or {"watch": {...}} (``Watch.json``)."""
     schedule: Any = dag.schedule
     if isinstance(schedule, timedelta):
         schedule = {"seconds": schedule.total_seconds()}
+    elif dag.asset_condition is not None:
+        schedule = {"assets": dag.asset_condition}
+    elif dag.watch is not None:
+        schedule = {"watch": dag.watch.json()}
     spec: dict[str, Any] = {
         "dag_id": dag.dag_id,
         "fileloc": dag.fileloc,

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from sluice.tasks.arguments import Upstream, references, task_of
+from sluice.tasks.assets import Asset, check_outlets
 from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
 from sluice.tasks.dag_context import DAG_ID_RE, TaskOwner, current_dag
 from sluice.tasks.errors import DagDefinitionError
@@ -39,6 +40,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "on_retry_callback": None,
     "max_map_length": None,
     "max_active_tis_per_dagrun": None,
+    "outlets": None,
 }
 
 _Deps = TypeVar(
@@ -102,6 +104,7 @@ def _resolve_options(
                 raise DagDefinitionError(f"{name} must be a non-empty string, got {value!r}")
         for name in TASK_KINDS:
             merged[name] = check_callback(name, merged[name])
+        merged["outlets"] = check_outlets(task_id, merged["outlets"])
     except DagDefinitionError as exc:
         raise DagDefinitionError(f"task '{task_id}': {exc}") from None
     merged["retry_exponential_backoff"] = bool(merged["retry_exponential_backoff"])
@@ -218,6 +221,8 @@ class Task:
         """Most of the task's TIs (its indexes) queued or running at once in one run."""
         self.sensor: SensorOptions | None = None
         """Set by ``@task.sensor``: the function pokes (``sluice.tasks.sensor``)."""
+        self.outlets: tuple[Asset, ...] = opts["outlets"]
+        """The assets each success of the task records an event of (``tasks.assets``)."""
         dag.add_task(self)
 
     def __repr__(self) -> str:

@@ -1,7 +1,8 @@
 """Deferral: a task that waits without a worker (`sluice.defer`), and the triggers that
 say when it may go on (`sluice.Trigger`, the built-ins `sluice.triggers.*`:
-`Sleep`, `Until`, `FileExists`, and `Event`, which waits for an event sent by a person or
-a system, an approval).
+`Sleep`, `Until`, `FileExists`, `Event`, which waits for an event sent by a person or
+a system, an approval, `RunFinished`, which waits for another run's end, and `CreateRun`,
+which has the triggerers create a run of another DAG: `TriggerDagRun`'s).
 
 Inside a `@task` function, `defer(trigger, timeout=None)` ends the try without finishing
 the task: the worker records its TI `deferred` (no worker, no pool slot) with the trigger,
@@ -27,6 +28,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sluice.tasks.dag_context import DAG_ID_RE
+from sluice.tasks.run_ids import run_id_problem
 
 MAX_TRIGGER_BYTES = 64 * 1024
 """Largest `serialize()` of a trigger, in bytes of compact JSON."""
@@ -247,7 +251,56 @@ class RunFinished(Trigger):
 RUN_FINISHED_CLASSPATH = f"{RunFinished.__module__}.{RunFinished.__qualname__}"
 """The class path a `RunFinished` trigger is stored under."""
 
-RESOLVED_BY_THE_ENGINE = frozenset({EVENT_CLASSPATH, RUN_FINISHED_CLASSPATH})
+
+class CreateRun(Trigger):
+    """Creates the run `run_id` of DAG `dag_id` (a manual run, with `conf`, at
+    `logical_date`: ISO text, or None for the moment it is created) and fires with
+    `{"dag_id", "run_id"}` once it exists. A run of that id that exists already counts as
+    created: a retry of the task that asked for it creates no second one. A DAG that does
+    not exist (or is no longer in its folder), a conf over the deployment's bounds, or
+    another run at that logical date fails the waiting task (retries apply). What
+    `TriggerDagRun` defers on; as `Event`, its `run()` is never used: the triggerers
+    create the run (`scheduler.scheduling.triggered_runs`)."""
+
+    def __init__(
+        self,
+        dag_id: str,
+        run_id: str,
+        conf: dict[str, Any] | None = None,
+        logical_date: str | None = None,
+    ) -> None:
+        if not isinstance(dag_id, str) or not DAG_ID_RE.match(dag_id):
+            raise ValueError(f"CreateRun's dag_id {dag_id!r} is not a DAG id")
+        problem = run_id_problem(run_id)
+        if problem is not None:
+            raise ValueError(f"CreateRun's run_id {problem}")
+        if conf is not None and not isinstance(conf, dict):
+            raise ValueError(f"CreateRun's conf must be a dict, got {type(conf).__name__}")
+        if logical_date is not None:
+            at = dt.datetime.fromisoformat(logical_date)  # ValueError if it is not ISO
+            if at.tzinfo is None:
+                raise ValueError("CreateRun's logical_date must be timezone-aware")
+        self.dag_id, self.run_id = dag_id, run_id
+        self.conf = dict(conf or {})
+        self.logical_date = logical_date
+
+    def serialize(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "conf": self.conf,
+            "logical_date": self.logical_date,
+        }
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        raise RuntimeError("CreateRun is resolved by the triggerers, never run")
+        yield  # an async generator
+
+
+CREATE_RUN_CLASSPATH = f"{CreateRun.__module__}.{CreateRun.__qualname__}"
+"""The class path a `CreateRun` trigger is stored under."""
+
+RESOLVED_BY_THE_ENGINE = frozenset({EVENT_CLASSPATH, RUN_FINISHED_CLASSPATH, CREATE_RUN_CLASSPATH})
 """Triggers no triggerer leases nor runs: each tick resolves them from the database."""
 
 

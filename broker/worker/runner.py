@@ -78,6 +78,8 @@ from sluice.scheduler.core.hot_sql import built, check_registered, hot, name_of
 from sluice.scheduler.core.messages import RunMessage
 from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.named_sql import hot_statement, same_values
+from sluice.scheduler.core.queries.assets import NewEvent
+from sluice.scheduler.core.queries.run_states import run_states
 from sluice.scheduler.core.queries.sql import unindexed
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.queries.triggers import add_trigger, trigger_event_of
@@ -87,8 +89,10 @@ from sluice.scheduler.core.text import storable
 from sluice.scheduler.core.transitions import move_ti, short_error, ti_move_returning
 from sluice.scheduler.decide.downstream import FollowUp
 from sluice.scheduler.decide.plans import arguments_upstream
+from sluice.tasks.assets import OutletEvents, check_extras
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
+from sluice.tasks.external_sensor import RUN_STATES, ExternalTaskSensor, RunStates
 from sluice.tasks.mapping import check_map_output, per_index_of
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
 from sluice.tasks.sensor import Reschedule, SensorTimeout, Waiting, sense
@@ -292,7 +296,9 @@ _CLAIMED = hot(
     "subqueries on their keys, so the claim is one statement.",
     twin=True,
 )
-_RUN_CONF_ON_SQLITE = select(_RUN.c.conf).where(_RUN.c.id == bindparam("run_pk"))
+_RUN_CONF_ON_SQLITE = select(_RUN.c.conf, _RUN.c.triggering_events).where(
+    _RUN.c.id == bindparam("run_pk")
+)
 RUN_CONF = hot_statement("run_conf", same_values(_RUN_CONF_ON_SQLITE))
 """scheduler/core/sql/claim.sql; on SQLite its twin, built once (building a statement
 costs as much as running it)."""
@@ -401,6 +407,8 @@ def _read_context(
         "attempt_id": msg.attempt_id,
         "upstream": upstream,
         "trigger_event": trigger_event_of(row.waiting, row.try_number),
+        "triggering_asset_events": [],  # read with the conf by _read_for_context
+        "outlet_events": OutletEvents((spec or {}).get("outlets") or ()),
     }
     return Claimed(
         run_pk=row.run_pk,
@@ -452,6 +460,8 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
         if conf:
             stored = executed(session, (RUN_CONF, {"run_pk": claimed.run_pk}))
             claimed.context["conf"] = dict((stored[0].conf if stored else None) or {})
+            events = stored[0].triggering_events if stored else None
+            claimed.context["triggering_asset_events"] = list(events or ())
 
 
 def _fill_upstream(
@@ -505,6 +515,7 @@ def _execute(
             check_map_output(value, output, ctx.settings.max_map_length, msg.task_id)
         if task.is_branch:
             branch_targets(task, value)  # a bad choice fails the task here, clearly
+        check_extras(claimed.context["outlet_events"])  # a bad extra fails the task here
     except TaskStopped as exc:
         log.warning("%s, try %s, stopped: %s", _what(msg), claimed.try_number, exc)
         return TI.FAILED, {"error": error_line(exc), "next_retry_at": None}
@@ -533,16 +544,32 @@ def _execute(
 
 def _sense(ctx: WorkerContext, msg: RunMessage, claimed: Claimed, task: Task, stop: Stop) -> Any:
     """Poke a sensor (`tasks.sensor.sense`): until done in poke mode; once in reschedule
-    mode, whose state between pokes (its first poke, its pokes) came with the claim."""
+    mode, whose state between pokes (its first poke, its pokes) came with the claim. An
+    `ExternalTaskSensor`, and no other task, gets the read-only lookup of other runs'
+    states in its context (`tasks.external_sensor`)."""
     options = task.sensor
     assert options is not None
+    context = claimed.context
+    if isinstance(task, ExternalTaskSensor):
+        context = {**context, RUN_STATES: _run_states_reader(ctx.session_factory)}
     return sense(
         options,
-        lambda: run_task(task, claimed.context, stop),
+        lambda: run_task(task, context, stop),
         Waiting.of(claimed.waiting, claimed.try_number, utcnow()),
         clock=utcnow,
         stopped=lambda: stop.error() if stop.reason is not None else None,
     )
+
+
+def _run_states_reader(factory: sessionmaker[Session]) -> RunStates:
+    """The lookup an ExternalTaskSensor pokes with: one read in a session of its own,
+    closed before the poke goes on (`queries.run_states`)."""
+
+    def read(dag_id: str, logical_date: dt.datetime, task_id: str | None) -> list[str] | None:
+        with transaction(single_statement_factory(factory)) as session:
+            return run_states(session, dag_id, logical_date, task_id)
+
+    return read
 
 
 def _hard_limit(
@@ -755,6 +782,16 @@ def error_line(exc: BaseException) -> str:
     return short_error(line)
 
 
+def outlet_events_of(msg: RunMessage, claimed: Claimed) -> tuple[NewEvent, ...]:
+    """The asset events of a success: one per outlet of its task, with the `extra` the
+    task set (`context["outlet_events"]`, checked by `check_extras`)."""
+    outlets: OutletEvents = claimed.context["outlet_events"]
+    source = (msg.dag_id, msg.run_id, msg.task_id, claimed.map_index)
+    return tuple(
+        NewEvent(uri, dict(event.get("extra") or {}), source) for uri, event in outlets.items()
+    )
+
+
 _SCHEDULES_DOWNSTREAM = frozenset({TI.SUCCESS, TI.SKIPPED})
 """Results after which the worker decides the downstream itself; a failure's
 upstream_failed cascade is left to the scheduler."""
@@ -786,6 +823,7 @@ def _record(
         decides=decides,
         map_index=claimed.map_index,
     )
+    events = outlet_events_of(msg, claimed) if new is TI.SUCCESS else ()
     recorded = record_result(
         Case(
             factory=ctx.session_factory,
@@ -801,6 +839,7 @@ def _record(
             tracing=ctx.trace_tis,
             shape=shape,
             plan=plan,
+            asset_events=events,
         )
     )
     if ctx.observe is not None:

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 
 from sluice.scheduler.api import (
     health,
+    routes_assets,
     routes_dags,
     routes_events,
     routes_runs,
@@ -102,6 +103,7 @@ def create_app(
         routes_tasks,
         routes_versions,
         routes_events,
+        routes_assets,
     ):
         app.include_router(module.router)
     install_ui(app)

@@ -40,6 +40,7 @@ from sluice.scheduler.api.schemas import (
 from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.api.views import DagShape, dag_detail_json, dag_summary
 from sluice.scheduler.core.models import Dag, DagFile, DagRun
+from sluice.scheduler.core.queries.assets import assets_of_dag
 from sluice.scheduler.core.states import RUN_UNFINISHED
 
 RECENT_RUNS = 10
@@ -152,7 +153,7 @@ def get_dag(dag_id: str, session: DbSession, state: State) -> Response:
     """One DAG with its tasks in topological order."""
     dag = find_dag(session, dag_id)
     tasks = state.shapes.tasks_json(dag)
-    content = dag_detail_json(_summary(session, state, dag), tasks)
+    content = dag_detail_json(_summary(session, state, dag), tasks, assets_of_dag(session, dag_id))
     return Response(content, media_type="application/json")
 
 

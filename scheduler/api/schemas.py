@@ -127,7 +127,45 @@ class EventIn(Strict):
     )
 
 
+class AssetEventIn(Strict):
+    uri: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="the asset's URI, as in sluice.Asset(uri)",
+        examples=["s3://bucket/raw/"],
+    )
+    extra: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "a JSON object, the event's extra (null: {}); at most SLUICE_MAX_CONF_BYTES "
+            "(and 64 KiB) and SLUICE_MAX_CONF_DEPTH levels deep"
+        ),
+        examples=[{"rows": 42}],
+    )
+
+
 # -- responses -----------------------------------------------------------------------------
+
+
+class AssetEventOut(BaseModel):
+    id: int
+    uri: str
+
+
+class AssetOut(BaseModel):
+    uri: str
+    name: str | None
+    producers: list[str] = Field(description="`dag_id.task_id` of each task producing it")
+    consumers: list[str] = Field(description="the DAGs scheduled on it")
+    events: int = Field(description="how many events it has")
+    last_event: dict[str, Any] | None = Field(
+        description="its last event: uri, extra, source_dag_id, source_run_id, "
+        "source_task_id, timestamp"
+    )
+
+
+class AssetList(BaseModel):
+    assets: list[AssetOut]
 
 
 class RunBrief(BaseModel):
@@ -173,6 +211,8 @@ class TaskSpecOut(BaseModel):
 
 
 class DagDetail(DagSummary):
+    consumes: list[str] = Field(description="the URIs of the assets its schedule names")
+    produces: list[str] = Field(description="the URIs of the assets its tasks' outlets name")
     tasks: list[TaskSpecOut] = Field(description="in topological order")
 
 

@@ -131,12 +131,18 @@ class ShapeCache:
         return int(self._shapes.currsize)
 
 
-def dag_detail_json(summary: DagSummary, tasks_json: bytes) -> bytes:
-    """The `DagDetail` of `summary` with these tasks, as JSON: the summary's own JSON with
-    `tasks` appended (the last field of `DagDetail`), so a big DAG's task list is not
-    rebuilt, validated and encoded again at every request."""
+def dag_detail_json(
+    summary: DagSummary, tasks_json: bytes, assets: dict[str, list[str]] | None = None
+) -> bytes:
+    """The `DagDetail` of `summary` with its assets and these tasks, as JSON: the
+    summary's own JSON with `consumes`, `produces` and `tasks` appended (the last fields
+    of `DagDetail`), so a big DAG's task list is not rebuilt, validated and encoded again
+    at every request."""
     head = summary.model_dump_json().encode("utf-8")
-    return head[:-1] + b',"tasks":' + tasks_json + b"}"
+    assets = assets or {}
+    used = {"consumes": assets.get("consumes", []), "produces": assets.get("produces", [])}
+    middle = json.dumps(used, separators=(",", ":")).encode("utf-8")[1:-1]
+    return head[:-1] + b"," + middle + b',"tasks":' + tasks_json + b"}"
 
 
 def dag_summary(dag: Dag, recent: Sequence[RunBrief], task_count: int) -> DagSummary:

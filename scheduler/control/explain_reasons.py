@@ -35,7 +35,7 @@ from sluice.scheduler.decide.decisions import TiView
 from sluice.scheduler.decide.deps import RunTis, branch_choice, upstream_counts
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.tasks.trigger_rules import TriggerRule, UpstreamCounts, Verdict, decide
-from sluice.tasks.triggers import EVENT_CLASSPATH, RUN_FINISHED_CLASSPATH
+from sluice.tasks.triggers import CREATE_RUN_CLASSPATH, EVENT_CLASSPATH, RUN_FINISHED_CLASSPATH
 
 _UNFINISHED = frozenset(str(s) for s in TI_UNFINISHED)
 
@@ -385,6 +385,8 @@ def deferred_reason(subject: Subject) -> Reason:
             by = f"; `sluice events send {row.kwargs.get('key')}` (or the UI's Approve) resumes it"
         elif row.classpath == RUN_FINISHED_CLASSPATH:  # never leased: the run's end fires it
             by = "; a triggerer resumes it when that run ends"
+        elif row.classpath == CREATE_RUN_CLASSPATH:  # never leased: a triggerer creates it
+            by = "; a triggerer creates that run and resumes it (start `sluice triggerer`)"
         elif held:
             by = f"; triggerer job {row.triggerer_id} runs it"
         else:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sluice.scheduler.core.settings import DEFAULTS
-from sluice.tasks import triggers
+from sluice.tasks import assets, triggers
 
 
 class InputError(ValueError):
@@ -75,6 +75,17 @@ def check_name(value: str, what: str) -> str:
     except InputError as exc:
         raise InputError(f"{what} {exc}") from None
     return value
+
+
+def check_asset_uri(value: str) -> str:
+    """`value` as an asset's URI (`sluice.Asset`): 1 to 1000 bytes, no control character
+    nor spaces at its ends; InputError otherwise."""
+    try:
+        return storable(assets.check_uri(value))
+    except InputError as exc:
+        raise InputError(f"an asset URI {exc}") from None
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def check_event_key(value: str) -> str:

@@ -156,6 +156,93 @@ class Event(Base):
     __table_args__ = (Index("ix_event_key_sent_at", "key", "sent_at"),)
 
 
+class Asset(Base):
+    """An asset (`sluice.Asset`): named by a DAG's schedule or a task's outlets when its
+    DAG is recorded, or by the first event sent on it."""
+
+    __tablename__ = "asset"
+
+    uri: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(250))
+    created_at: Mapped[dt.datetime]
+
+
+class AssetEvent(Base):
+    """An asset's update: written by a producing task's success (in the result's
+    transaction, `source_*` its TI) or sent from outside (`source_*` NULL)."""
+
+    __tablename__ = "asset_event"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    uri: Mapped[str] = mapped_column(String(1000))
+    extra: Mapped[dict[str, Any]]
+    source_dag_id: Mapped[str | None] = mapped_column(String(250))
+    source_run_id: Mapped[str | None] = mapped_column(String(250))
+    source_task_id: Mapped[str | None] = mapped_column(String(250))
+    source_map_index: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime]
+
+    __table_args__ = (Index("ix_asset_event_uri_id", "uri", "id"),)
+
+
+class DagAsset(Base):
+    """Who uses an asset, as each DAG's latest version says: `role` "consumes" (the
+    DAG's schedule names it; `task_id` '') or "produces" (`task_id` lists it in its
+    outlets). Rewritten when the DAG's version changes."""
+
+    __tablename__ = "dag_asset"
+
+    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    role: Mapped[str] = mapped_column(String(10), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    uri: Mapped[str] = mapped_column(String(1000), primary_key=True)
+
+    __table_args__ = (Index("ix_dag_asset_uri_role", "uri", "role"),)
+
+
+class AssetQueue(Base):
+    """An asset event a consuming DAG has not consumed yet: written with the event (one
+    row per DAG whose schedule names its asset), deleted by the run that consumes it
+    (under the DAG's row lock): each event triggers each DAG at most once."""
+
+    __tablename__ = "asset_queue"
+
+    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    event_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("asset_event.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class DagWatch(Base):
+    """A watched DAG's state (`sluice.Watch`): when it is due, its cursor, its last
+    evaluation and error, and the triggerer evaluating it (`lease_owner` until
+    `lease_until`: past it, another triggerer may)."""
+
+    __tablename__ = "dag_watch"
+
+    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    next_eval_at: Mapped[dt.datetime]
+    cursor: Mapped[str | None] = mapped_column(Text)
+    last_eval_at: Mapped[dt.datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    """The last evaluation's error (raised, hung, bad request); NULL once one works."""
+    error_at: Mapped[dt.datetime | None]
+    evaluations: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[int | None] = mapped_column(ID)
+    lease_until: Mapped[dt.datetime | None]
+
+
+class WatchKey(Base):
+    """A run key a watch yielded and the run it made: at most one run per key, ever."""
+
+    __tablename__ = "watch_key"
+
+    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    run_key: Mapped[str] = mapped_column(String(1000), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(250))
+    created_at: Mapped[dt.datetime]
+
+
 class BundleState(Base):
     """What the schedulers last fetched of a git bundle, and since when its fetch fails."""
 
@@ -211,6 +298,9 @@ class DagRun(Base):
     DAG's current file (a folder bundle's)."""
     dag_version_id: Mapped[int | None] = mapped_column(ID)
     """The `dag_version` the run follows (with `bundle_version`; NULL for a folder)."""
+    triggering_events: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    """Of an asset-triggered run: the asset events it consumed, as its tasks'
+    `context["triggering_asset_events"]` shows them; NULL for other runs."""
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id", name="uq_dag_run_dag_id_run_id"),

@@ -47,6 +47,8 @@ class RunType(StrEnum):
     SCHEDULED = "scheduled"
     MANUAL = "manual"
     BACKFILL = "backfill"
+    ASSET_TRIGGERED = "asset_triggered"
+    WATCH = "watch"
 
 
 class JobState(StrEnum):

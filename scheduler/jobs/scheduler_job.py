@@ -40,6 +40,7 @@ from sluice.scheduler.jobs.base import DagRunJob
 from sluice.scheduler.jobs.callbacks import CallbackDelivery, PublishCallbacks
 from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.jobs.tick import TickResult
+from sluice.scheduler.scheduling.asset_runs import create_asset_runs
 from sluice.scheduler.scheduling.bundle_sync import sync_bundles
 from sluice.scheduler.scheduling.dagbag import next_run_fields
 from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
@@ -179,7 +180,8 @@ class SchedulerJob(DagRunJob):
             result.runs_started = self.start_queued_runs(session, now)
 
     def create_due_runs(self, session: Session, now: dt.datetime) -> int:
-        """Create the scheduled runs that are due; DAG rows locked SKIP LOCKED.
+        """Create the scheduled runs that are due, and the runs asset events make
+        (`asset_runs`); DAG rows locked SKIP LOCKED.
 
         Looked for at most once a second (a run is created up to a second late).
         """
@@ -188,7 +190,7 @@ class SchedulerJob(DagRunJob):
         created = 0
         for dag in lock_due_dags(session, now, limit=50):
             created += self._create_runs_of(session, dag, now)
-        return created
+        return created + create_asset_runs(session, now)
 
     def _create_runs_of(self, session: Session, dag: Dag, now: dt.datetime, most: int = 64) -> int:
         """Create the due runs of one locked DAG (catch-up included), at most `most`, and

@@ -9,10 +9,13 @@ on the loop; then record what the loop reported: a first event resumes its TI
 (`deferred -> scheduled`, one compare-and-set on the trigger's attempt), an exception
 fails it (retries apply), and the schedulers are woken.
 
-`Event` triggers are not leased nor run: at each tick every triggerer resumes the TIs
-whose `Event` an event stored since their run was queued fires (`queries.events`:
-one that deferred while the event was being sent is not missed), and fails those past
-their timeout; each resume or failure is one compare-and-set, so triggerers share them.
+`Event`, `RunFinished` and `CreateRun` triggers are not leased nor run: at each tick every
+triggerer resumes the TIs whose `Event` an event stored since their run was queued fires
+(`queries.events`: one that deferred while the event was being sent is not missed), those
+whose awaited run ended (`queries.run_waits`), and those whose run of another DAG it has
+just created (`scheduling.triggered_runs`, `TriggerDagRun`'s), and fails those past their
+timeout or refused; each resume or failure is one compare-and-set, and the rows are taken
+`SKIP LOCKED`, so triggerers share them.
 
 A trigger is user code: it runs in this process only, never in a scheduler's. One that
 blocks the loop is named in a warning (`SLOW_CALLBACK`, `_watch_the_loop`).
@@ -49,6 +52,7 @@ from sluice.scheduler.core.queries.triggers import (
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import JobState
 from sluice.scheduler.core.text import one_line
+from sluice.scheduler.scheduling.triggered_runs import create_awaited_runs
 from sluice.tasks.triggers import rebuild
 
 log = logging.getLogger(__name__)
@@ -165,6 +169,7 @@ class TriggererJob:
         busy = self._time_out(now)
         busy |= self._resolve_events(now)
         busy |= self._resolve_run_waits(now)
+        busy |= self._create_runs(now)
         busy |= self._take_more(now)
         busy |= self._record_ended()
         return busy
@@ -195,6 +200,26 @@ class TriggererJob:
         for row, why in otherwise:
             self._fail(row, why, now)
         return bool(resumed or otherwise)
+
+    def _create_runs(self, now: dt.datetime) -> bool:
+        """Create the runs of other DAGs that TIs wait for (`CreateRun`, `TriggerDagRun`'s)
+        and resume them, fail those refused; whether any."""
+        with transaction(self.factory) as session:
+            done = create_awaited_runs(
+                session,
+                now,
+                max_conf_bytes=self.settings.max_conf_bytes,
+                max_conf_depth=self.settings.max_conf_depth,
+            )
+        if done.created:
+            log.info("runs %s created for deferred TIs", ", ".join(map(str, done.created)))
+        if done.resumed:
+            log.info("TIs %s resumed: their runs exist", ", ".join(map(str, done.resumed)))
+        if done.created or done.resumed:
+            self.waker.wake()  # names no run: a pass starts the queued runs
+        for row, why in done.refused:
+            self._fail(row, why, now)
+        return bool(done.created or done.resumed or done.refused)
 
     def _take_more(self, now: dt.datetime) -> bool:
         assert self.job_id is not None

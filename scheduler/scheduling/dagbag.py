@@ -22,11 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.scheduler.core.bundles import SCHEME as BUNDLE_SCHEME
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Dag, DagFile
+from sluice.scheduler.core.queries.assets import record_references
 from sluice.scheduler.core.settings import SECRET_VARIABLES
 from sluice.scheduler.core.text import one_line
 from sluice.scheduler.core.upsert import upsert
 from sluice.scheduler.scheduling.shapes import shape_columns
 from sluice.scheduler.scheduling.timetables import next_dagrun_after, timetable_for
+from sluice.tasks.assets import condition_text
 from sluice.tasks.loader import list_dag_files
 from sluice.tasks.parsing import parse_files
 from sluice.tasks.serialize import version_hash
@@ -197,6 +199,8 @@ def _record_dag(
         keys=["dag_id"],
         update=[k for k in values if k != "dag_id"],
     )
+    if reshaped:
+        record_references(session, spec["dag_id"], spec, now)
 
 
 def next_run_fields(
@@ -215,6 +219,11 @@ def next_run_fields(
 def _schedule_text(schedule: Any) -> str | None:
     if schedule is None:
         return None
+    if isinstance(schedule, dict) and "assets" in schedule:
+        return f"assets: {condition_text(schedule['assets'])}"[:250]
+    if isinstance(schedule, dict) and "watch" in schedule:
+        watch = schedule["watch"]
+        return f"watch: {watch['function']} every {watch['interval']:g}s"[:250]
     if isinstance(schedule, dict):
         return f"every {schedule['seconds']:g}s"
     return str(schedule)

@@ -111,6 +111,7 @@ def create_dagrun(
     run_id: str | None = None,
     conf: dict[str, Any] | None = None,
     claimed_by_job_id: int | None = None,
+    triggering_events: list[dict[str, Any]] | None = None,
 ) -> DagRun:
     """Insert a queued run and one TI (state `none`) per task; raise RunExists on a clash
     (a run of the DAG with that run id or logical date), having written nothing.
@@ -136,6 +137,7 @@ def create_dagrun(
             "deadline_at": deadline_of(dag.serialized, now),
             "bundle_version": dag.bundle_version,  # a git bundle's: the run keeps its commit
             "dag_version_id": dag.version_id,
+            "triggering_events": triggering_events,
         },
     )
     if run is None:

@@ -104,11 +104,12 @@ class DeltaTimetable(Timetable):
 def parse_schedule(
     serialized_schedule: Any, start_date: datetime | None = None
 ) -> Timetable | None:
-    """The timetable of a serialized schedule (None: manual runs only).
+    """The timetable of a serialized schedule (None: no runs by time: manual runs only, or
+    runs made by asset events or a watch, ``{"assets": ...}`` or ``{"watch": ...}``).
 
     ``start_date`` anchors a timedelta schedule (default: the Unix epoch).
     """
-    if serialized_schedule is None:
+    if serialized_schedule is None or is_event_schedule(serialized_schedule):
         return None
     if isinstance(serialized_schedule, str):
         return CronTimetable(serialized_schedule)
@@ -117,6 +118,13 @@ def parse_schedule(
     if isinstance(serialized_schedule, dict) and set(serialized_schedule) == {"seconds"}:
         return DeltaTimetable(timedelta(seconds=float(serialized_schedule["seconds"])), start_date)
     raise ValueError(f"unrecognised schedule {serialized_schedule!r}")
+
+
+def is_event_schedule(serialized_schedule: Any) -> bool:
+    """Whether a serialized schedule makes runs from events: assets or a watch."""
+    return isinstance(serialized_schedule, dict) and bool(
+        {"assets", "watch"} & set(serialized_schedule)
+    )
 
 
 def _spec_date(dag_spec: dict[str, Any], key: str) -> datetime | None:

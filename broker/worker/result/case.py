@@ -9,6 +9,7 @@ counting.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.models import Dag
+from sluice.scheduler.core.queries.assets import NewEvent, record_events
 from sluice.scheduler.core.queries.task_logs import LogSnapshot
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.decide.downstream import FollowUp
@@ -54,8 +56,9 @@ class Kind(StrEnum):
     """What the result is, as far as choosing its path goes."""
 
     QUIET_SUCCESS = "quiet success"
-    """A success with no log to store: it may be one query."""
+    """A success with no log nor asset event to store: it may be one query."""
     LOGGED_SUCCESS = "success with a log"
+    """A success with a log or asset events to store (in the result's transaction)."""
     OTHER = "other"
     """A skip, a failure, a retry, a removal."""
 
@@ -119,12 +122,24 @@ class Case:
     shape: Shape
     plan: Plan | None
     """The plan of the decision: set for the READABLE shapes and WIDE_FAN_IN, else None."""
+    asset_events: tuple[NewEvent, ...] = ()
+    """A success's asset events (the task's outlets), written with it if its
+    compare-and-set wins (`store_asset_events`)."""
 
     @property
     def kind(self) -> Kind:
         if self.new is not TI.SUCCESS:
             return Kind.OTHER
-        return Kind.QUIET_SUCCESS if self.task_log is None else Kind.LOGGED_SUCCESS
+        if self.task_log is None and not self.asset_events:
+            return Kind.QUIET_SUCCESS
+        return Kind.LOGGED_SUCCESS
+
+
+def store_asset_events(session: Session, case: Case, now: dt.datetime) -> None:
+    """Write `case`'s asset events, in the transaction whose compare-and-set of its
+    result just won (each queued for the DAGs that consume its asset)."""
+    if case.asset_events:
+        record_events(session, case.asset_events, now)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Results recorded in a transaction: `decided` (the run locked first, its downstream
-decided and queued in the same transaction) and `written` (the result alone).
+decided and queued in the same transaction) and `written` (the result alone). A
+success's asset events are written in the transaction whose compare-and-set won.
 
 Invariants: the run's row is the first lock `decided` takes, sent with the BEGIN
 (`downstream_sql.run_lock`), before the result is written; what it queued is published
@@ -13,7 +14,7 @@ import datetime as dt
 
 from sqlalchemy.orm import Session
 
-from sluice.broker.worker.result.case import Case, Path, Recorded
+from sluice.broker.worker.result.case import Case, Path, Recorded, store_asset_events
 from sluice.broker.worker.retrying import retrying
 from sluice.scheduler.core.db import Pipeline, transaction, transaction_opened_by, utcnow
 from sluice.scheduler.core.queries.task_logs import save_task_log
@@ -73,6 +74,8 @@ def decided(case: Case) -> Recorded:
                     if fan_in_rows is not None
                     else move_result(case, session, now)
                 )
+                if won:
+                    store_asset_events(session, case, now)
                 return FollowUp(wake=True) if won else None
             known = write_result(
                 session,
@@ -86,6 +89,7 @@ def decided(case: Case) -> Recorded:
             )
             if known is None:
                 return None
+            store_asset_events(session, case, now)
             return schedule_downstream(
                 session,
                 known,
@@ -108,7 +112,10 @@ def written(case: Case) -> Recorded:
         with transaction(case.factory) as session:
             if case.task_log is not None:
                 save_task_log(session, case.task_log, now=now)
-            return move_result(case, session, now)
+            won = move_result(case, session, now)
+            if won:
+                store_asset_events(session, case, now)
+            return won
 
     return Recorded(retrying(write), None, Path.WRITTEN)
 

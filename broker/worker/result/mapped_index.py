@@ -14,7 +14,7 @@ run, a loop interval later). What the fill queued is published after the commit.
 from __future__ import annotations
 
 from sluice.broker.worker.result.at_once import fill_in, index_result_pipeline, is_last_index
-from sluice.broker.worker.result.case import Case, Path, Recorded
+from sluice.broker.worker.result.case import Case, Path, Recorded, store_asset_events
 from sluice.broker.worker.retrying import retrying
 from sluice.scheduler.core.db import transaction_opened_by, utcnow
 from sluice.scheduler.core.queries.task_logs import save_task_log
@@ -39,6 +39,7 @@ def index_written(case: Case) -> Recorded:
                 save_task_log(session, case.task_log, now=now)
             if row is None:  # the compare-and-set lost
                 return None
+            store_asset_events(session, case, now)
             if is_last_index(case, run, row):
                 return FollowUp(wake=True)  # the last index: the schedulers decide
             return fill_in(session, case, now) if row.backlog else FollowUp()

@@ -134,7 +134,8 @@ PATHS: tuple[ResultPath, ...] = (
     ResultPath(
         path=Path.FAN_IN_AT_ONCE,
         when=(when(Shape.FAN_IN, Shape.WIDE_FAN_IN, kinds=QUIET),),
-        condition="a success with no log to store into a fan-in that waits for all its "
+        condition="a success with no log nor asset event to store into a fan-in that waits for "
+        "all its "
         "upstreams (any width), the worker deciding the downstream",
         round_trips="1: BEGIN, the run's lock, the UPDATE that writes the result and counts "
         "the other upstreams unfinished (with the pool's lock and the first TI waiting in "
@@ -149,7 +150,8 @@ PATHS: tuple[ResultPath, ...] = (
     ResultPath(
         path=Path.CHAIN_AT_ONCE,
         when=(when(Shape.CHAIN, kinds=QUIET, tracing=NO_SPANS),),
-        condition="a success with no log to store of a chain's link (one downstream, whose "
+        condition="a success with no log nor asset event to store of a chain's link (one "
+        "downstream, whose "
         "only upstream it is, in its pool, ready on a success), no spans to start",
         round_trips="1: BEGIN, the run's lock, the result, the pool's lock, the next TI "
         "queued if nobody waits in its pool and it fits, COMMIT",
@@ -162,7 +164,8 @@ PATHS: tuple[ResultPath, ...] = (
     ResultPath(
         path=Path.FAN_OUT_AT_ONCE,
         when=(when(Shape.FAN_OUT, kinds=QUIET, tracing=NO_SPANS),),
-        condition="a success with no log to store of a task whose several downstream (fewer "
+        condition="a success with no log nor asset event to store of a task whose several "
+        "downstream (fewer "
         "than FILL_LIMIT) it is the only upstream of, in its pool, ready on a success, no "
         "spans to start",
         round_trips="1: BEGIN, the run's lock, the result, the pool's lock, the ready "
@@ -179,7 +182,8 @@ PATHS: tuple[ResultPath, ...] = (
     ResultPath(
         path=Path.LEAF_AT_ONCE,
         when=(when(Shape.LEAF, kinds=QUIET),),
-        condition="a success with no log to store of a task with no downstream, the worker "
+        condition="a success with no log nor asset event to store of a task with no downstream, "
+        "the worker "
         "deciding (a run's last task, a branch's end)",
         round_trips="1: BEGIN, the run's lock, the UPDATE that writes the result and says "
         "whether another TI of the run is unfinished and whether TIs wait in its pool (with "
@@ -199,7 +203,8 @@ PATHS: tuple[ResultPath, ...] = (
             when(Shape.CHAIN, Shape.FAN_OUT, kinds=QUIET, tracing=WITH_SPANS),
         ),
         condition="the worker decides the downstream, the run small enough to read (at most "
-        "READ_LIMIT TIs to read), and no path above applies: a result with a log to store or "
+        "READ_LIMIT TIs to read), and no path above applies: a result with a log or asset events "
+        "to store, or "
         "a skip, a downstream decided by reading the run (a branch's), a chain's link or a "
         "fan-out with spans to start",
         round_trips="2 to 4: BEGIN with the run's lock (and a fan-in's counting UPDATE), "
@@ -213,7 +218,8 @@ PATHS: tuple[ResultPath, ...] = (
     ResultPath(
         path=Path.INDEX_AT_ONCE,
         when=(when(Shape.EVERY_INDEX, kinds=QUIET),),
-        condition="a success with no log to store of one index of a mapped task whose "
+        condition="a success with no log nor asset event to store of one index of a mapped task "
+        "whose "
         "downstream waits for every index (none follows it one to one)",
         round_trips="1: BEGIN, the run's lock, the UPDATE that writes the result and says "
         "whether another index is unfinished, the pool's lock, the first TI waiting in it "
@@ -227,7 +233,8 @@ PATHS: tuple[ResultPath, ...] = (
     ResultPath(
         path=Path.INDEX_WRITTEN,
         when=(when(Shape.EVERY_INDEX, kinds=frozenset({Kind.LOGGED_SUCCESS})),),
-        condition="a success with a log to store of one index of a mapped task whose "
+        condition="a success with a log or asset events to store of one index of a mapped task "
+        "whose "
         "downstream waits for every index",
         round_trips="2 or 3: BEGIN with the run's lock and the result's UPDATE that says "
         "whether another index is unfinished and TIs wait in its pool, the log, the freed "

@@ -76,6 +76,12 @@
         "next run: " + S.fmtNextRun(dag),
         "file: " + dag.fileloc,
       ].join(" · ");
+      const uses = [];
+      if (dag.consumes && dag.consumes.length) uses.push("consumes: " + dag.consumes.join(", "));
+      if (dag.produces && dag.produces.length) uses.push("produces: " + dag.produces.join(", "));
+      if (dag.watch_error) uses.push("watch error: " + dag.watch_error);
+      $("dag-assets").textContent = uses.join(" · ");
+      $("dag-assets").hidden = !uses.length;
     } catch (e) {
       $("title").textContent = dagId;
       $("crumb").textContent = dagId;

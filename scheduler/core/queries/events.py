@@ -103,8 +103,9 @@ def resume_pending(session: Session, now: dt.datetime, limit: int = 500) -> list
 
 
 def timed_out_events(session: Session, now: dt.datetime, limit: int = 500) -> list[Trigger]:
-    """`Event` and `RunFinished` triggers past their `timeout_at` (no triggerer leases
-    them: each finds these itself and fails their TIs, one compare-and-set each)."""
+    """`Event`, `RunFinished` and `CreateRun` triggers past their `timeout_at` (no
+    triggerer leases them: each finds these itself and fails their TIs, one
+    compare-and-set each)."""
     return list(
         session.scalars(
             select(Trigger)

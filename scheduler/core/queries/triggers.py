@@ -56,8 +56,9 @@ def lease_triggers(
 ) -> list[Trigger]:
     """Up to `capacity` triggers with no lease or a lapsed one, leased to `triggerer_id`
     until `now + lease` (rows taken `SKIP LOCKED`: two triggerers never take one row at
-    once). `Event` and `RunFinished` triggers are never leased: nothing runs them, the
-    database fires them (`queries.events`, `queries.run_waits`)."""
+    once). `Event`, `RunFinished` and `CreateRun` triggers are never leased: nothing runs
+    them, the database fires them (`queries.events`, `queries.run_waits`,
+    `scheduling.triggered_runs`)."""
     if capacity <= 0:
         return []
     rows = session.scalars(

@@ -73,7 +73,8 @@ WHERE dag_run_id = :run_pk
 ORDER BY task_id, map_index;
 
 -- name: run_conf
--- The conf of the claimed try's run, by its key (read only when its task takes it).
-SELECT conf
+-- The conf of the claimed try's run and the asset events that triggered it, by its key
+-- (read only when its task takes the context).
+SELECT conf, triggering_events
 FROM dag_run
 WHERE id = :run_pk;
