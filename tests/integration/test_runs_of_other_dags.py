@@ -1,9 +1,9 @@
 """Runs of other DAGs on real processes (issue 43, 3): `TriggerDagRun` creates a run of
 another DAG through the triggerers (a retry creates no second one; waiting holds no
 worker and fails on a failed run; a DAG that does not exist fails the task with its
-line), and `ExternalTaskSensor` waits for another DAG's run of the same logical date
-(`reschedule` mode: `up_for_reschedule` between pokes; `soft_fail` skips past the
-timeout).
+line; until a triggerer makes the run, `tasks explain` says that one will), and
+`ExternalTaskSensor` waits for another DAG's run of the same logical date (`reschedule`
+mode: `up_for_reschedule` between pokes; `soft_fail` skips past the timeout).
 
 Real PostgreSQL, Redis, `sluice scheduler`, `sluice worker` and `sluice triggerer`.
 """
@@ -75,11 +75,17 @@ with DAG("sensing_softly", schedule=None):
 DAY = "2026-03-01T00:00:00+00:00"
 
 
+def write_dags(sluice: Sluice, tmp_path: Path) -> Path:
+    """The DAG file; the gate the `target` DAG waits on."""
+    gate = tmp_path / "gate"
+    (sluice.dags_folder / "other_runs.py").write_text(textwrap.dedent(DAGS.format(gate=str(gate))))
+    return gate
+
+
 @pytest.fixture
 def gate(sluice: Sluice, tmp_path: Path) -> Path:
     """The DAG file written, the processes started; the gate the `target` DAG waits on."""
-    gate = tmp_path / "gate"
-    (sluice.dags_folder / "other_runs.py").write_text(textwrap.dedent(DAGS.format(gate=str(gate))))
+    gate = write_dags(sluice, tmp_path)
     sluice.scheduler()
     sluice.worker(concurrency=2)
     sluice.start("triggerer", "triggerer")
@@ -149,6 +155,33 @@ def test_without_waiting_the_task_succeeds_at_once_and_the_run_has_its_conf(
     gate.touch()
     assert sluice.wait_run("target", target, timeout=60) == "success", sluice.logs()
     assert json.loads(ti_of(sluice, "target", target, "behind_the_gate").result) == {"day": 7}
+
+
+@pytest.mark.timeout(120)
+def test_the_run_is_made_by_a_triggerer_and_explain_says_so_meanwhile(
+    sluice: Sluice, tmp_path: Path
+) -> None:
+    """No triggerer yet: the task waits deferred, holding no worker, and no run of the
+    target is made; `tasks explain` says who makes it. A triggerer started then makes it."""
+    write_dags(sluice, tmp_path)
+    sluice.scheduler()
+    sluice.worker(concurrency=2)
+    run_id = sluice.trigger("fires_and_forgets")
+    wait_until(
+        lambda: ti_of(sluice, "fires_and_forgets", run_id, "start_target").state == "deferred",
+        timeout=60,
+    )
+    assert runs_of(sluice, "target") == []
+    explained = " ".join(
+        sluice.run("tasks", "explain", "fires_and_forgets", run_id, "start_target").split()
+    )
+    assert "waits on its trigger sluice.tasks.triggers.CreateRun(" in explained, explained
+    assert "a triggerer creates that run and resumes it" in explained, explained
+    sluice.start("triggerer", "triggerer")
+    assert sluice.wait_run("fires_and_forgets", run_id, timeout=60) == "success", sluice.logs()
+    assert [r.run_id for r in runs_of(sluice, "target")] == [
+        f"triggered__fires_and_forgets__{run_id}__start_target"
+    ]
 
 
 @pytest.mark.timeout(120)
