@@ -31,6 +31,8 @@ CURSOR_MAX = 10_000
 """Longest cursor, in characters."""
 REQUESTS_MAX = 1000
 """Most run requests one evaluation may make (the rest is an error)."""
+TIMEOUT_MAX = 600.0
+"""Longest time one evaluation may take, in seconds."""
 RUN_ID_MAX = 250
 _PREFIX = "watch__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._~:+=@,-]")
@@ -79,6 +81,8 @@ class Watch:
         self.fn = fn
         self.interval = _seconds("interval", interval)
         self.timeout = _seconds("timeout", timeout)
+        if self.timeout > TIMEOUT_MAX:
+            raise DagDefinitionError(f"Watch's timeout must be at most {TIMEOUT_MAX:g} seconds")
 
     def __repr__(self) -> str:
         return f"Watch({getattr(self.fn, '__name__', self.fn)!r}, interval={self.interval:g}s)"

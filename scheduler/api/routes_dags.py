@@ -41,6 +41,7 @@ from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.api.views import DagShape, dag_detail_json, dag_summary
 from sluice.scheduler.core.models import Dag, DagFile, DagRun
 from sluice.scheduler.core.queries.assets import assets_of_dag
+from sluice.scheduler.core.queries.watches import watch_errors
 from sluice.scheduler.core.states import RUN_UNFINISHED
 
 RECENT_RUNS = 10
@@ -122,7 +123,8 @@ def shapes_of(session: Session, state: ApiState, dags: Sequence[Dag]) -> dict[st
 
 def _summary(session: Session, state: ApiState, dag: Dag) -> DagSummary:
     recent = recent_runs(session, [dag.dag_id], RECENT_RUNS).get(dag.dag_id, [])
-    return dag_summary(dag, recent, state.shapes.shape(dag).task_count)
+    error = watch_errors(session, [dag.dag_id]).get(dag.dag_id)
+    return dag_summary(dag, recent, state.shapes.shape(dag).task_count, error)
 
 
 @router.get("", response_model=DagList, dependencies=[CanRead], responses=errors())
@@ -136,9 +138,12 @@ def list_dags(session: DbSession, state: State) -> DagList:
     ).all()
     recent = recent_runs(session, [d.dag_id for d in dags], RECENT_RUNS)
     shapes = shapes_of(session, state, dags)
+    failing = watch_errors(session)
     return DagList(
         dags=[
-            dag_summary(d, recent.get(d.dag_id, []), shapes[d.dag_id].task_count)
+            dag_summary(
+                d, recent.get(d.dag_id, []), shapes[d.dag_id].task_count, failing.get(d.dag_id)
+            )
             for d in dags
             if d.dag_id in shapes
         ],

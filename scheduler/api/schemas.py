@@ -187,6 +187,10 @@ class DagSummary(BaseModel):
     )
     task_count: int
     import_error: str | None = Field(description="the last parse of its file failed with this")
+    watch_error: str | None = Field(
+        default=None,
+        description="a watched DAG's last evaluation failed with this (sluice.Watch)",
+    )
     recent_runs: list[RunBrief] = Field(description="the newest runs first")
 
 

@@ -145,7 +145,9 @@ def dag_detail_json(
     return head[:-1] + b"," + middle + b',"tasks":' + tasks_json + b"}"
 
 
-def dag_summary(dag: Dag, recent: Sequence[RunBrief], task_count: int) -> DagSummary:
+def dag_summary(
+    dag: Dag, recent: Sequence[RunBrief], task_count: int, watch_error: str | None = None
+) -> DagSummary:
     return DagSummary(
         dag_id=dag.dag_id,
         fileloc=dag.fileloc,
@@ -155,6 +157,7 @@ def dag_summary(dag: Dag, recent: Sequence[RunBrief], task_count: int) -> DagSum
         next_dagrun_create_after=dag.next_dagrun_create_after,
         task_count=task_count,
         import_error=dag.import_error,
+        watch_error=watch_error,
         recent_runs=list(recent),
     )
 

@@ -18,6 +18,7 @@ from sluice.scheduler.cli.render import cell, visible
 from sluice.scheduler.cli.runs_cmd import add_runs_parser
 from sluice.scheduler.cli.tables import Col, console, print_table
 from sluice.scheduler.cli.timefmt import TIMES_NOTE, when
+from sluice.scheduler.cli.watch_state import add_watch_state_parser
 from sluice.scheduler.control import operations
 from sluice.scheduler.control.inputs import check_id_text, parse_conf, parse_date
 from sluice.scheduler.control.operations import trigger_run
@@ -25,6 +26,7 @@ from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagFile
 from sluice.scheduler.core.queries.audit import cli_user
 from sluice.scheduler.core.queries.versions import dag_versions
+from sluice.scheduler.core.queries.watches import watch_errors
 from sluice.scheduler.core.states import DagRunState
 from sluice.scheduler.scheduling.bundle_sync import UnknownVersion, dag_at_version
 from sluice.scheduler.scheduling.dagrun import RunExists, check_run_id
@@ -38,6 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the DAGs as one JSON document")
     p.set_defaults(func=list_dags)
     add_runs_parser(cmds)
+    add_watch_state_parser(cmds)
     p = cmds.add_parser("trigger", help="create a manual run")
     p.add_argument("dag_id")
     p.add_argument("--run-id", help="the new run's id (default: manual__ and its logical date)")
@@ -97,6 +100,7 @@ def list_dags(cli: Cli, args: argparse.Namespace) -> int:
         broken = session.scalars(
             select(DagFile).where(DagFile.import_error.is_not(None)).order_by(DagFile.fileloc)
         ).all()
+        failing = watch_errors(session)
     rows: list[dict[str, Any]] = [
         {
             "dag_id": d.dag_id,
@@ -107,13 +111,14 @@ def list_dags(cli: Cli, args: argparse.Namespace) -> int:
             "next_dagrun_create_after": iso(d.next_dagrun_create_after),
             "tasks": len(d.serialized["tasks"]),
             "import_error": None,
+            "watch_error": failing.get(d.dag_id),
         }
         for d in dags
     ] + [{"dag_id": None, "fileloc": f.fileloc, "import_error": f.import_error} for f in broken]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print_dags(dags, broken, cli.settings.dags_folder, utcnow())
+    print_dags(dags, broken, cli.settings.dags_folder, utcnow(), failing)
     return 0
 
 
@@ -137,7 +142,11 @@ def in_folder(fileloc: str, folder: Path) -> str:
 
 
 def print_dags(
-    dags: Sequence[Dag], broken: Sequence[DagFile], folder: Path, now: dt.datetime
+    dags: Sequence[Dag],
+    broken: Sequence[DagFile],
+    folder: Path,
+    now: dt.datetime,
+    failing: dict[str, str] | None = None,
 ) -> None:
     """The DAG table: files relative to the folder, the schedule (and whether it is
     paused), when the next scheduled run is created and its logical date (the start of
@@ -159,6 +168,10 @@ def print_dags(
     for f in broken:
         line = Text(f"{visible(in_folder(f.fileloc, folder))}: ", style="red")
         line.append_text(cell(f.import_error))
+        notes.append(line)
+    for dag_id, error in sorted((failing or {}).items()):
+        line = Text(f"{visible(dag_id)}: watch failed: ", style="red")
+        line.append_text(cell(error))
         notes.append(line)
     empty = f"no DAGs in {visible(str(folder))}"
     print_table(console(), DAG_COLUMNS, rows, notes=notes, empty=empty)

@@ -17,6 +17,9 @@ just created (`scheduling.triggered_runs`, `TriggerDagRun`'s), and fails those p
 timeout or refused; each resume or failure is one compare-and-set, and the rows are taken
 `SKIP LOCKED`, so triggerers share them.
 
+The watches of watched DAGs (`sluice.Watch`) are evaluated by `jobs.watcher`, in a
+thread of its own (each evaluation a subprocess).
+
 A trigger is user code: it runs in this process only, never in a scheduler's. One that
 blocks the loop is named in a warning (`SLOW_CALLBACK`, `_watch_the_loop`).
 """
@@ -52,6 +55,7 @@ from sluice.scheduler.core.queries.triggers import (
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import JobState
 from sluice.scheduler.core.text import one_line
+from sluice.scheduler.jobs.watcher import Watcher
 from sluice.scheduler.scheduling.triggered_runs import create_awaited_runs
 from sluice.tasks.triggers import rebuild
 
@@ -117,6 +121,8 @@ class TriggererJob:
         self.register()
         self._thread.start()
         threading.Thread(target=self._watch_the_loop, name="sluice-loop-watch", daemon=True).start()
+        watcher = Watcher(self.settings, self.factory, lambda: self.job_id, self.waker.wake)
+        watcher.start()
         loops = 0
         try:
             while not self._stop.is_set() and (num_loops is None or loops < num_loops):
@@ -129,6 +135,7 @@ class TriggererJob:
                 future.cancel()
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+            watcher.stop()
             self.finish()
 
     def _folders(self) -> list[str]:

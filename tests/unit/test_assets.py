@@ -34,9 +34,7 @@ def test_a_condition_holds_as_written() -> None:
     assert holds(condition_json(A), {"mem://a"})
 
 
-@pytest.mark.parametrize(
-    "uri", ["", " s3://x", "s3://x\n", "a\x00b", "x" * 1001, "é" * 501, 42]
-)
+@pytest.mark.parametrize("uri", ["", " s3://x", "s3://x\n", "a\x00b", "x" * 1001, "é" * 501, 42])
 def test_a_bad_uri_is_one_line(uri: object) -> None:
     with pytest.raises(DagDefinitionError) as caught:
         Asset(uri)  # type: ignore[arg-type]

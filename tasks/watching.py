@@ -1,0 +1,169 @@
+"""Evaluating a watch (`sluice.Watch`) in a fresh subprocess, and that subprocess's entry
+point (`python -m sluice.tasks.watching`).
+
+The request goes in on stdin as JSON (`path`, `dag_id`, `cursor`, `max_conf_bytes`); the
+answer comes back on stdout as one JSON line: `{"requests": [{"run_key", "conf"}],
+"cursor": ...}` or `{"error": "one line"}`. While user code runs, file descriptor 1
+points at stderr: its prints never corrupt the answer. The caller kills the subprocess's
+group past `timeout` (a watch that hangs), and reads at most `ANSWER_MAX_BYTES`.
+
+Invariants: the subprocess's environment has none of the deployment's secrets
+(`drop_env`); an answer is untrusted (`Evaluation.of` checks it again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluice.tasks.watch import CURSOR_MAX, REQUESTS_MAX, RunRequest
+
+ANSWER_MAX_BYTES = 64 * 1024 * 1024
+_PACKAGE_ROOT = str(Path(__file__).parents[2])
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation of a watch gave: its run requests and the cursor it set (or
+    the cursor it was given), or its error (then nothing else counts)."""
+
+    requests: list[RunRequest] = field(default_factory=list)
+    cursor: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, answer: Any, cursor: str | None, max_conf_bytes: int) -> Evaluation:
+        """The evaluation an (untrusted) answer says, checked; an error if it is bad."""
+        if not isinstance(answer, dict):
+            return cls(error="the watch's process answered nonsense")
+        if answer.get("error") is not None:
+            return cls(error=str(answer["error"])[:2000])
+        try:
+            requests = [RunRequest(r["run_key"], r["conf"]) for r in answer["requests"]]
+            new_cursor = answer.get("cursor", cursor)
+            _check(requests, new_cursor, max_conf_bytes)
+        except (KeyError, TypeError, ValueError) as exc:
+            return cls(error=f"{type(exc).__name__}: {exc}"[:2000])
+        return cls(requests, new_cursor)
+
+
+def _check(requests: list[RunRequest], cursor: object, max_conf_bytes: int) -> None:
+    if len(requests) > REQUESTS_MAX:
+        raise ValueError(f"a watch may ask for at most {REQUESTS_MAX} runs at once")
+    if cursor is not None and (not isinstance(cursor, str) or len(cursor) > CURSOR_MAX):
+        raise ValueError(f"a cursor must be text of at most {CURSOR_MAX} characters")
+    for request in requests:
+        size = len(json.dumps(request.conf, separators=(",", ":"), allow_nan=False).encode())
+        if size > max_conf_bytes:
+            raise ValueError(
+                f"the conf of run key {request.run_key!r} is over {max_conf_bytes} bytes"
+            )
+
+
+def evaluate(
+    path: str,
+    dag_id: str,
+    cursor: str | None,
+    *,
+    timeout: float,
+    max_conf_bytes: int,
+    drop_env: Collection[str] = (),
+) -> Evaluation:
+    """Call DAG `dag_id`'s watch (its file at `path`) in a fresh subprocess, at most
+    `timeout` seconds; its run requests and cursor, or its error (one line)."""
+    env = {name: value for name, value in os.environ.items() if name not in drop_env}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    request = {"path": path, "dag_id": dag_id, "cursor": cursor, "max_conf_bytes": max_conf_bytes}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice.tasks.watching"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(json.dumps(request).encode("utf-8"), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return Evaluation(error=f"the watch ran past its timeout ({timeout:g}s) and was killed")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left behind in its group
+    if len(out) > ANSWER_MAX_BYTES:
+        return Evaluation(error="the watch's answer is too large")
+    lines = out.decode("utf-8", "replace").strip().splitlines()
+    if not lines:
+        return Evaluation(error=f"the watch's process exited with code {proc.returncode}")
+    try:
+        answer = json.loads(lines[-1])
+    except ValueError:
+        return Evaluation(error="the watch's process answered nonsense")
+    return Evaluation.of(answer, cursor, max_conf_bytes)
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    """Load the file, call the DAG's watch; the answer (user code's errors in one line)."""
+    from sluice.tasks.loader import load_file
+    from sluice.tasks.parsing import describe_error
+
+    path, cursor = request["path"], request.get("cursor")
+    holder = {"cursor": cursor}
+
+    def set_cursor(value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"set_cursor takes text, got {type(value).__name__}")
+        holder["cursor"] = value
+
+    try:
+        dags = {d.dag_id: d for d in load_file(path)}
+        dag = dags.get(request["dag_id"])
+        if dag is None or dag.watch is None:
+            return {"error": f"DAG {request['dag_id']!r} has no watch in {Path(path).name}"}
+        context = {
+            "dag_id": dag.dag_id,
+            "cursor": cursor,
+            "set_cursor": set_cursor,
+            "logical_date": dt.datetime.now(dt.UTC).isoformat(),
+        }
+        made = dag.watch.fn(context)
+        requests = []
+        for item in made if made is not None else ():
+            if not isinstance(item, RunRequest):
+                raise TypeError(f"a watch yields sluice.RunRequest, got {type(item).__name__}")
+            requests.append({"run_key": item.run_key, "conf": item.conf})
+            if len(requests) > REQUESTS_MAX:
+                raise ValueError(f"a watch may ask for at most {REQUESTS_MAX} runs at once")
+        answer = {"requests": requests, "cursor": holder["cursor"]}
+        json.dumps(answer, allow_nan=False)  # a conf that is not JSON is the watch's error
+        return answer
+    except Exception as exc:
+        return {"error": describe_error(exc, path)}
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # user code's prints go to stderr
+    answer = _answer(request)
+    try:
+        text = json.dumps(answer, allow_nan=False)
+    except ValueError as exc:
+        text = json.dumps({"error": f"ValueError: the watch's answer is not JSON: {exc}"})
+    out.write(text + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()
