@@ -6,6 +6,7 @@ parser subprocess) is not imported here: it runs as ``python -m sluice.tasks.par
 
 from __future__ import annotations
 
+from sluice.tasks.assets import Asset
 from sluice.tasks.celery_task import CeleryTask, Upstream
 from sluice.tasks.dag import DAG
 from sluice.tasks.errors import (
@@ -16,18 +17,24 @@ from sluice.tasks.errors import (
     TaskStopped,
     TaskTimeout,
 )
+from sluice.tasks.external_sensor import ExternalTaskSensor
 from sluice.tasks.notifiers import Webhook
 from sluice.tasks.sensor import PokeReturnValue
 from sluice.tasks.task import ShellTask, Task, task
+from sluice.tasks.trigger_dag_run import TriggerDagRun
 from sluice.tasks.trigger_rules import TriggerRule
 from sluice.tasks.triggers import Trigger, TriggerEvent, defer
+from sluice.tasks.watch import RunRequest, Watch
 
 __all__ = [
+    "Asset",
     "CeleryTask",
     "DAG",
     "DagDefinitionError",
+    "ExternalTaskSensor",
     "PokeReturnValue",
     "ResultError",
+    "RunRequest",
     "ShellCommandError",
     "ShellTask",
     "Skip",
@@ -35,9 +42,11 @@ __all__ = [
     "TaskStopped",
     "TaskTimeout",
     "Trigger",
+    "TriggerDagRun",
     "TriggerEvent",
     "TriggerRule",
     "Upstream",
+    "Watch",
     "Webhook",
     "defer",
     "task",

@@ -7,6 +7,7 @@ Real PostgreSQL, Redis, two `sluice scheduler` and a `sluice worker`.
 
 from __future__ import annotations
 
+import functools
 import json
 import textwrap
 import uuid
@@ -21,11 +22,11 @@ from sluice.scheduler.core.settings import Settings
 from tests.procs import Sluice, wait_until
 
 DAGS = """
+import sluice
 from sluice import DAG, task
-from sluice.tasks.assets import Asset
 
-raw = Asset("s3://bucket/raw/")
-a, b, c = Asset("mem://a"), Asset("mem://b"), Asset("mem://c")
+raw = sluice.Asset("s3://bucket/raw/")
+a, b, c = sluice.Asset("mem://a"), sluice.Asset("mem://b"), sluice.Asset("mem://c")
 
 with DAG("producer", schedule=None):
     @task(outlets=[raw])
@@ -79,7 +80,7 @@ def test_each_producer_run_triggers_the_consumer_exactly_once(sluice: Sluice) ->
         run_id = sluice.trigger("producer", "--conf", json.dumps({"rows": i}))
         produced.append(run_id)
         assert sluice.wait_run("producer", run_id, timeout=60) == "success", sluice.logs()
-        wait_until(lambda n=i + 1: all_succeeded(sluice, "consumer", n), timeout=30)
+        wait_until(functools.partial(all_succeeded, sluice, "consumer", i + 1), timeout=30)
     runs = wait_until(lambda: all_succeeded(sluice, "consumer", 5), timeout=5)
     assert all(r["run_type"] == "asset_triggered" for r in runs)
     seen = []

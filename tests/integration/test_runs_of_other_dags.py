@@ -21,9 +21,8 @@ from tests.procs import Sluice, wait_until
 
 DAGS = """
 import pathlib, time
+import sluice
 from sluice import DAG, task
-from sluice.tasks.external_sensor import ExternalTaskSensor
-from sluice.tasks.trigger_dag_run import TriggerDagRun
 
 GATE = pathlib.Path({gate!r})
 
@@ -33,7 +32,7 @@ with DAG("target_fails", schedule=None):
         raise RuntimeError("the target fails")
 
 with DAG("waits_on_a_failure", schedule=None):
-    TriggerDagRun(
+    sluice.TriggerDagRun(
         "start_b",
         trigger_dag_id="target_fails",
         wait_for_completion=True,
@@ -49,10 +48,10 @@ with DAG("target", schedule=None):
         return context["conf"]
 
 with DAG("fires_and_forgets", schedule=None):
-    TriggerDagRun("start_target", trigger_dag_id="target", conf={{"day": 7}})
+    sluice.TriggerDagRun("start_target", trigger_dag_id="target", conf={{"day": 7}})
 
 with DAG("triggers_nothing", schedule=None):
-    TriggerDagRun("start_ghost", trigger_dag_id="no_such_dag")
+    sluice.TriggerDagRun("start_ghost", trigger_dag_id="no_such_dag")
 
 with DAG("upstream_a", schedule=None):
     @task
@@ -60,13 +59,13 @@ with DAG("upstream_a", schedule=None):
         return 1
 
 with DAG("sensing", schedule=None):
-    ExternalTaskSensor(
+    sluice.ExternalTaskSensor(
         "wait_a", external_dag_id="upstream_a", mode="reschedule", poke_interval=0.5,
         timeout=120,
     )
 
 with DAG("sensing_softly", schedule=None):
-    ExternalTaskSensor(
+    sluice.ExternalTaskSensor(
         "wait_never", external_dag_id="upstream_a", external_task_id="produce",
         mode="reschedule", poke_interval=0.5, timeout=2, soft_fail=True,
     )

@@ -22,7 +22,6 @@ import pathlib
 from datetime import timedelta
 import sluice
 from sluice import DAG, task
-from sluice.tasks.watch import RunRequest, Watch
 
 INBOX = pathlib.Path({inbox!r})
 
@@ -31,17 +30,17 @@ def files(context):
     names = sorted(p.name for p in INBOX.iterdir())
     context["set_cursor"](str(max(seen, len(names))))
     for name in names:  # every key, every time: each makes one run
-        yield RunRequest(run_key=name, conf={{"file": name, "cursor_was": seen}})
+        yield sluice.RunRequest(run_key=name, conf={{"file": name, "cursor_was": seen}})
 
 def broken(context):
     raise RuntimeError("the bucket answered 403")
 
-with DAG("per_file", schedule=Watch(files, interval=timedelta(seconds=0.5))):
+with DAG("per_file", schedule=sluice.Watch(files, interval=timedelta(seconds=0.5))):
     @task
     def process(context):
         return context["conf"]
 
-with DAG("broken_watch", schedule=Watch(broken, interval=timedelta(seconds=0.5))):
+with DAG("broken_watch", schedule=sluice.Watch(broken, interval=timedelta(seconds=0.5))):
     @task
     def never():
         pass

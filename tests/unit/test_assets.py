@@ -51,11 +51,13 @@ def test_assets_are_keys_by_uri_and_serialized() -> None:
     spec = serialize_dag(dag)
     assert spec["schedule"] == {"assets": {"any": [{"uri": "mem://a"}, {"uri": "mem://b"}]}}
     assert spec["tasks"]["make"]["outlets"] == ["mem://c"]
-    with pytest.raises(DagDefinitionError, match="outlets must be a list of sluice.Asset"):
-        with DAG("bad_outlets"):
+    with (
+        pytest.raises(DagDefinitionError, match="outlets must be a list of sluice.Asset"),
+        DAG("bad_outlets"),
+    ):
 
-            @task(outlets=["mem://c"])
-            def bad() -> None: ...
+        @task(outlets=["mem://c"])
+        def bad() -> None: ...
 
 
 def test_outlet_events_take_the_asset_or_its_uri_and_check_extras() -> None:

@@ -209,7 +209,7 @@ def test_valid_schedules() -> None:
         timedelta(hours=6),
         None,
     ]:
-        assert DAG("ok", schedule=schedule, start_date=START).schedule == schedule  # type: ignore[arg-type]
+        assert DAG("ok", schedule=schedule, start_date=START).schedule == schedule
     tz = timezone(timedelta(hours=2))
     assert DAG("tz", start_date=datetime(2026, 1, 1, 2, tzinfo=tz)).start_date == START
 
