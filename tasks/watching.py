@@ -16,10 +16,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,12 +80,21 @@ def evaluate(
     timeout: float,
     max_conf_bytes: int,
     drop_env: Collection[str] = (),
+    running: set[int] | None = None,
 ) -> Evaluation:
     """Call DAG `dag_id`'s watch (its file at `path`) in a fresh subprocess, at most
-    `timeout` seconds; its run requests and cursor, or its error (one line)."""
+    `timeout` seconds; its run requests and cursor, or its error (one line). The
+    subprocess's pid is in `running` while it runs (its process group: the caller may
+    kill it when it stops)."""
     env = {name: value for name, value in os.environ.items() if name not in drop_env}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-    request = {"path": path, "dag_id": dag_id, "cursor": cursor, "max_conf_bytes": max_conf_bytes}
+    request = {
+        "path": path,
+        "dag_id": dag_id,
+        "cursor": cursor,
+        "max_conf_bytes": max_conf_bytes,
+        "timeout": timeout,
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice.tasks.watching"],
         stdin=subprocess.PIPE,
@@ -91,6 +103,8 @@ def evaluate(
         env=env,
         start_new_session=True,
     )
+    if running is not None:
+        running.add(proc.pid)
     try:
         out, _ = proc.communicate(json.dumps(request).encode("utf-8"), timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -101,6 +115,8 @@ def evaluate(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # what it left behind in its group
+        if running is not None:
+            running.discard(proc.pid)
     if len(out) > ANSWER_MAX_BYTES:
         return Evaluation(error="the watch's answer is too large")
     lines = out.decode("utf-8", "replace").strip().splitlines()
@@ -152,8 +168,23 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": describe_error(exc, path)}
 
 
+def _outlive_nobody(timeout: float) -> None:
+    """The subprocess ends by itself past its timeout (SIGALRM's default action) or when
+    the process that started it is gone (killed without a chance to kill it)."""
+    signal.alarm(math.ceil(timeout) + 5)
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+
+
 def main() -> None:
     request = json.loads(sys.stdin.read())
+    _outlive_nobody(float(request.get("timeout") or 60))
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # user code's prints go to stderr
     answer = _answer(request)

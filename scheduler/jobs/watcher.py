@@ -1,7 +1,9 @@
-"""The triggerer's watches (`sluice.Watch`): a thread of its own that leases a due watch,
-evaluates it in a subprocess (`tasks.watching`: user code, bounded by the watch's
-`timeout`, without the deployment's secrets), and records what it made
-(`scheduling.watch_runs`), one watch at a time.
+"""The triggerer's watches (`sluice.Watch`): a thread of its own that leases due watches,
+and up to `AT_ONCE` evaluations at once, each in a daemon thread and a subprocess
+(`tasks.watching`: user code, bounded by the watch's `timeout`, without the deployment's
+secrets), each recording what it made (`scheduling.watch_runs`). A watch that hangs holds
+one of them until its timeout, never the others; the evaluations still running when the
+triggerer stops are killed (their leases released: another triggerer evaluates them).
 
 A watch that raises, hangs or answers badly gets its error recorded (`dag_watch.last_error`,
 shown by `sluice dags list`, the API and the UI) and is evaluated again at its next
@@ -11,7 +13,10 @@ over once its lease (the watch's timeout and a heartbeat timeout) has passed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 from collections.abc import Callable
 
@@ -29,7 +34,9 @@ from sluice.tasks.watching import Evaluation, evaluate
 log = logging.getLogger(__name__)
 
 IDLE = 0.5
-"""Seconds between two looks for a due watch when none was due."""
+"""Seconds between two looks for a due watch when none was due (or none could start)."""
+AT_ONCE = 4
+"""Most evaluations one triggerer runs at once."""
 
 
 class Watcher:
@@ -49,6 +56,9 @@ class Watcher:
         self.gits = bundles_of(settings)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sluice-watches", daemon=True)
+        self._room = threading.Semaphore(AT_ONCE)
+        self._running: set[int] = set()
+        """The evaluations' subprocesses (each its process group), killed at `stop`."""
 
     def start(self) -> None:
         self._thread.start()
@@ -56,6 +66,9 @@ class Watcher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        for pid in list(self._running):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
         owner = self.owner()
         if owner is not None:
             with transaction(self.factory) as session:
@@ -72,16 +85,37 @@ class Watcher:
                 self._stop.wait(IDLE)
 
     def step(self) -> bool:
-        """Evaluate one due watch, if any; whether one was."""
+        """Lease one due watch and start its evaluation, if one is due and one of the
+        pool's threads is free; whether one started."""
         owner = self.owner()
-        if owner is None:
+        if owner is None or not self._room.acquire(blocking=False):
             return False
-        with transaction(self.factory) as session:
-            dag = lease_due(session, owner, utcnow(), self._lease_of)
-            if dag is not None:
-                session.expunge(dag)
+        try:
+            with transaction(self.factory) as session:
+                dag = lease_due(session, owner, utcnow(), self._lease_of)
+                if dag is not None:
+                    session.expunge(dag)
+        except BaseException:
+            self._room.release()
+            raise
         if dag is None:
+            self._room.release()
             return False
+        threading.Thread(
+            target=self._evaluated, args=(dag, owner), name="sluice-watch", daemon=True
+        ).start()
+        return True
+
+    def _evaluated(self, dag: Dag, owner: int) -> None:
+        try:
+            self.evaluate_and_record(dag, owner)
+        except Exception as exc:  # a database error: the lease lapses, another one tries
+            log.warning("recording the watch of %s failed: %s", dag.dag_id, exc)
+        finally:
+            self._room.release()
+
+    def evaluate_and_record(self, dag: Dag, owner: int) -> None:
+        """Evaluate `dag`'s watch (leased to `owner`) and record what it made."""
         evaluation = self._evaluate(dag)
         with transaction(self.factory) as session:
             session.add(dag)
@@ -93,7 +127,6 @@ class Watcher:
         elif recorded.runs:
             log.info("the watch of %s made %d run(s)", dag.dag_id, len(recorded.runs))
             self.wake()
-        return True
 
     def _lease_of(self, dag: Dag) -> float:
         """A watch is leased for its timeout and a heartbeat timeout: past that, the
@@ -116,6 +149,7 @@ class Watcher:
             timeout=timeout,
             max_conf_bytes=self.settings.max_conf_bytes,
             drop_env=SECRET_VARIABLES,
+            running=self._running,
         )
 
     def _local_file(self, dag: Dag) -> str:

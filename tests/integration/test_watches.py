@@ -35,6 +35,10 @@ def files(context):
 def broken(context):
     raise RuntimeError("the bucket answered 403")
 
+def hangs(context):
+    import time
+    time.sleep(60)
+
 with DAG("per_file", schedule=sluice.Watch(files, interval=timedelta(seconds=0.5))):
     @task
     def process(context):
@@ -45,10 +49,10 @@ with DAG("broken_watch", schedule=sluice.Watch(broken, interval=timedelta(second
     def never():
         pass
 
-with DAG("plain", schedule=None):
+with DAG("hanging_watch", schedule=sluice.Watch(hangs, interval=timedelta(seconds=0.5), timeout=1)):
     @task
-    def works():
-        return "ok"
+    def not_yet():
+        pass
 """
 
 
@@ -63,6 +67,12 @@ def runs(sluice: Sluice, dag_id: str) -> list[dict[str, Any]]:
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
+
+
+def watch_errors(sluice: Sluice, count: int) -> dict[str, str] | None:
+    listed = json.loads(sluice.ok("dags", "list", "--json"))
+    errors = {d["dag_id"]: d["watch_error"] for d in listed if d.get("watch_error")}
+    return errors if len(errors) == count else None
 
 
 def succeeded(sluice: Sluice, count: int) -> list[dict[str, Any]] | None:
@@ -90,16 +100,14 @@ def test_a_watch_makes_one_run_per_key_across_restarts(sluice: Sluice, tmp_path:
     assert "watch__sample-1.fastq" in {r["run_id"] for r in three}
 
     # the broken watch is that DAG's error; the other DAGs go on
-    listed = wait_until(
-        lambda: next(
-            (d for d in json.loads(sluice.ok("dags", "list", "--json")) if d["watch_error"]),
-            None,
-        ),
-        timeout=30,
-    )
-    assert listed["dag_id"] == "broken_watch"
-    assert "RuntimeError: the bucket answered 403" in listed["watch_error"]
-    assert sluice.wait_run("plain", sluice.trigger("plain"), timeout=60) == "success"
+    errors = wait_until(lambda: watch_errors(sluice, 2), timeout=30)
+    assert "RuntimeError: the bucket answered 403" in errors["broken_watch"]
+    assert "past its timeout (1s)" in errors["hanging_watch"]
+    assert "per_file" not in errors
+    # a failing watch stops no other run of its DAG
+    manual = sluice.trigger("broken_watch")
+    assert sluice.wait_run("broken_watch", manual, timeout=60) == "success"
+    assert "watch failed: RuntimeError: the bucket answered 403" in sluice.ok("dags", "list")
 
     sluice.stop(scheduler)
     sluice.stop(triggerer)

@@ -19,6 +19,7 @@
       S.el("th", { scope: "row" }, [
         S.el("a", { class: "dag-link", href, text: dag.dag_id }),
         dag.import_error ? S.el("div", { class: "error-text small", text: "last parse failed: " + dag.import_error }) : null,
+        dag.watch_error ? S.el("div", { class: "error-text small", text: "watch failed: " + dag.watch_error }) : null,
       ]),
       S.el("td", { class: "mono", text: dag.schedule || "manual only" }),
       S.el("td", {}, S.pauseSwitch(dag.dag_id, dag.is_paused, report)),
