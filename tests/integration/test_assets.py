@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 import textwrap
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +21,9 @@ from fastapi.testclient import TestClient
 from sluice.scheduler.api.app import create_app
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings
-from tests.procs import Sluice, wait_until
+from tests.integration.test_cancel_run import rows
+from tests.integration.test_standalone import background, env_for, rows_once_there
+from tests.procs import SLUICE, Sluice, wait_until
 
 DAGS = """
 import sluice
@@ -154,3 +158,72 @@ def test_conditions_and_events_sent_from_outside(sluice: Sluice) -> None:
         assert client.get("/api/v1/dags/producer").json()["produces"] == ["s3://bucket/raw/"]
     bad_cli = sluice.cli("assets", "event", "mem://a", "--extra", "[1]")
     assert bad_cli.returncode == 2 and len(bad_cli.stderr.strip().splitlines()) == 1
+
+
+EMBEDDED = """
+import pathlib
+from datetime import timedelta
+import sluice
+from sluice import DAG, task
+
+raw = sluice.Asset("file:///raw")
+INBOX = pathlib.Path({inbox!r})
+
+def files(context):
+    for path in sorted(INBOX.iterdir()):
+        yield sluice.RunRequest(run_key=path.name, conf={{"file": path.name}})
+
+with DAG("producer", schedule=None):
+    @task(outlets=[raw])
+    def load(context):
+        context["outlet_events"][raw]["extra"] = {{"by": "task"}}
+
+with DAG("consumer", schedule=raw):
+    @task
+    def read(context):
+        return [e["extra"]["by"] for e in context["triggering_asset_events"]]
+
+with DAG("watched", schedule=sluice.Watch(files, interval=timedelta(seconds=0.5))):
+    @task
+    def process(context):
+        return context["conf"]["file"]
+"""
+
+
+@pytest.mark.timeout(150)
+def test_assets_and_watches_on_the_embedded_default(tmp_path: Path) -> None:
+    """`sluice standalone` on SQLite: a producer's success and a CLI event each make a
+    run of the consumer; a watch's files each make one run."""
+    dags, inbox = tmp_path / "dags", tmp_path / "inbox"
+    dags.mkdir()
+    inbox.mkdir()
+    (dags / "world.py").write_text(textwrap.dedent(EMBEDDED.format(inbox=str(inbox))))
+    url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    env = env_for(url, dags)
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [*SLUICE, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def states(dag_id: str) -> list[tuple[object, ...]] | None:
+        return rows_once_there(url, f"SELECT state FROM dag_run WHERE dag_id = '{dag_id}'")
+
+    with background(tmp_path, env) as started:
+        wait_until(lambda: "dags trigger" in started.stderr(), timeout=60)
+        cli("dags", "trigger", "producer")
+        wait_until(lambda: states("consumer") == [("success",)], timeout=30)
+        cli("assets", "event", "file:///raw", "--extra", '{"by": "cli"}')
+        wait_until(lambda: states("consumer") == [("success",)] * 2, timeout=30)
+        for name in ("one.fastq", "two.fastq"):
+            (inbox / name).write_text("ACGT")
+        wait_until(lambda: states("watched") == [("success",)] * 2, timeout=30)
+        results = rows(
+            url,
+            "SELECT t.result FROM task_instance t JOIN dag_run r ON r.id = t.dag_run_id "
+            "WHERE r.dag_id = 'consumer' ORDER BY r.id",
+        )
+        assert [json.loads(str(r[0])) for r in results] == [["task"], ["cli"]]
+        assert started.proc.poll() is None
