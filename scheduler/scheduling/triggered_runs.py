@@ -140,12 +140,16 @@ def _run_pk(session: Session, dag_id: str, run_id: str) -> int | None:
 
 
 def _still_deferred(session: Session, row: Trigger) -> bool:
-    """Whether the trigger's TI still waits on it (deferred, on its attempt)."""
+    """Whether the trigger's TI still waits on it (deferred, on its attempt); its row is
+    then locked until the commit, so the resume that follows the run's creation wins (a
+    clear or a mark waits for this transaction, and finds the TI resumed)."""
     found = session.scalar(
-        select(TaskInstance.id).where(
+        select(TaskInstance.id)
+        .where(
             TaskInstance.id == row.ti_id,
             TaskInstance.state == TI.DEFERRED,
             TaskInstance.attempt_id == row.attempt_id,
         )
+        .with_for_update()
     )
     return found is not None
