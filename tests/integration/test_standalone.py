@@ -61,6 +61,16 @@ with DAG("pair", schedule=None) as dag:
     task(task_id="a")(a) >> task(task_id="b")(b) >> ShellTask("sh", command="echo sh echoes")
 """
 
+WATCHED = """
+import sluice
+from sluice import DAG, task
+
+with DAG("watched", schedule=sluice.Watch(lambda context: [], interval=60)):
+    @task(outlets=[sluice.Asset("file:///made")])
+    def make():
+        pass
+"""
+
 PRINTED = (
     "pair.py prints at import",
     "a prints",
@@ -338,6 +348,7 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "pair.py").write_text(textwrap.dedent(PAIR))
+    (dags / "watched.py").write_text(WATCHED)
     url = f"sqlite:///{tmp_path / 'sluice.db'}"
     # When `sluice standalone --trigger pair --json` runs it
     done = standalone(tmp_path, dags, url, "--trigger", "pair", "--json")
@@ -364,6 +375,8 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
         ("tasks", "states"): ["tasks", "states", "pair", run_id, "--json"],
         ("tasks", "explain"): ["tasks", "explain", "pair", run_id, "a", "--json"],
         ("status",): ["status", "--json", "--workers-timeout", "0.5"],
+        ("assets", "list"): ["assets", "list", "--json"],
+        ("dags", "watch-state"): ["dags", "watch-state", "watched", "--json"],
     }
     assert commands_with_json() == set(argv), "a command with --json is not checked here"
     for words, args in argv.items():
