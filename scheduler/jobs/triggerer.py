@@ -51,13 +51,20 @@ from sluice.scheduler.core.queries.triggers import (
     lease_triggers,
     renew_leases,
     resume,
+    waiting_kinds,
 )
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import JobState
 from sluice.scheduler.core.text import one_line
+from sluice.scheduler.jobs.periodic import Every
 from sluice.scheduler.jobs.watcher import Watcher
 from sluice.scheduler.scheduling.triggered_runs import create_awaited_runs
-from sluice.tasks.triggers import rebuild
+from sluice.tasks.triggers import (
+    CREATE_RUN_CLASSPATH,
+    EVENT_CLASSPATH,
+    RUN_FINISHED_CLASSPATH,
+    rebuild,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +109,8 @@ class TriggererJob:
         self._names: dict[asyncio.Task[Any], str] = {}
         """The trigger each of the loop's tasks runs (its class path), for the warning."""
         self._lease = settings.heartbeat_timeout
+        self._beats = Every(settings.heartbeat_interval)
+        """When the job's heartbeat and the leases' renewal are due."""
 
     # -- life ----------------------------------------------------------------------------
     @property
@@ -165,27 +174,40 @@ class TriggererJob:
 
     # -- one tick ------------------------------------------------------------------------
     def tick(self, now: dt.datetime) -> bool:
-        """One round of the main thread; whether it did anything (then no sleep)."""
+        """One round of the main thread; whether it did anything (then no sleep).
+
+        The job's heartbeat, the leases' renewal and the orphans' drop happen every
+        `SLUICE_HEARTBEAT_INTERVAL` (a lease lasts a heartbeat timeout); each tick asks
+        once what waits (`waiting_kinds`) and looks only for that: an idle triggerer
+        costs one query a tick."""
         assert self.job_id is not None
         with transaction(self.factory) as session:
-            session.execute(update(Job).where(Job.id == self.job_id).values(latest_heartbeat=now))
-            held = renew_leases(session, self.job_id, list(self.running), now, self._lease)
-            drop_orphans(session)
-        for lost in set(self.running) - held:  # taken over after a lapse, or gone
-            self.running.pop(lost)[1].cancel()
+            if self._beats.take(now):
+                session.execute(
+                    update(Job).where(Job.id == self.job_id).values(latest_heartbeat=now)
+                )
+                held = renew_leases(session, self.job_id, list(self.running), now, self._lease)
+                drop_orphans(session)
+                for lost in set(self.running) - held:  # taken over after a lapse, or gone
+                    self.running.pop(lost)[1].cancel()
+            kinds, leasable = waiting_kinds(session, now)
         busy = self._time_out(now)
-        busy |= self._resolve_events(now)
-        busy |= self._resolve_run_waits(now)
-        busy |= self._create_runs(now)
-        busy |= self._take_more(now)
+        if kinds:
+            busy |= self._resolve_events(now, kinds)
+        if RUN_FINISHED_CLASSPATH in kinds:
+            busy |= self._resolve_run_waits(now)
+        if CREATE_RUN_CLASSPATH in kinds:
+            busy |= self._create_runs(now)
+        if leasable:
+            busy |= self._take_more(now)
         busy |= self._record_ended()
         return busy
 
-    def _resolve_events(self, now: dt.datetime) -> bool:
-        """Resume the TIs an event fires (`Event` triggers), fail those past their
-        timeout; whether any."""
+    def _resolve_events(self, now: dt.datetime, kinds: frozenset[str]) -> bool:
+        """Resume the TIs an event fires (`Event` triggers, if `kinds` has them), fail
+        the engine's triggers past their timeout; whether any."""
         with transaction(self.factory) as session:
-            resumed = resume_pending(session, now)
+            resumed = resume_pending(session, now) if EVENT_CLASSPATH in kinds else []
             due = timed_out_events(session, now)
             for row in due:
                 session.expunge(row)

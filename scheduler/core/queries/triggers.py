@@ -51,6 +51,25 @@ def trigger_event_of(waiting: Any, try_number: int) -> Any:
     return None
 
 
+def waiting_kinds(session: Session, now: dt.datetime) -> tuple[frozenset[str], bool]:
+    """What waits now, in one query: the class paths of the engine's triggers present
+    (`RESOLVED_BY_THE_ENGINE`), and whether a trigger a triggerer runs has no lease or
+    a lapsed one. A tick looks for no more than this says (an idle triggerer: one query)."""
+    rows = session.execute(
+        select(Trigger.classpath)
+        .where(
+            or_(
+                Trigger.classpath.in_(sorted(RESOLVED_BY_THE_ENGINE)),
+                Trigger.lease_until.is_(None),
+                Trigger.lease_until < now,
+            )
+        )
+        .distinct()
+    ).scalars()
+    found = set(rows)
+    return frozenset(found & RESOLVED_BY_THE_ENGINE), bool(found - RESOLVED_BY_THE_ENGINE)
+
+
 def lease_triggers(
     session: Session, triggerer_id: int, capacity: int, now: dt.datetime, lease: float
 ) -> list[Trigger]:
