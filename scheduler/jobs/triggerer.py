@@ -1,10 +1,11 @@
 """`sluice triggerer`: runs the triggers deferred TIs wait on, up to `capacity` at once, on
 one asyncio loop (a thread of its own), and resumes or fails each TI when its trigger ends.
 
-Each tick of the main thread (its own short transactions): heartbeat the `job` row and
-renew the leases of the triggers it runs (a trigger another triggerer took after a lapse
-is cancelled here); drop trigger rows whose TI moved meanwhile; fail the TIs whose trigger
-timed out; lease new triggers up to the capacity (`FOR UPDATE SKIP LOCKED`) and start them
+Each tick of the main thread (its own short transactions): every heartbeat interval,
+heartbeat the `job` row, renew the leases of the triggers it runs (a trigger another
+triggerer took after a lapse is cancelled here) and drop trigger rows whose TI moved
+meanwhile; ask what waits (`waiting_kinds`: an idle tick is that one query); fail the
+TIs whose trigger timed out; lease new triggers up to the capacity (`FOR UPDATE SKIP LOCKED`) and start them
 on the loop; then record what the loop reported: a first event resumes its TI
 (`deferred -> scheduled`, one compare-and-set on the trigger's attempt), an exception
 fails it (retries apply), and the schedulers are woken.
