@@ -19,6 +19,7 @@ from sluice.tasks.errors import (
 )
 from sluice.tasks.external_sensor import ExternalTaskSensor
 from sluice.tasks.notifiers import Webhook
+from sluice.tasks.params import Param
 from sluice.tasks.sensor import PokeReturnValue
 from sluice.tasks.task import ShellTask, Task, task
 from sluice.tasks.trigger_dag_run import TriggerDagRun
@@ -32,6 +33,7 @@ __all__ = [
     "DAG",
     "DagDefinitionError",
     "ExternalTaskSensor",
+    "Param",
     "PokeReturnValue",
     "ResultError",
     "RunRequest",

@@ -2,7 +2,9 @@
 
 Invariants: ``dag_id`` matches ``DAG_ID_RE``; ``start_date``/``end_date`` are aware UTC
 datetimes; a scheduled DAG has a ``start_date``; ``tasks`` keeps definition order and task ids
-are unique; dependencies only link tasks of the same DAG (checked in ``task.py``).
+are unique; dependencies only link tasks of the same DAG (checked in ``task.py``); every
+param without a default belongs to a DAG without a schedule (its runs are triggered with a
+conf), and every default fits its param (``params.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sluice.tasks.assets import condition_json, is_asset_schedule
 from sluice.tasks.callbacks import Callback, check_callback
 from sluice.tasks.dag_context import DAG_ID_RE, enter, leave
 from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.params import params_schema
 from sluice.tasks.task import Task
 from sluice.tasks.watch import Watch
 
@@ -114,6 +117,7 @@ class DAG:
         on_failure_callback: Callback | None = None,
         on_deadline_missed: Callback | None = None,
         deadline: timedelta | None = None,
+        params: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(dag_id, str) or not DAG_ID_RE.match(dag_id):
             raise DagDefinitionError(
@@ -142,6 +146,19 @@ class DAG:
             raise DagDefinitionError(f"DAG '{dag_id}' has a schedule but no start_date")
         if self.start_date and self.end_date and self.end_date < self.start_date:
             raise DagDefinitionError(f"DAG '{dag_id}': end_date is before start_date")
+        try:  # its params as one JSON Schema object (None for none), checked
+            self.params_schema: dict[str, Any] | None = params_schema(params)
+        except DagDefinitionError as exc:
+            raise DagDefinitionError(f"DAG '{dag_id}': {exc}") from None
+        self.params: dict[str, Any] = dict(params or {})
+        """Its params as given: `sluice.Param`s, or plain default values."""
+        required = (self.params_schema or {}).get("required") or []
+        scheduled = self.schedule is not None or self.asset_condition or self.watch
+        if required and scheduled:
+            raise DagDefinitionError(
+                f"DAG '{dag_id}': param {required[0]!r} has no default, but the DAG has a "
+                "schedule, whose runs have no conf: give it a default"
+            )
         for name, value in (
             ("max_active_runs", max_active_runs),
             ("max_active_tasks", max_active_tasks),

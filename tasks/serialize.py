@@ -120,7 +120,8 @@ def _map_output(task: Task) -> dict[str, Any] | None:
 
 def serialize_dag(dag: DAG) -> dict[str, Any]:
     """The JSON form of ``dag``: schedule is null, a cron/preset string, {"seconds": s},
-    {"assets": condition} (``assets.condition_json``) or {"watch": {...}} (``Watch.json``)."""
+    {"assets": condition} (``assets.condition_json``) or {"watch": {...}} (``Watch.json``);
+    ``params``, when it has any, their JSON Schema object (``params.params_schema``)."""
     schedule: Any = dag.schedule
     if isinstance(schedule, timedelta):
         schedule = {"seconds": schedule.total_seconds()}
@@ -146,6 +147,8 @@ def serialize_dag(dag: DAG) -> dict[str, Any]:
         spec["deadline"] = _seconds(dag.deadline)
     if any(dag.callbacks.values()):
         spec["callbacks"] = kinds_set(dag.callbacks)
+    if dag.params_schema is not None:  # only when set: other DAGs keep their version hash
+        spec["params"] = dag.params_schema
     return spec
 
 
