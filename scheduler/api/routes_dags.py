@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 from sqlalchemy import String, bindparam, func, select, true
@@ -155,11 +155,23 @@ def list_dags(session: DbSession, state: State) -> DagList:
 
 @router.get("/{dag_id}", response_model=DagDetail, dependencies=[CanRead], responses=errors(404))
 def get_dag(dag_id: str, session: DbSession, state: State) -> Response:
-    """One DAG with its tasks in topological order."""
+    """One DAG with its tasks in topological order, and its params' JSON Schema (what
+    the web UI's trigger form is built from)."""
     dag = find_dag(session, dag_id)
     tasks = state.shapes.tasks_json(dag)
-    content = dag_detail_json(_summary(session, state, dag), tasks, assets_of_dag(session, dag_id))
+    summary = _summary(session, state, dag)
+    assets = assets_of_dag(session, dag_id)
+    params = state.shapes.params_json(dag, lambda: params_of(session, dag_id))
+    content = dag_detail_json(summary, tasks, assets, params)
     return Response(content, media_type="application/json")
+
+
+def params_of(session: Session, dag_id: str) -> dict[str, Any] | None:
+    """The DAG's params (`tasks.params.params_schema`), read alone, by their path in its
+    definition (which the route does not load: a big DAG's is big); None for none. Once
+    per DAG version and API process: the shape cache keeps them."""
+    found = session.scalar(select(Dag.serialized["params"]).where(Dag.dag_id == dag_id))
+    return found if isinstance(found, dict) else None
 
 
 @router.patch(

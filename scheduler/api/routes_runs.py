@@ -112,7 +112,9 @@ def trigger_run(
 ) -> RunOut:
     """Create a manual run (queued) and wake the schedulers. With `version`, the run takes
     that version of a git bundle's DAG (422 if it has none: a folder's DAG, a commit, tag
-    or branch the bundle does not have, a commit without the DAG)."""
+    or branch the bundle does not have, a commit without the DAG). A conf that the DAG's
+    params refuse (a value that does not fit, a required param missing) is a 422 whose
+    detail names the param and the rule; no run is made."""
     try:
         conf = check_conf(
             body.conf or {},
@@ -135,6 +137,8 @@ def trigger_run(
         )
     except RunExists as exc:
         raise ApiError(409, str(exc)) from None
+    except InputError as exc:  # a conf its params refuse: nothing was written
+        raise unprocessable(str(exc)) from None
     after.add_task(wake_schedulers, state.settings)
     return run_out(run, state.config, version=version_of(session, run))
 

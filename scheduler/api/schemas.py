@@ -214,9 +214,19 @@ class TaskSpecOut(BaseModel):
     queue: str
 
 
+_PARAMS = (
+    "its params (`sluice.Param`), one JSON Schema object: `properties` has each param's "
+    "keywords (`type`, `minimum`, `enum`, `format`, ...) with its `default` and "
+    "`description` when set, `required` the params without default, which a trigger's "
+    "conf must give; a trigger's conf is checked against it (422 naming the param and "
+    "the rule). A DAG without params has no properties."
+)
+
+
 class DagDetail(DagSummary):
     consumes: list[str] = Field(description="the URIs of the assets its schedule names")
     produces: list[str] = Field(description="the URIs of the assets its tasks' outlets name")
+    params: dict[str, Any] = Field(description=_PARAMS)
     tasks: list[TaskSpecOut] = Field(description="in topological order")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,20 @@ ID_BYTES = 64
 """About what one cached task id costs (the str and its slot in the order)."""
 
 
+NO_PARAMS: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
+"""The params of a DAG without any: the schema every conf fits."""
+
+
+def _params_json(spec: dict[str, Any]) -> bytes:
+    """The `params` of a definition (`tasks.params.params_schema`) as the DAG detail's
+    JSON; `NO_PARAMS` for a DAG without params."""
+    params = spec.get("params")
+    return json.dumps(params if isinstance(params, dict) else NO_PARAMS).encode("utf-8")
+
+
+NO_PARAMS_JSON = _params_json({})
+
+
 @dataclass
 class DagShape:
     """What the DAG pages need of one DAG version that does not change with its runs."""
@@ -53,10 +67,15 @@ class DagShape:
     tasks_json: bytes | None = None
     """The DAG detail's `tasks` (a `TaskSpecOut` per task, in `order`) as JSON, built on
     first use."""
+    params_json: bytes | None = None
+    """The DAG detail's `params` (its params' JSON Schema, `NO_PARAMS` for none) as JSON,
+    read on first use."""
 
     @property
     def size(self) -> int:
-        return ID_BYTES * len(self.order) + len(self.tasks_json or b"")
+        return (
+            ID_BYTES * len(self.order) + len(self.tasks_json or b"") + len(self.params_json or b"")
+        )
 
 
 class ShapeCache:
@@ -80,7 +99,8 @@ class ShapeCache:
     def add(self, dag_id: str, version_hash: str, spec: dict[str, Any]) -> DagShape:
         """The shape of `spec`, the definition of that DAG version, computed and kept."""
         order = tuple(task_order(spec))
-        return self._keep((dag_id, version_hash), DagShape(order, len(spec.get("tasks", {}))))
+        shape = DagShape(order, len(spec.get("tasks", {})), params_json=_params_json(spec))
+        return self._keep((dag_id, version_hash), shape)
 
     def shape(self, dag: Dag) -> DagShape:
         """The DAG's shape; on a miss it reads the order the sync stored with the DAG
@@ -119,6 +139,22 @@ class ShapeCache:
             return built
         return shape.tasks_json
 
+    def params_json(self, dag: Dag, read: Callable[[], Any]) -> bytes:
+        """The DAG detail's `params` as JSON: the first time, `read()` (the params alone,
+        read from the definition by their path: `routes_dags.params_of`), unless the
+        shape was made from the whole definition, which gave them."""
+        shape = self.shape(dag)
+        if shape.params_json is None:
+            built = _params_json({"params": read()})
+            key = (dag.dag_id, dag.version_hash)
+            with self._lock:
+                if shape.params_json is None:
+                    shape.params_json = built
+                    if self._shapes.get(key) is shape:
+                        self._shapes[key] = shape  # sized again: older shapes may go
+            return built
+        return shape.params_json
+
     def _keep(self, key: tuple[str, str], shape: DagShape) -> DagShape:
         with self._lock:
             return self._shapes.setdefault(key, shape)
@@ -132,17 +168,21 @@ class ShapeCache:
 
 
 def dag_detail_json(
-    summary: DagSummary, tasks_json: bytes, assets: dict[str, list[str]] | None = None
+    summary: DagSummary,
+    tasks_json: bytes,
+    assets: dict[str, list[str]] | None = None,
+    params_json: bytes = NO_PARAMS_JSON,
 ) -> bytes:
-    """The `DagDetail` of `summary` with its assets and these tasks, as JSON: the
-    summary's own JSON with `consumes`, `produces` and `tasks` appended (the last fields
-    of `DagDetail`), so a big DAG's task list is not rebuilt, validated and encoded again
-    at every request."""
+    """The `DagDetail` of `summary` with its assets, params and these tasks, as JSON: the
+    summary's own JSON with `consumes`, `produces`, `params` and `tasks` appended (the
+    last fields of `DagDetail`), so a big DAG's task list is not rebuilt, validated and
+    encoded again at every request."""
     head = summary.model_dump_json().encode("utf-8")
     assets = assets or {}
     used = {"consumes": assets.get("consumes", []), "produces": assets.get("produces", [])}
     middle = json.dumps(used, separators=(",", ":")).encode("utf-8")[1:-1]
-    return head[:-1] + b"," + middle + b',"tasks":' + tasks_json + b"}"
+    params = b',"params":' + params_json
+    return head[:-1] + b"," + middle + params + b',"tasks":' + tasks_json + b"}"
 
 
 def dag_summary(

@@ -47,6 +47,7 @@ from sluice.scheduler.core.db import reader_factory, transaction, utcnow
 from sluice.scheduler.core.models import Dag, DagRun
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState, RunType
 from sluice.scheduler.scheduling.dagrun import create_dagrun
+from sluice.tasks.params import ParamsError
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +203,12 @@ def trigger(cli: Cli, dag_id: str, conf: dict[str, Any]) -> tuple[int, list[str]
     with transaction(cli.factory) as session:
         dag = cli.get_dag(session, dag_id)
         now = utcnow()
-        run = create_dagrun(
-            session, dag, run_type=RunType.MANUAL, logical_date=now, now=now, conf=conf
-        )
+        try:
+            run = create_dagrun(
+                session, dag, run_type=RunType.MANUAL, logical_date=now, now=now, conf=conf
+            )
+        except ParamsError as exc:  # raised before anything was written
+            raise CliError(str(exc)) from None
         run_pk, run_id = run.id, run.run_id
         task_ids = list(dag.serialized.get("tasks", {}))
     log.info("triggered %s %s", dag_id, run_id)

@@ -32,6 +32,7 @@ from sluice.scheduler.scheduling.marking import (
     mark_run,
     mark_task_instances,
 )
+from sluice.tasks.params import ParamsError
 
 
 class RunFinished(InputError):
@@ -47,16 +48,20 @@ def trigger_run(
     run_id: str | None = None,
     conf: dict[str, Any] | None = None,
 ) -> DagRun:
-    """Create a manual run (queued, with its TIs); raises RunExists on a clash."""
-    return create_dagrun(
-        session,
-        dag,
-        run_type=RunType.MANUAL,
-        logical_date=logical_date or now,
-        now=now,
-        run_id=run_id,
-        conf=conf or {},
-    )
+    """Create a manual run (queued, with its TIs); raises RunExists on a clash, and
+    InputError (one line, nothing written) for a conf its DAG's params refuse."""
+    try:
+        return create_dagrun(
+            session,
+            dag,
+            run_type=RunType.MANUAL,
+            logical_date=logical_date or now,
+            now=now,
+            run_id=run_id,
+            conf=conf or {},
+        )
+    except ParamsError as exc:
+        raise InputError(str(exc)) from None
 
 
 def revoke_external_tasks(settings: Settings, task_ids: Sequence[str]) -> None:

@@ -32,6 +32,7 @@ from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.scheduler.scheduling.ti_rows import insert_tis
 from sluice.scheduler.scheduling.timeouts import fail_queued_past_timeout
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH
+from sluice.tasks.params import resolve_params
 
 _TIS = TaskInstance.__table__.c
 _RUNS = DagRun.__table__
@@ -116,8 +117,15 @@ def create_dagrun(
     """Insert a queued run and one TI (state `none`) per task; raise RunExists on a clash
     (a run of the DAG with that run id or logical date), having written nothing.
 
+    The conf is kept as given, once its DAG's params accept it (`tasks.params.
+    resolve_params`): `ParamsError`, one line, raised before anything is written, for a
+    param it gives that does not fit, or a param without default it does not give. A
+    conf that names no param, for a DAG whose params all have defaults (a scheduled
+    DAG's, always), costs no check.
+
     The run's INSERT skips a clash itself (`insert_unless_clash`): a run created costs no
     read first, and only a clash reads which run it met."""
+    resolve_params(dag.serialized.get("params"), conf or {})
     run_id = run_id or run_id_for(run_type, logical_date)
     run = insert_unless_clash(
         session,

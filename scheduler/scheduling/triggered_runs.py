@@ -15,10 +15,11 @@ its TI's resume nor the other way round:
 - then the TI is resumed: one compare-and-set on the trigger's attempt
   (`queries.triggers.resume`).
 
-A DAG that does not exist or is no longer in its folder, a conf over the bounds, a run id
-the scheduler refuses, or another run of the DAG at that logical date are refusals: the
-caller fails those TIs with the line (`queries.triggers.fail_deferred`, retries apply),
-each in a transaction of its own, and nothing else is written for them. A TI that moved
+A DAG that does not exist or is no longer in its folder, a conf over the bounds or one
+its params refuse (`tasks.params`), a run id the scheduler refuses, or another run of the
+DAG at that logical date are refusals: the caller fails those TIs with the line
+(`queries.triggers.fail_deferred`, retries apply), each in a transaction of its own, and
+nothing else is written for them. A TI that moved
 meanwhile (cleared, marked) gets no run: its trigger row is left to `drop_orphans`.
 """
 
@@ -34,6 +35,7 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance, Trigger
 from sluice.scheduler.core.queries.triggers import resume
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.scheduling.dagrun import RunExists, check_run_id, create_dagrun
+from sluice.tasks.params import ParamsError
 from sluice.tasks.trigger_dag_run import conf_problem
 from sluice.tasks.triggers import CREATE_RUN_CLASSPATH
 
@@ -121,6 +123,8 @@ def _create(
                 run_id=run_id,
                 conf=conf,
             )
+        except ParamsError as exc:  # raised before anything was written
+            return f"cannot trigger a run of DAG {dag_id!r}: {exc}"
         except RunExists:  # another run at that date, or this id created meanwhile
             existing = _run_pk(session, dag_id, run_id)
             if existing is None:

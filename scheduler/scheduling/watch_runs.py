@@ -1,5 +1,8 @@
 """Runs made by a watch's evaluation: one per run key never seen before (`watch_key`),
-its run id `watch__<key>` (`tasks.watch.run_id_of`), its conf the request's.
+its run id `watch__<key>` (`tasks.watch.run_id_of`), its conf the request's. A request
+whose conf the DAG's params refuse makes no run and records no key: the first such
+refusal is the watch's error (`run key 'k': param 'n': ...`), its other requests make
+their runs and the cursor moves on.
 
 Invariant: `record_evaluation` runs in one transaction, under the watch's row lock and
 only while the recorder holds the watch's lease: the keys, the runs, the cursor and the
@@ -20,6 +23,7 @@ from sluice.scheduler.core.queries.watches import locked_if_mine
 from sluice.scheduler.core.states import RunType
 from sluice.scheduler.core.upsert import insert_unless_clash
 from sluice.scheduler.scheduling.dagrun import RunExists, create_dagrun
+from sluice.tasks.params import ParamsError, resolve_params
 from sluice.tasks.watch import run_id_of
 from sluice.tasks.watching import Evaluation
 
@@ -43,8 +47,14 @@ def record_evaluation(
         return Recorded(None)
     interval = float((dag.serialized.get("schedule") or {}).get("watch", {}).get("interval", 30))
     made: list[str] = []
+    refused: list[str] = []
     if evaluation.error is None:
         for i, request in enumerate(evaluation.requests):
+            try:  # before its key is recorded: a fixed conf may make its run later
+                resolve_params(dag.serialized.get("params"), request.conf)
+            except ParamsError as exc:
+                refused.append(f"run key {request.run_key!r}: {exc}")
+                continue
             run_id = run_id_of(request.run_key)
             key = {
                 "dag_id": dag.dag_id,
@@ -73,8 +83,8 @@ def record_evaluation(
                     request.run_key,
                 )
         watch.cursor = evaluation.cursor
-        watch.last_error = None
-        watch.error_at = None
+        watch.last_error = refused[0] if refused else None
+        watch.error_at = now if refused else None
     else:
         watch.last_error = evaluation.error
         watch.error_at = now
