@@ -38,7 +38,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -83,8 +83,9 @@ from sluice.scheduler.core.queries.run_states import run_states
 from sluice.scheduler.core.queries.sql import unindexed
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.queries.triggers import add_trigger, trigger_event_of
+from sluice.scheduler.core.run_dates import run_dates
 from sluice.scheduler.core.settings import Settings
-from sluice.scheduler.core.states import TI
+from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.text import storable
 from sluice.scheduler.core.transitions import move_ti, short_error, ti_move_returning
 from sluice.scheduler.decide.downstream import FollowUp
@@ -94,6 +95,7 @@ from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
 from sluice.tasks.external_sensor import RUN_STATES, ExternalTaskSensor, RunStates
 from sluice.tasks.mapping import check_map_output, per_index_of
+from sluice.tasks.params import param_values
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
 from sluice.tasks.sensor import Reschedule, SensorTimeout, Waiting, sense
 from sluice.tasks.serialize import retry_delay_for
@@ -146,6 +148,9 @@ class Claimed:
     waiting: Any = None
     """The TI's `waiting` as claimed: a sensor's state between pokes, or what a resumed
     try's trigger fired with (`tasks.triggers`); None for any other try."""
+    dag_spec: Mapping[str, Any] = field(default_factory=dict)
+    """The serialized DAG of the run's version: its params' defaults and its schedule
+    give `context["params"]` and the data interval (`_read_for_context`)."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +301,7 @@ _CLAIMED = hot(
     "subqueries on their keys, so the claim is one statement.",
     twin=True,
 )
-_RUN_CONF_ON_SQLITE = select(_RUN.c.conf, _RUN.c.triggering_events).where(
+_RUN_CONF_ON_SQLITE = select(_RUN.c.conf, _RUN.c.triggering_events, _RUN.c.run_type).where(
     _RUN.c.id == bindparam("run_pk")
 )
 RUN_CONF = hot_statement("run_conf", same_values(_RUN_CONF_ON_SQLITE))
@@ -402,8 +407,12 @@ def _read_context(
         "task_id": row.task_id,
         "map_index": row.map_index if row.map_index >= 0 else None,
         "logical_date": row.logical_date.isoformat(),
+        "ds": row.logical_date.date().isoformat(),
+        "data_interval_start": None,  # set by _read_for_context (by the run's type)
+        "data_interval_end": None,
         "try_number": row.try_number,
         "conf": {},  # read by _read_for_context, for a task that takes the context
+        "params": {},  # the DAG's defaults and the conf's params, with the conf
         "attempt_id": msg.attempt_id,
         "upstream": upstream,
         "trigger_event": trigger_event_of(row.waiting, row.try_number),
@@ -425,14 +434,18 @@ def _read_context(
         per_index=per_index_of(spec) if spec else None,
         bundle_version=row.bundle_version,
         waiting=row.waiting,
+        dag_spec=serialized,
     )
 
 
 def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> None:
     """Fill `context["upstream"]` with the upstream tasks' results and, with `conf`, the
-    run's conf: read only for a task that takes the context (a CeleryTask: the results,
-    which its arguments may refer to). The claim returns neither: a run's conf (up to
-    SLUICE_MAX_CONF_BYTES) would travel with every claim of every task of the run."""
+    run's conf, its params (`tasks.params.param_values`: the DAG's defaults, overridden
+    by the conf's keys that are params, which were checked when the run was made) and
+    its data interval (`core.run_dates`, by the run's type): read only for a task that
+    takes the context (a CeleryTask: the results, which its arguments may refer to).
+    The claim returns none of them: a run's conf (up to SLUICE_MAX_CONF_BYTES) would
+    travel with every claim of every task of the run."""
     upstream = claimed.context["upstream"]
     pre = claimed.pre_read
     if (
@@ -459,9 +472,14 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
             _fill_upstream(claimed, upstream, rows, known)
         if conf:
             stored = executed(session, (RUN_CONF, {"run_pk": claimed.run_pk}))
-            claimed.context["conf"] = dict((stored[0].conf if stored else None) or {})
+            context = claimed.context
+            context["conf"] = dict((stored[0].conf if stored else None) or {})
             events = stored[0].triggering_events if stored else None
-            claimed.context["triggering_asset_events"] = list(events or ())
+            context["triggering_asset_events"] = list(events or ())
+            context["params"] = param_values(claimed.dag_spec.get("params"), context["conf"])
+            run_type = stored[0].run_type if stored else RunType.MANUAL
+            logical = dt.datetime.fromisoformat(context["logical_date"])
+            context.update(run_dates(claimed.dag_spec, run_type, logical))
 
 
 def _fill_upstream(

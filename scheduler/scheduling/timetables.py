@@ -14,6 +14,7 @@ from typing import Any
 
 from croniter import croniter
 
+from sluice.scheduler.core.run_dates import interval_end
 from sluice.tasks.dag import CRON_PRESETS
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -188,9 +189,7 @@ def logical_dates_between(
 
 
 def data_interval(dag_spec: dict[str, Any], logical_date: datetime) -> tuple[datetime, datetime]:
-    """(start, end) of the run at ``logical_date``; a manual-only DAG's interval is empty."""
+    """(start, end) of the scheduled run at ``logical_date`` (``core.run_dates``, which
+    the worker's context uses too); a DAG without a time schedule's interval is empty."""
     logical_date = _utc(logical_date, "logical_date")
-    timetable = timetable_for(dag_spec)
-    if timetable is None:
-        return logical_date, logical_date
-    return logical_date, timetable.interval_end(logical_date)
+    return logical_date, interval_end(dag_spec.get("schedule"), logical_date) or logical_date

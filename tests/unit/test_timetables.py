@@ -1,4 +1,5 @@
-"""Timetables: cron, presets, timedelta, catchup on/off, end_date, backfill dates."""
+"""Timetables: cron, presets, timedelta, catchup on/off, end_date, backfill dates, and
+the dates a task's context gives of its run (`core.run_dates`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from sluice.scheduler.core.run_dates import interval_end, run_dates
+from sluice.scheduler.core.states import RunType
 from sluice.scheduler.scheduling.timetables import (
     CronTimetable,
     DeltaTimetable,
@@ -14,6 +17,7 @@ from sluice.scheduler.scheduling.timetables import (
     logical_dates_between,
     next_dagrun_after,
     parse_schedule,
+    timetable_for,
 )
 
 
@@ -136,3 +140,34 @@ def test_backfill_dates() -> None:
 def test_data_interval() -> None:
     assert data_interval(spec("@daily"), d(4)) == (d(4), d(5))
     assert data_interval(spec(None), d(4)) == (d(4), d(4))
+    assert data_interval(spec({"assets": {"uri": "mem://a"}}), d(4)) == (d(4), d(4))
+
+
+@pytest.mark.parametrize(
+    "schedule", ["@daily", "@hourly", "*/5 * * * *", "30 2 * * 1", {"seconds": 5400.0}]
+)
+def test_the_contexts_interval_ends_where_the_timetables_does(schedule: Any) -> None:
+    timetable = timetable_for(spec(schedule))
+    assert timetable is not None
+    for start in (d(4), d(4, 2, 30), timetable.align_up(d(7, 13, 1))):
+        assert interval_end(schedule, start) == timetable.interval_end(start)
+
+
+def test_run_dates_by_run_type() -> None:
+    at = datetime(2026, 1, 4, 23, 30, tzinfo=timezone(timedelta(hours=-2)))  # 5 Jan in UTC
+    daily = spec("@daily")
+    for run_type in (RunType.SCHEDULED, RunType.BACKFILL):
+        assert run_dates(daily, run_type, d(4)) == {
+            "ds": "2026-01-04",
+            "data_interval_start": "2026-01-04T00:00:00+00:00",
+            "data_interval_end": "2026-01-05T00:00:00+00:00",
+        }
+    for run_type in (RunType.MANUAL, RunType.ASSET_TRIGGERED, RunType.WATCH):
+        assert run_dates(daily, run_type, at) == {
+            "ds": "2026-01-05",
+            "data_interval_start": "2026-01-05T01:30:00+00:00",
+            "data_interval_end": "2026-01-05T01:30:00+00:00",
+        }
+    assert run_dates(spec(None), RunType.SCHEDULED, d(4))["data_interval_end"] == (
+        "2026-01-04T00:00:00+00:00"
+    )

@@ -73,8 +73,9 @@ WHERE dag_run_id = :run_pk
 ORDER BY task_id, map_index;
 
 -- name: run_conf
--- The conf of the claimed try's run and the asset events that triggered it, by its key
--- (read only when its task takes the context).
-SELECT conf, triggering_events
+-- The conf of the claimed try's run, the asset events that triggered it and its type (a
+-- scheduled run covers an interval of its schedule), by its key (read only when its task
+-- takes the context).
+SELECT conf, triggering_events, run_type
 FROM dag_run
 WHERE id = :run_pk;
