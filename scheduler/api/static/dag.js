@@ -1,5 +1,5 @@
 /* `/dags/{dag_id}`: the grid of runs by tasks, the graph and Gantt chart of one run, the
-   trigger form and the task panel.
+   trigger form (a field per param of the DAG, or its raw JSON conf) and the task panel.
 
    The grid refreshes every ACTIVE_MS while a run is queued or running, else every IDLE_MS;
    an open panel refreshes with it until its try has finished. It reads the compact grid
@@ -82,6 +82,7 @@
       if (dag.watch_error) uses.push("watch error: " + dag.watch_error);
       $("dag-assets").textContent = uses.join(" · ");
       $("dag-assets").hidden = !uses.length;
+      showParams(dag.params);
     } catch (e) {
       $("title").textContent = dagId;
       $("crumb").textContent = dagId;
@@ -373,30 +374,212 @@
   }
 
   // -- trigger ---------------------------------------------------------------------------
+  /* The trigger form: with params (the DAG's JSON Schema, `dag.params`), one field per
+     param (a number input for an integer or a number, a select for an enum, a checkbox
+     for a boolean, a JSON text area for an object or an array, else a text input, a date
+     picker for format "date"), its default filled in, its type and description said;
+     the conf sent is their values, typed. "Edit the conf as raw JSON" swaps the fields
+     for the conf's text area (filled with the fields' values, keeping its other keys),
+     whose JSON object is then sent as it is. Without params, the text area alone. The
+     API checks the conf against the params and answers a refusal in one line. */
+  let paramsKey = null; /* the params' schema the fields were built from, as JSON */
+  let paramFields = []; /* {name, schema, required, input} of each field shown */
+
+  function mainType(schema) {
+    const type = schema.type;
+    if (Array.isArray(type)) return type.find((t) => t !== "null") || null;
+    return typeof type === "string" ? type : null;
+  }
+
+  function shown(value) { return typeof value === "string" ? value : JSON.stringify(value); }
+
+  function paramInput(id, schema, type, required) {
+    const hasDefault = Object.prototype.hasOwnProperty.call(schema, "default");
+    const value = schema.default;
+    if (Array.isArray(schema.enum)) {
+      const options = schema.enum.map((choice, i) => S.el("option", {
+        value: String(i), text: shown(choice),
+        selected: hasDefault && JSON.stringify(choice) === JSON.stringify(value),
+      }));
+      const none = hasDefault ? [] : [S.el("option", { value: "", text: "(choose)" })];
+      return S.el("select", { id }, [...none, ...options]);
+    }
+    if (type === "boolean") return S.el("input", { id, type: "checkbox", checked: value === true });
+    if (type === "integer" || type === "number") {
+      return S.el("input", {
+        id, type: "number", step: type === "integer" ? "1" : "any",
+        min: typeof schema.minimum === "number" ? schema.minimum : null,
+        max: typeof schema.maximum === "number" ? schema.maximum : null,
+        value: hasDefault && typeof value === "number" ? String(value) : null,
+        required,
+      });
+    }
+    if (type === "object" || type === "array") {
+      const area = S.el("textarea", { id, rows: "2", spellcheck: "false", required });
+      if (hasDefault) area.value = JSON.stringify(value);
+      return area;
+    }
+    const input = S.el("input", {
+      id, type: schema.format === "date" ? "date" : "text", autocomplete: "off",
+      spellcheck: "false", required,
+    });
+    if (hasDefault) input.value = shown(value);
+    return input;
+  }
+
+  /* The words beside a param's name: its type and rules, and whether it is required. */
+  function paramHint(schema, type, required) {
+    const words = [];
+    if (Array.isArray(schema.enum)) words.push("one of " + schema.enum.map(shown).join(", "));
+    else if (type) words.push(type);
+    if (schema.format) words.push(schema.format);
+    if (typeof schema.minimum === "number") words.push("≥ " + schema.minimum);
+    if (typeof schema.maximum === "number") words.push("≤ " + schema.maximum);
+    if (type === "object" || type === "array") words.push("JSON");
+    words.push(required ? "required" : "default " + shown(schema.default));
+    return words.join(", ");
+  }
+
+  function showParams(params) {
+    const properties = (params && params.properties) || {};
+    const names = Object.keys(properties);
+    const key = JSON.stringify(params || null);
+    if (key === paramsKey) return;
+    paramsKey = key;
+    const required = new Set((params && params.required) || []);
+    paramFields = names.map((name, i) => {
+      const schema = properties[name] || {};
+      const type = mainType(schema);
+      const id = "param-" + i;
+      const input = paramInput(id, schema, type, required.has(name));
+      input.dataset.param = name;
+      const help = schema.description
+        ? S.el("p", { id: id + "-help", class: "param-help muted small", text: schema.description })
+        : null;
+      if (help) input.setAttribute("aria-describedby", help.id);
+      const label = S.el("label", { for: id }, [
+        S.el("span", { class: "mono", text: name }), " ",
+        S.el("span", { class: "muted small", text: "(" + paramHint(schema, type, required.has(name)) + ")" }),
+      ]);
+      const row = type === "boolean" && !Array.isArray(schema.enum)
+        ? S.el("div", { class: "param-field" }, [S.el("div", { class: "check" }, [input, label]), help])
+        : S.el("div", { class: "param-field" }, [label, input, help]);
+      return { name, schema, type, required: required.has(name), input, row };
+    });
+    const legend = $("param-fields").querySelector("legend");
+    $("param-fields").replaceChildren(legend, ...paramFields.map((f) => f.row));
+    $("params-box").hidden = !names.length;
+    $("conf-raw").checked = false;
+    showRaw();
+  }
+
+  /* The form's fields or the raw text area, as "raw JSON" says (always the text area
+     for a DAG without params). */
+  function showRaw() {
+    const raw = !paramFields.length || $("conf-raw").checked;
+    $("param-fields").hidden = raw;
+    $("conf-box").hidden = !raw;
+  }
+
+  class FieldError extends Error {
+    constructor(message, input) { super(message); this.input = input; }
+  }
+
+  /* The fields' values, typed: a number input's as a number, a select's as its choice,
+     JSON as parsed; an empty field is left out (its default applies). */
+  function paramValues() {
+    const values = {};
+    for (const field of paramFields) {
+      const { name, schema, type, input } = field;
+      if (Array.isArray(schema.enum)) {
+        if (input.value !== "") values[name] = schema.enum[Number(input.value)];
+      } else if (type === "boolean") {
+        values[name] = input.checked;
+      } else if (type === "integer" || type === "number") {
+        const text = input.value.trim();
+        if (text !== "") {
+          const number = Number(text);
+          if (!Number.isFinite(number)) throw new FieldError("Param " + name + " is not a number", input);
+          values[name] = number;
+        }
+      } else if (type === "object" || type === "array") {
+        const text = input.value.trim();
+        if (text !== "") {
+          try { values[name] = JSON.parse(text); } catch (e) {
+            throw new FieldError("Param " + name + " is not valid JSON: " + e.message, input);
+          }
+        }
+      } else if (input.value !== "" || Object.prototype.hasOwnProperty.call(schema, "default")) {
+        values[name] = input.value;
+      }
+    }
+    return values;
+  }
+
+  /* The raw text area's JSON object; a FieldError saying what is wrong with it. */
+  function rawConf() {
+    const text = $("conf").value.trim();
+    if (!text) return {};
+    let conf;
+    try { conf = JSON.parse(text); } catch (e) {
+      throw new FieldError("Conf is not valid JSON: " + e.message, $("conf"));
+    }
+    if (conf === null || typeof conf !== "object" || Array.isArray(conf)) {
+      throw new FieldError("Conf must be a JSON object, e.g. {\"key\": 1}", $("conf"));
+    }
+    return conf;
+  }
+
+  /* Set the fields from a conf's params (those it gives; the others keep their value). */
+  function fillFields(conf) {
+    for (const { name, schema, type, input } of paramFields) {
+      if (!Object.prototype.hasOwnProperty.call(conf, name)) continue;
+      const value = conf[name];
+      if (Array.isArray(schema.enum)) {
+        const i = schema.enum.findIndex((c) => JSON.stringify(c) === JSON.stringify(value));
+        if (i >= 0) input.value = String(i);
+      } else if (type === "boolean") input.checked = value === true;
+      else if (type === "object" || type === "array") input.value = JSON.stringify(value);
+      else input.value = shown(value);
+    }
+  }
+
+  $("conf-raw").addEventListener("change", () => {
+    const out = $("trigger-result");
+    try {
+      if ($("conf-raw").checked) {
+        let others = {};
+        try { others = rawConf(); } catch (e) { others = {}; }
+        $("conf").value = JSON.stringify({ ...others, ...paramValues() }, null, 2);
+      } else {
+        fillFields(rawConf());
+      }
+      S.setStatus(out, "");
+    } catch (e) {
+      $("conf-raw").checked = !$("conf-raw").checked; /* stay where the error is */
+      S.setStatus(out, e.message, "error");
+      if (e.input) e.input.focus();
+    }
+    showRaw();
+  });
+
   $("trigger-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const out = $("trigger-result");
     const body = {};
     const runId = $("run-id").value.trim();
     const logicalDate = $("logical-date").value.trim();
-    const confText = $("conf").value.trim();
     const version = $("version").value.trim();
     if (runId) body.run_id = runId;
     if (version) body.version = version;
     if (logicalDate) body.logical_date = logicalDate;
-    if (confText) {
-      let conf;
-      try { conf = JSON.parse(confText); } catch (e) {
-        S.setStatus(out, "Conf is not valid JSON: " + e.message, "error");
-        $("conf").focus();
-        return;
-      }
-      if (conf === null || typeof conf !== "object" || Array.isArray(conf)) {
-        S.setStatus(out, "Conf must be a JSON object, e.g. {\"key\": 1}", "error");
-        $("conf").focus();
-        return;
-      }
-      body.conf = conf;
+    try {
+      const conf = $("conf-box").hidden ? paramValues() : rawConf();
+      if (Object.keys(conf).length) body.conf = conf;
+    } catch (e) {
+      S.setStatus(out, e.message, "error");
+      if (e.input) e.input.focus();
+      return;
     }
     const button = event.submitter || event.target.querySelector("button[type=submit]");
     button.disabled = true;
