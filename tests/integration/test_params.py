@@ -3,13 +3,15 @@ and exit 2 (the CLI, `sluice standalone`) or a 422 with the same line (the API),
 is written; the defaults and the conf's values reach `context["params"]` of a real run, with
 `ds` and the data interval of a manual, a scheduled and a backfill run.
 
-Real PostgreSQL, Redis, `sluice scheduler` and `sluice worker`.
+Real PostgreSQL, Redis, `sluice scheduler` and `sluice worker`; `sluice standalone` on
+SQLite for the runs that TriggerDagRun and a watch ask for.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 import textwrap
 import uuid
 from pathlib import Path
@@ -22,7 +24,8 @@ from sluice.scheduler.api.app import create_app
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings
 from tests.integration.test_cancel_run import rows
-from tests.procs import Sluice, standalone
+from tests.integration.test_standalone import background, env_for, rows_once_there
+from tests.procs import SLUICE, Sluice, standalone, wait_until
 
 TODAY = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
@@ -205,3 +208,81 @@ def test_params_and_dates_reach_the_context_of_real_runs(sluice: Sluice) -> None
     assert (
         dates["data_interval_start"] == dates["data_interval_end"] == ("2026-05-02T00:00:00+00:00")
     )
+
+
+ELSEWHERE = """
+import pathlib
+from datetime import timedelta
+import sluice
+from sluice import DAG, Param, task
+
+INBOX = pathlib.Path({inbox!r})
+
+with DAG("typed", schedule=None, params={{
+    "n": Param(10, type="integer", minimum=1),
+    "day": Param(type="string", format="date"),
+}}):
+    @task
+    def show(context):
+        return context["params"]
+
+with DAG("caller", schedule=None):
+    sluice.TriggerDagRun("start_typed", trigger_dag_id="typed", conf={{"n": 0, "day": "2026-03"}})
+
+def files(context):
+    for path in sorted(INBOX.iterdir()):
+        yield sluice.RunRequest(run_key=path.name, conf={{"n": int(path.read_text())}})
+
+with DAG("watched", schedule=sluice.Watch(files, interval=timedelta(seconds=0.5)),
+         params={{"n": Param(1, type="integer", minimum=1)}}):
+    @task
+    def process(context):
+        return context["params"]["n"]
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_triggered_run_and_a_watchs_request_are_checked_where_the_run_is_made(
+    tmp_path: Path,
+) -> None:
+    """`sluice standalone` on SQLite: TriggerDagRun with a conf the target's params refuse
+    fails with the line and makes no run; a watch's request with such a conf makes no run,
+    is the watch's error, and the other requests make theirs."""
+    dags, inbox = tmp_path / "dags", tmp_path / "inbox"
+    dags.mkdir()
+    inbox.mkdir()
+    (dags / "elsewhere.py").write_text(textwrap.dedent(ELSEWHERE.format(inbox=str(inbox))))
+    url = f"sqlite:///{tmp_path / 'sluice.db'}"
+    env = env_for(url, dags)
+
+    def runs(dag_id: str) -> list[tuple[object, ...]] | None:
+        return rows_once_there(
+            url, f"SELECT run_id, state FROM dag_run WHERE dag_id = '{dag_id}' ORDER BY run_id"
+        )
+
+    with background(tmp_path, env) as started:
+        wait_until(lambda: "dags trigger" in started.stderr(), timeout=60)
+        (inbox / "bad").write_text("0")
+        (inbox / "good").write_text("2")
+        wait_until(lambda: runs("watched") == [("watch__good", "success")], timeout=30)
+        error = wait_until(
+            lambda: rows(url, "SELECT last_error FROM dag_watch WHERE dag_id = 'watched'")[0][0]
+        )
+        assert error == "run key 'bad': param 'n': 0 is less than the minimum of 1"
+        done = subprocess.run(
+            [*SLUICE, "dags", "trigger", "caller"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        wait_until(lambda: [s for _, s in runs("caller") or []] == ["failed"], timeout=30)
+        (failure,) = rows(url, "SELECT error FROM task_instance WHERE dag_id = 'caller'")
+        assert failure[0] == (
+            "cannot trigger a run of DAG 'typed': param 'n': 0 is less than the minimum of 1"
+        )
+        assert runs("typed") == []
+        assert runs("watched") == [("watch__good", "success")]
+        assert started.proc.poll() is None
