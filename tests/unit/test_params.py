@@ -4,12 +4,15 @@ checked against them in one line, the defaults filling what a conf leaves out.""
 from __future__ import annotations
 
 import datetime as dt
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sluice
 from sluice import DAG, DagDefinitionError, Param, task
+from sluice.tasks.loader import load_file
 from sluice.tasks.params import ParamsError, param_values, resolve_params
 from sluice.tasks.serialize import serialize_dag, version_hash
 
@@ -212,3 +215,24 @@ def test_params_are_serialized_only_when_set() -> None:
 
     assert serialize_dag(typed)["params"] == typed.params_schema
     assert version_hash(serialize_dag(typed))
+
+
+def test_the_readmes_example_loads_and_refuses_as_it_says(tmp_path: Path) -> None:
+    text = (Path(__file__).parents[2] / "README.md").read_text()
+    section = text[text.index("### Params") :]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None
+    (tmp_path / "report.py").write_text(block.group(1))
+    (dag,) = load_file(tmp_path / "report.py")
+    schema = serialize_dag(dag)["params"]
+    assert schema["required"] == ["day"]
+    assert resolve_params(schema, {"day": "2026-03-01"}) == {
+        "n": 10,
+        "day": "2026-03-01",
+        "mode": "fast",
+    }
+    said = " ".join(section[: section.index("### Mapping")].split())
+    assert "`sluice: error: param 'n': 0 is less than the minimum of 1`" in said
+    assert refused(schema, {"n": 0, "day": "2026-03-01"}) == (
+        "param 'n': 0 is less than the minimum of 1"
+    )
