@@ -191,8 +191,15 @@ def test_each_run_runs_the_code_of_its_commit(sluice: Sluice, tmp_path: Path) ->
         sluice.db_task_states("versioned", r1),
         sluice.db_task_states("versioned", r2),
     )
-    # r1's b (and the older runs') wait at the gate: the worker dies under them
-    wait_until(lambda: any(x.endswith("a-v1") for x in lines(record)), timeout=60)
+    # r1's b (and the older runs') wait at the gate: the worker dies under them, once
+    # every v1 run's a is recorded (a try of a killed with it would fail its run)
+    wait_until(
+        lambda: all(
+            sluice.db_task_states("versioned", run_id).get("a", {}).get("state") == "success"
+            for run_id in (r1, old, tagged)
+        ),
+        timeout=60,
+    )
     wait_until(
         lambda: sluice.db_task_states("versioned", r1).get("b", {}).get("state") == "running",
         timeout=60,
