@@ -5,10 +5,10 @@ Each tick of the main thread (its own short transactions): every heartbeat inter
 heartbeat the `job` row, renew the leases of the triggers it runs (a trigger another
 triggerer took after a lapse is cancelled here) and drop trigger rows whose TI moved
 meanwhile; ask what waits (`waiting_kinds`: an idle tick is that one query); fail the
-TIs whose trigger timed out; lease new triggers up to the capacity (`FOR UPDATE SKIP LOCKED`) and start them
-on the loop; then record what the loop reported: a first event resumes its TI
-(`deferred -> scheduled`, one compare-and-set on the trigger's attempt), an exception
-fails it (retries apply), and the schedulers are woken.
+TIs whose trigger timed out; lease new triggers up to the capacity (`FOR UPDATE SKIP
+LOCKED`) and start them on the loop; then record what the loop reported: a first event
+resumes its TI (`deferred -> scheduled`, one compare-and-set on the trigger's attempt),
+an exception fails it (retries apply), and the schedulers are woken.
 
 `Event`, `RunFinished` and `CreateRun` triggers are not leased nor run: at each tick every
 triggerer resumes the TIs whose `Event` an event stored since their run was queued fires
