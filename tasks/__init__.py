@@ -22,6 +22,7 @@ from sluice.tasks.notifiers import Webhook
 from sluice.tasks.params import Param
 from sluice.tasks.sensor import PokeReturnValue
 from sluice.tasks.task import ShellTask, Task, task
+from sluice.tasks.task_group import TaskGroup, task_group
 from sluice.tasks.trigger_dag_run import TriggerDagRun
 from sluice.tasks.trigger_rules import TriggerRule
 from sluice.tasks.triggers import Trigger, TriggerEvent, defer
@@ -41,6 +42,7 @@ __all__ = [
     "ShellTask",
     "Skip",
     "Task",
+    "TaskGroup",
     "TaskStopped",
     "TaskTimeout",
     "Trigger",
@@ -52,4 +54,5 @@ __all__ = [
     "Webhook",
     "defer",
     "task",
+    "task_group",
 ]

@@ -195,6 +195,8 @@ class DAG:
         self.description = description
         self.fileloc: str = _caller_file()
         self.tasks: dict[str, Task] = {}
+        self.task_groups: dict[str, Any] = {}
+        """Its task groups by id, in definition order (``task_group.TaskGroup``)."""
         for found in _collectors:
             found.append(self)
 
@@ -217,6 +219,10 @@ class DAG:
         """Register ``task``; a second task with the same id is an error."""
         if task.task_id in self.tasks:
             raise DagDefinitionError(f"duplicate task_id '{task.task_id}' in DAG '{self.dag_id}'")
+        if task.task_id in self.task_groups:
+            raise DagDefinitionError(
+                f"task_id '{task.task_id}' in DAG '{self.dag_id}' is the id of a task group"
+            )
         self.tasks[task.task_id] = task
 
     def get_task(self, task_id: str) -> Task:

@@ -52,3 +52,40 @@ def leave(dag: TaskOwner[Any]) -> None:
         _context_stack.pop()
     elif dag in _context_stack:
         _context_stack.remove(dag)
+
+
+class GroupOwner(Protocol):
+    """A task group as a task made inside its ``with`` block sees it (`task_group`):
+    its DAG, the id a task named `label` gets in it, and its tasks, which a new task joins."""
+
+    @property
+    def dag(self) -> TaskOwner[Any]: ...
+
+    def child_id(self, label: str) -> str: ...
+
+    def add_task(self, task: Any) -> None: ...
+
+
+_group_stack: list[GroupOwner] = []
+"""Task groups entered with ``with`` (or a ``@task_group`` function's call), innermost last."""
+
+
+def current_group(dag: TaskOwner[Any] | None = None) -> GroupOwner | None:
+    """The innermost task group whose block is running (of `dag`, when given), or None."""
+    if not _group_stack:
+        return None
+    group = _group_stack[-1]
+    return group if dag is None or group.dag is dag else None
+
+
+def enter_group(group: GroupOwner) -> None:
+    """`group`'s block starts: the tasks and groups made now join it."""
+    _group_stack.append(group)
+
+
+def leave_group(group: GroupOwner) -> None:
+    """`group`'s block ends (even out of order: a block left by an exception)."""
+    if _group_stack and _group_stack[-1] is group:
+        _group_stack.pop()
+    elif group in _group_stack:
+        _group_stack.remove(group)

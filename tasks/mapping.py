@@ -41,7 +41,9 @@ class MapSpec:
 
     mode: str
     args: tuple[tuple[str, Any], ...]
-    """(argument name, source) in the order given; for ``kwargs`` one pair named ``*``."""
+    """(argument name, source) in the order given; for ``kwargs`` one pair named ``*``.
+    Empty for a task of a mapped task group that follows a task of the group without
+    taking a mapped argument: it maps one to one (``per_index``) on that task alone."""
 
 
 def reference_of(source: Any) -> str | None:
@@ -112,6 +114,8 @@ def index_kwargs(
     """The expanded arguments of index `index`. `upstream` holds each referenced
     upstream's output (for the `per_index` upstream: its index `index` result)."""
     if per_index is not None:
+        if not spec.args:  # a mapped task group's follower: it takes no mapped argument
+            return {}
         ((name, _source),) = spec.args
         return {name: upstream[per_index]}
     lists: list[list[Any]] = []

@@ -17,6 +17,7 @@ from sluice.tasks.celery_task import CeleryTask, to_json
 from sluice.tasks.dag import DAG
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH, KWARGS, map_json, reference_of
 from sluice.tasks.task import Task
+from sluice.tasks.task_group import groups_json
 
 #: Cap on an exponential-backoff retry delay when the task sets no ``max_retry_delay``.
 MAX_BACKOFF_DELAY = timedelta(hours=24)
@@ -149,6 +150,9 @@ def serialize_dag(dag: DAG) -> dict[str, Any]:
         spec["callbacks"] = kinds_set(dag.callbacks)
     if dag.params_schema is not None:  # only when set: other DAGs keep their version hash
         spec["params"] = dag.params_schema
+    groups = groups_json(dag, lambda source: to_json(source, strict=False))
+    if groups is not None:  # only with groups: other DAGs keep their version hash
+        spec["groups"] = groups
     return spec
 
 

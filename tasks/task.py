@@ -16,7 +16,7 @@ from typing import Any, TypeVar, overload
 from sluice.tasks.arguments import Upstream, references, task_of
 from sluice.tasks.assets import Asset, check_outlets
 from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
-from sluice.tasks.dag_context import DAG_ID_RE, TaskOwner, current_dag
+from sluice.tasks.dag_context import DAG_ID_RE, GroupOwner, TaskOwner, current_dag, current_group
 from sluice.tasks.errors import DagDefinitionError
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH, KWARGS, PRODUCT, MapSpec, reference_of
 from sluice.tasks.sensor import SensorOptions, sensor_options
@@ -135,11 +135,17 @@ def _check_binding(
         raise DagDefinitionError(f"task '{task_id}' is called with bad arguments: {exc}") from None
 
 
-def _as_tasks(other: object) -> list[Task]:
-    """The tasks `other` names: a task, a task's result (`Upstream`), or a list of them."""
+def _as_tasks(other: object, downstream: bool = True) -> list[Task]:
+    """The tasks `other` names: a task, a task's result (`Upstream`), a task group, or a
+    list of them. A group (anything with ``link_tasks``, `task_group.TaskGroup`) stands
+    for its roots on the `downstream` side of a link, for its leaves upstream."""
     items = list(other) if isinstance(other, list | tuple | set | frozenset) else [other]
     found: list[Task] = []
     for item in items:
+        link_tasks = getattr(item, "link_tasks", None)
+        if callable(link_tasks):
+            found.extend(link_tasks(downstream))
+            continue
         if isinstance(item, Upstream):
             item = task_of(item)
         if not isinstance(item, Task):
@@ -184,6 +190,14 @@ class Task:
                 f"invalid task_id {task_id!r} in DAG '{dag.dag_id}': "
                 "use 1-250 letters, digits, '_', '.' or '-', not only dots"
             )
+        group = current_group(dag)
+        if group is not None:  # made inside a task group: its id gets the group's prefix
+            task_id = group.child_id(task_id)
+            if not DAG_ID_RE.match(task_id):
+                raise DagDefinitionError(
+                    f"invalid task_id {task_id!r} in DAG '{dag.dag_id}': "
+                    "use 1-250 letters, digits, '_', '.' or '-', not only dots"
+                )
         if self.kind == "python" and not callable(python_callable):
             raise DagDefinitionError(f"task '{task_id}' needs a python_callable")
         opts = _resolve_options(task_id, dag, options)
@@ -223,7 +237,14 @@ class Task:
         """Set by ``@task.sensor``: the function pokes (``sluice.tasks.sensor``)."""
         self.outlets: tuple[Asset, ...] = opts["outlets"]
         """The assets each success of the task records an event of (``tasks.assets``)."""
+        self.follows_index: str | None = None
+        """Of a task of a mapped task group that takes no mapped argument but follows a
+        task of the group: that task, whose index i its index i follows (``per_index``)."""
+        self.task_group: GroupOwner | None = group
+        """The innermost task group the task was made in (``task_group.TaskGroup``)."""
         dag.add_task(self)
+        if group is not None:
+            group.add_task(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.dag.dag_id}.{self.task_id}>"
@@ -331,6 +352,8 @@ class Task:
     def per_index(self) -> str | None:
         """The mapped task this one maps one to one (it is expanded over that task's
         output alone: its index i takes that task's index i result), else None."""
+        if self.map is not None and not self.map.args:
+            return self.follows_index
         if self.map is None or self.map.mode != PRODUCT or len(self.map.args) != 1:
             return None
         ref = reference_of(self.map.args[0][1])
@@ -347,12 +370,12 @@ class Task:
 
     def set_downstream(self, other: Task | Upstream | Iterable[Task | Upstream]) -> None:
         """Make ``other`` (a task, a task's result, or a list of them) run after this task."""
-        for down in _as_tasks(other):
+        for down in _as_tasks(other, downstream=True):
             _link(self, down)
 
     def set_upstream(self, other: Task | Upstream | Iterable[Task | Upstream]) -> None:
         """Make ``other`` (a task, a task's result, or a list of them) run before this task."""
-        for up in _as_tasks(other):
+        for up in _as_tasks(other, downstream=False):
             _link(up, self)
 
     def __rshift__(self, other: _Deps) -> _Deps:
