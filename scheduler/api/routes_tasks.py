@@ -44,7 +44,7 @@ from sluice.scheduler.core.models import DagRun, TaskInstance, Trigger
 from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, TaskInstanceState
-from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances
+from sluice.scheduler.scheduling.clearing import UnknownTask, clear_task_instances, groups_of
 from sluice.scheduler.scheduling.marking import Marked
 from sluice.tasks.triggers import EVENT_CLASSPATH
 
@@ -186,14 +186,18 @@ def clear_task(
 ) -> ClearOut:
     """Reset the task instance (and with `downstream`, its downstream) so it runs again:
     every index of a mapped task, or with `map_index` that one (and with `downstream` only
-    what depends on it)."""
+    what depends on it). A task group's id in place of `task_id` clears the group's tasks
+    (its nested groups' included; with `map_index`, that index of each)."""
     map_index = body.map_index if body is not None else None
-    if map_index is not None:
-        dag, run, _ = find_ti(session, dag_id, run_id, task_id, map_index)
-    else:
-        dag, run = find_task(session, dag_id, run_id, task_id)
-    downstream = body.downstream if body is not None else False
+    dag, run = find_run(session, dag_id, run_id)
     dag = dag_of_run(session, run) or dag  # the run's own version: a clear keeps it
+    if task_id not in groups_of(dag):
+        if map_index is not None:
+            found, run, _ = find_ti(session, dag_id, run_id, task_id, map_index)
+        else:
+            found, run = find_task(session, dag_id, run_id, task_id)
+        dag = dag_of_run(session, run) or found
+    downstream = body.downstream if body is not None else False
     try:
         cleared = clear_task_instances(
             session, run, dag, [task_id], downstream=downstream, now=utcnow(), map_index=map_index

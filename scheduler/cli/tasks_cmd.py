@@ -32,6 +32,7 @@ from sluice.scheduler.scheduling.clearing import (
     NotVersioned,
     UnknownTask,
     clear_task_instances,
+    groups_of,
     move_to_latest,
 )
 from sluice.scheduler.scheduling.marking import TI_MARKS
@@ -49,11 +50,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dag_id")
     p.add_argument("run_id")
     p.add_argument(
+        "task_or_group",
+        nargs="?",
+        metavar="TASK_OR_GROUP",
+        help="clear this task, or this task group's tasks (as --task)",
+    )
+    p.add_argument(
         "--task",
         action="append",
         dest="task_ids",
         metavar="TASK_ID",
-        help="clear this task (repeat for more; default: every task of the run)",
+        help="clear this task or task group (repeat for more; default: every task of the run)",
     )
     p.add_argument("--downstream", action="store_true", help="also clear their downstream")
     add_map_index_argument(p, "clear only this index of the one --task (mapped)")
@@ -189,6 +196,8 @@ def states(cli: Cli, args: argparse.Namespace) -> int:
 
 def clear(cli: Cli, args: argparse.Namespace) -> int:
     now = utcnow()
+    if args.task_or_group is not None:
+        args.task_ids = [*(args.task_ids or []), args.task_or_group]
     map_index = checked_map_index(args)
     if map_index is not None and len(args.task_ids or []) != 1:
         raise CliError("--map-index names an index of one task: give exactly one --task")
@@ -202,7 +211,7 @@ def clear(cli: Cli, args: argparse.Namespace) -> int:
                 dag = session.get(Dag, args.dag_id)
                 assert dag is not None
                 move_to_latest(session, run, dag, now)
-            if map_index is not None:
+            if map_index is not None and args.task_ids[0] not in groups_of(dag):
                 cli.get_ti(session, args.dag_id, args.run_id, args.task_ids[0], map_index)
             cleared = clear_task_instances(
                 session,

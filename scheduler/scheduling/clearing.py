@@ -22,6 +22,7 @@ from sluice.scheduler.core.tracing_ids import new_carrier, trace_id_of
 from sluice.scheduler.core.transitions import move_run, move_spans, move_tis
 from sluice.scheduler.scheduling.dagrun import verify_integrity
 from sluice.tasks.mapping import per_index_of
+from sluice.tasks.task_group import group_task_ids
 
 
 class UnknownTask(LookupError):
@@ -100,6 +101,31 @@ class Cleared:
     external_ids: list[str] = field(default_factory=list)
 
 
+def groups_of(dag: Dag) -> dict[str, Any]:
+    """The serialized DAG's task groups by id (``groups``; empty for a DAG without)."""
+    return dict(dag.serialized.get("groups") or {})
+
+
+def expand_groups(dag: Dag, task_ids: Collection[str] | None) -> set[str]:
+    """`task_ids` with each task group's id replaced by the group's tasks (its nested
+    groups' included; the serialized DAG's ``groups``). Raises UnknownTask for an id that
+    is neither a task nor a group with tasks."""
+    tasks = dag.serialized["tasks"]
+    groups = dag.serialized.get("groups") or {}
+    wanted: set[str] = set()
+    for task_id in sorted(set(task_ids or [])):
+        if task_id in tasks:
+            wanted.add(task_id)
+        elif task_id in groups:
+            found = group_task_ids(groups, task_id)
+            if not found:
+                raise UnknownTask(f"task group {task_id!r} of DAG {dag.dag_id!r} has no tasks")
+            wanted.update(found)
+        else:
+            raise UnknownTask(f"DAG {dag.dag_id!r} has no task {task_id!r}")
+    return wanted
+
+
 def clear_task_instances(
     session: Session,
     run: DagRun,
@@ -112,7 +138,8 @@ def clear_task_instances(
 ) -> Cleared:
     """Reset the chosen TIs of `run` to `none` (all of them if `task_ids` is empty or None).
     With `map_index` (one task id): only that index of it, and with `downstream` only what
-    depends on that index (`index_closure`).
+    depends on that index (`index_closure`). A task group's id stands for its tasks
+    (`expand_groups`; with `map_index`, that index of each of them).
 
     Each cleared TI gets its retries again (`max_tries` counts from its current
     try), and the run goes back to `queued` so a scheduler picks it up. Raises
@@ -122,16 +149,16 @@ def clear_task_instances(
     span is continued by the next scheduler.
     """
     tasks = dag.serialized["tasks"]
-    wanted = set(task_ids or [])
-    unknown = sorted(wanted - set(tasks))
-    if unknown:
-        raise UnknownTask(f"DAG {dag.dag_id!r} has no task {unknown[0]!r}")
+    wanted = expand_groups(dag, task_ids)
     indexes: dict[str, int | None] = {}
     if map_index is not None:
-        (root,) = wanted
-        indexes = (
-            index_closure(dag.serialized, root, map_index) if downstream else {root: map_index}
-        )
+        for root in sorted(wanted):  # one task, or a group's tasks
+            part = index_closure(dag.serialized, root, map_index) if downstream else {}
+            for task_id, index in (part or {root: map_index}).items():
+                if task_id in indexes and indexes[task_id] != index:
+                    indexes[task_id] = None  # reached two ways: all of it
+                else:
+                    indexes.setdefault(task_id, index)
         wanted = set(indexes)
     elif wanted and downstream:
         wanted = downstream_closure(dag.serialized, sorted(wanted))
