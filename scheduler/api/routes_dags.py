@@ -166,12 +166,15 @@ def get_dag(dag_id: str, session: DbSession, state: State) -> Response:
     return Response(content, media_type="application/json")
 
 
-def params_of(session: Session, dag_id: str) -> dict[str, Any] | None:
-    """The DAG's params (`tasks.params.params_schema`), read alone, by their path in its
-    definition (which the route does not load: a big DAG's is big); None for none. Once
-    per DAG version and API process: the shape cache keeps them."""
-    found = session.scalar(select(Dag.serialized["params"]).where(Dag.dag_id == dag_id))
-    return found if isinstance(found, dict) else None
+def params_of(session: Session, dag_id: str) -> tuple[Any, Any]:
+    """The DAG's params (`tasks.params.params_schema`) and task groups
+    (`tasks.task_group.groups_json`), read alone, by their paths in its definition (which
+    the route does not load: a big DAG's is big); None for none. Once per DAG version and
+    API process: the shape cache keeps them."""
+    found = session.execute(
+        select(Dag.serialized["params"], Dag.serialized["groups"]).where(Dag.dag_id == dag_id)
+    ).first()
+    return (found[0], found[1]) if found is not None else (None, None)
 
 
 @router.patch(

@@ -223,10 +223,18 @@ _PARAMS = (
 )
 
 
+class TaskGroupOut(BaseModel):
+    group_id: str
+    parent: str | None = Field(description="the group it is nested in (null at the top)")
+    mapped: bool = Field(description="a mapped task group (`.expand`)")
+    tasks: list[str] = Field(description="its task ids, its nested groups' included")
+
+
 class DagDetail(DagSummary):
     consumes: list[str] = Field(description="the URIs of the assets its schedule names")
     produces: list[str] = Field(description="the URIs of the assets its tasks' outlets name")
     params: dict[str, Any] = Field(description=_PARAMS)
+    groups: list[TaskGroupOut] = Field(description="its task groups, in definition order")
     tasks: list[TaskSpecOut] = Field(description="in topological order")
 
 

@@ -48,10 +48,46 @@ NO_PARAMS: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
 
 
 def _params_json(spec: dict[str, Any]) -> bytes:
-    """The `params` of a definition (`tasks.params.params_schema`) as the DAG detail's
-    JSON; `NO_PARAMS` for a DAG without params."""
+    """The DAG detail's `params` and `groups` fields of a definition, as JSON (the
+    fields alone, without braces): its params (`tasks.params.params_schema`; `NO_PARAMS`
+    for a DAG without params) and its task groups (`groups_out`)."""
     params = spec.get("params")
-    return json.dumps(params if isinstance(params, dict) else NO_PARAMS).encode("utf-8")
+    fields = {
+        "params": params if isinstance(params, dict) else NO_PARAMS,
+        "groups": groups_out(spec.get("groups")),
+    }
+    return json.dumps(fields, separators=(",", ":")).encode("utf-8")[1:-1]
+
+
+def groups_out(groups: Any) -> list[dict[str, Any]]:
+    """A definition's task groups (`tasks.task_group.groups_json`) as the DAG detail
+    lists them, in definition order: each group's id, its parent group (None at the
+    top), whether it is mapped, and its task ids, its nested groups' included."""
+    if not isinstance(groups, dict):
+        return []
+    own = {
+        group_id: [str(t) for t in (spec.get("tasks") or [])]
+        for group_id, spec in groups.items()
+        if isinstance(spec, dict)
+    }
+    parents = {group_id: groups[group_id].get("parent") for group_id in own}
+
+    def members(group_id: str) -> list[str]:
+        found = list(own[group_id])
+        for child, parent in parents.items():
+            if parent == group_id:
+                found += members(child)
+        return found
+
+    return [
+        {
+            "group_id": group_id,
+            "parent": parents[group_id],
+            "mapped": bool(groups[group_id].get("map")),
+            "tasks": members(group_id),
+        }
+        for group_id in own
+    ]
 
 
 NO_PARAMS_JSON = _params_json({})
@@ -68,8 +104,8 @@ class DagShape:
     """The DAG detail's `tasks` (a `TaskSpecOut` per task, in `order`) as JSON, built on
     first use."""
     params_json: bytes | None = None
-    """The DAG detail's `params` (its params' JSON Schema, `NO_PARAMS` for none) as JSON,
-    read on first use."""
+    """The DAG detail's `params` (its params' JSON Schema, `NO_PARAMS` for none) and
+    `groups` fields as JSON (`_params_json`), read on first use."""
 
     @property
     def size(self) -> int:
@@ -139,13 +175,15 @@ class ShapeCache:
             return built
         return shape.tasks_json
 
-    def params_json(self, dag: Dag, read: Callable[[], Any]) -> bytes:
-        """The DAG detail's `params` as JSON: the first time, `read()` (the params alone,
-        read from the definition by their path: `routes_dags.params_of`), unless the
-        shape was made from the whole definition, which gave them."""
+    def params_json(self, dag: Dag, read: Callable[[], tuple[Any, Any]]) -> bytes:
+        """The DAG detail's `params` and `groups` as JSON: the first time, `read()` (the
+        params and the groups alone, read from the definition by their paths:
+        `routes_dags.params_of`), unless the shape was made from the whole definition,
+        which gave them."""
         shape = self.shape(dag)
         if shape.params_json is None:
-            built = _params_json({"params": read()})
+            params, groups = read()
+            built = _params_json({"params": params, "groups": groups})
             key = (dag.dag_id, dag.version_hash)
             with self._lock:
                 if shape.params_json is None:
@@ -173,16 +211,16 @@ def dag_detail_json(
     assets: dict[str, list[str]] | None = None,
     params_json: bytes = NO_PARAMS_JSON,
 ) -> bytes:
-    """The `DagDetail` of `summary` with its assets, params and these tasks, as JSON: the
-    summary's own JSON with `consumes`, `produces`, `params` and `tasks` appended (the
+    """The `DagDetail` of `summary` with its assets, params, groups and these tasks, as
+    JSON: the summary's own JSON with `consumes`, `produces`, `params`, `groups` and
+    `tasks` appended (the
     last fields of `DagDetail`), so a big DAG's task list is not rebuilt, validated and
     encoded again at every request."""
     head = summary.model_dump_json().encode("utf-8")
     assets = assets or {}
     used = {"consumes": assets.get("consumes", []), "produces": assets.get("produces", [])}
     middle = json.dumps(used, separators=(",", ":")).encode("utf-8")[1:-1]
-    params = b',"params":' + params_json
-    return head[:-1] + b"," + middle + params + b',"tasks":' + tasks_json + b"}"
+    return head[:-1] + b"," + middle + b"," + params_json + b',"tasks":' + tasks_json + b"}"
 
 
 def dag_summary(

@@ -43,6 +43,9 @@
   let pickedRun = null; /* the run the user selected; null: the newest */
   let view = "graph"; /* the run view's tab: "graph" or "gantt" */
   let ganttDone = null; /* the run whose Gantt chart is loaded and will not change */
+  let groupIndex = SluiceGroups.index([]); /* the DAG's task groups */
+  let groupsSeen = "[]"; /* their JSON, to redraw the grid when they change */
+  const openGroups = new Set(); /* the groups shown open: a group is one row, one box, until opened */
 
   function report(text, kind) { S.setStatus(status, text, kind); }
 
@@ -66,7 +69,11 @@
       document.title = dag.dag_id + " · Sluice";
       const changed = !dagTasks || JSON.stringify(dagTasks) !== JSON.stringify(dag.tasks);
       dagTasks = dag.tasks;
-      if (changed) graph = null;
+      const regrouped = JSON.stringify(dag.groups || []) !== groupsSeen;
+      groupsSeen = JSON.stringify(dag.groups || []);
+      groupIndex = SluiceGroups.index(dag.groups);
+      if (changed || regrouped) graph = null;
+      if (regrouped && lastGrid) renderGrid(lastGrid); /* drawn before the groups were known */
       $("title").textContent = dag.dag_id;
       $("crumb").textContent = dag.dag_id;
       $("pause-slot").replaceChildren(S.pauseSwitch(dag.dag_id, dag.is_paused, report));
@@ -187,6 +194,70 @@
     }));
   }
 
+  function taskRow(grid, taskId, row, depth) {
+    const head = S.el("th", { scope: "row", text: taskId });
+    if (depth) head.style.paddingLeft = (0.4 + depth * 1.2) + "em";
+    return S.el("tr", { dataset: { task: taskId } }, [
+      head,
+      ...grid.runs.map((run) => cell(grid, run, row, taskId)),
+    ]);
+  }
+
+  function toggleGroup(groupId) {
+    if (openGroups.has(groupId)) openGroups.delete(groupId);
+    else openGroups.add(groupId);
+    graph = null;
+    if (lastGrid) renderGrid(lastGrid);
+  }
+
+  /* A group's row: a button that opens or closes it, and in each run one cell, the
+     most pressing state of its tasks (the counts of each in its title). */
+  function groupRow(grid, groupId, rowOf, depth) {
+    const open = openGroups.has(groupId);
+    const members = (groupIndex.members.get(groupId) || []).filter((t) => rowOf.has(t));
+    const label = groupId + (groupIndex.mapped.has(groupId) ? " (mapped group)" : " (group)");
+    const toggle = S.el("button", {
+      type: "button", class: "group-toggle", dataset: { group: groupId },
+      "aria-expanded": open ? "true" : "false",
+      text: (open ? "▾ " : "▸ ") + label,
+      on: { click: () => toggleGroup(groupId) },
+    });
+    const head = S.el("th", { scope: "row" }, toggle);
+    if (depth) head.style.paddingLeft = (0.4 + depth * 1.2) + "em";
+    const cells = grid.runs.map((run) => {
+      const states = members.map((t) => cellOf(grid, run, rowOf.get(t)).state);
+      const state = SluiceGroups.aggregate(states);
+      const counts = SluiceGroups.countsOf(states);
+      const words = groupId + " in " + run.run_id + ": " + countsText(counts);
+      return S.el("td", {}, S.el("button", {
+        type: "button", class: "cell group-cell state-" + state,
+        dataset: { group: groupId, run: run.run_id, state },
+        title: words, "aria-label": words, text: S.stateAbbr(state),
+        on: { click: () => toggleGroup(groupId) },
+      }));
+    });
+    return S.el("tr", { class: "group-row", dataset: { group: groupId } }, [head, ...cells]);
+  }
+
+  /* The grid's rows: each task's, under a row for each group it is in (before the
+     group's first task), hidden while one of its groups is closed. */
+  function gridBody(grid, rows) {
+    if (groupIndex.empty) return rows.map((taskId, row) => taskRow(grid, taskId, row, 0));
+    const rowOf = new Map(rows.map((t, i) => [t, i]));
+    const out = [];
+    const headed = new Set();
+    rows.forEach((taskId, row) => {
+      const chain = groupIndex.chainOf(taskId);
+      for (let depth = 0; depth < chain.length; depth++) {
+        const g = chain[depth];
+        if (!headed.has(g)) { headed.add(g); out.push(groupRow(grid, g, rowOf, depth)); }
+        if (!openGroups.has(g)) return;
+      }
+      out.push(taskRow(grid, taskId, row, chain.length));
+    });
+    return out;
+  }
+
   function renderGrid(grid) {
     const active = document.activeElement;
     const refocus = active && active.classList && active.classList.contains("cell")
@@ -201,10 +272,7 @@
       ...grid.runs.map((run) => runHeader(run, longest, now, shown)),
     ]));
     const rows = grid.task_ids.slice(0, shownRows); /* the API sends gridRows() at most */
-    tbody.replaceChildren(...rows.map((taskId, row) => S.el("tr", { dataset: { task: taskId } }, [
-      S.el("th", { scope: "row", text: taskId }),
-      ...grid.runs.map((run) => cell(grid, run, row, taskId)),
-    ])));
+    tbody.replaceChildren(...gridBody(grid, rows));
     const hidden = grid.rows_total - rows.length;
     $("grid-more").hidden = hidden <= 0;
     $("grid-more-text").textContent = hidden > 0
@@ -260,6 +328,8 @@
     ] : []));
   }
 
+  /* The graph of the run: each closed task group is one box (click: it opens, its
+     tasks drawn instead); a task's box opens its panel. */
   function showGraph(run) {
     const note = $("graph-note");
     if (!dagTasks) { note.textContent = "Loading the DAG…"; return; }
@@ -270,15 +340,26 @@
       graph = null;
       return;
     }
+    const drawn = groupIndex.empty ? dagTasks : SluiceGroups.collapsed(dagTasks, groupIndex, openGroups);
     if (!graph) {
-      graph = SluiceGraph.draw($("graph"), dagTasks, (taskId, mapped) => {
+      graph = SluiceGraph.draw($("graph"), drawn, (taskId, mapped) => {
+        if (taskId.startsWith(SluiceGroups.GROUP_PREFIX)) {
+          toggleGroup(taskId.slice(SluiceGroups.GROUP_PREFIX.length));
+          return;
+        }
         const current = shownRun(lastGrid);
         if (current) openPanel(current.run_id, taskId, null, mapped);
       });
     }
     const rowOf = new Map((lastGrid ? lastGrid.task_ids : []).map((id, i) => [id, i]));
     const none = { state: "none", tryNumber: 0, mapped: null, states: null };
-    graph.paint((taskId) => (run && rowOf.has(taskId) ? cellOf(lastGrid, run, rowOf.get(taskId)) : none),
+    const cellIn = (taskId) => (run && rowOf.has(taskId) ? cellOf(lastGrid, run, rowOf.get(taskId)) : none);
+    const groupCell = (groupId) => {
+      const states = (groupIndex.members.get(groupId) || []).map((t) => cellIn(t).state);
+      return { state: SluiceGroups.aggregate(states), tryNumber: 0, mapped: null, states: null };
+    };
+    graph.paint((taskId) => (taskId.startsWith(SluiceGroups.GROUP_PREFIX)
+      ? groupCell(taskId.slice(SluiceGroups.GROUP_PREFIX.length)) : cellIn(taskId)),
       run ? run.run_id : "", selected && run && selected.runId === run.run_id ? selected.taskId : null);
     note.textContent = dagTasks.length + " task" + (dagTasks.length === 1 ? "" : "s") + ", " +
       graph.edges + " dependenc" + (graph.edges === 1 ? "y" : "ies") + ". " +

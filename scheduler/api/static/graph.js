@@ -184,7 +184,8 @@ const SluiceGraph = (() => {
   /* Draw `tasks` into `container` (its children are replaced); `onOpen(taskId)` is
      called when a box is clicked. Returns {paint(cellOf, runLabel, selectedTask)}:
      `cellOf(taskId)` gives {state, tryNumber, mapped, states} of the task in the run
-     shown (state "none" without a run), which colours and labels its box. */
+     shown (state "none" without a run), which colours and labels its box. A task with
+     `group` set is a closed task group's box (labelled with the group, never disabled). */
   function draw(container, tasks, onOpen) {
     const placed = layout(tasks);
     const canvas = document.createElement("div");
@@ -208,9 +209,9 @@ const SluiceGraph = (() => {
     const boxes = new Map();
     for (const t of tasks) {
       const at = placed.nodes.get(t.task_id);
-      const name = Sluice.el("span", { class: "gnode-id", text: t.task_id });
+      const name = Sluice.el("span", { class: "gnode-id", text: t.group ? "▸ " + t.group + " (group)" : t.task_id });
       const state = Sluice.el("span", { class: "gnode-state" });
-      const box = Sluice.el("button", { type: "button", class: "gnode state-none", dataset: { task: t.task_id } },
+      const box = Sluice.el("button", { type: "button", class: "gnode state-none" + (t.group ? " gnode-group" : ""), dataset: { task: t.task_id } },
         [name, state]);
       box.style.left = at.x + "px";
       box.style.top = at.y + "px";
@@ -218,7 +219,7 @@ const SluiceGraph = (() => {
       box.style.height = NODE_H + "px";
       box.addEventListener("click", () => onOpen(t.task_id, box.dataset.mapped !== ""));
       canvas.append(box);
-      boxes.set(t.task_id, { box, state, painted: "" });
+      boxes.set(t.task_id, { box, state, painted: "", group: Boolean(t.group) });
     }
     container.replaceChildren(canvas);
 
@@ -234,10 +235,11 @@ const SluiceGraph = (() => {
         if (node.painted === key) continue;
         node.painted = key;
         const box = node.box;
-        box.className = "gnode state-" + cell.state + (cell.mapped ? " mapped" : "") + (selected ? " selected" : "");
+        box.className = "gnode state-" + cell.state + (cell.mapped ? " mapped" : "") +
+          (selected ? " selected" : "") + (node.group ? " gnode-group" : "");
         box.dataset.state = cell.state;
         box.dataset.mapped = cell.mapped || "";
-        box.disabled = !runLabel;
+        box.disabled = !runLabel && !node.group; /* a group opens without a run too */
         box.setAttribute("aria-pressed", selected ? "true" : "false");
         node.state.textContent = Sluice.stateWords(cell.state) + (cell.mapped ? " ×" + cell.mapped : "") +
           (!cell.mapped && cell.tryNumber > 1 ? ", try " + cell.tryNumber : "");
