@@ -166,12 +166,7 @@ class ShapeCache:
                 if stored is not None
                 else task_specs_json(dag.serialized, shape.order)
             )
-            key = (dag.dag_id, dag.version_hash)
-            with self._lock:
-                if shape.tasks_json is None:
-                    shape.tasks_json = built
-                    if self._shapes.get(key) is shape:
-                        self._shapes[key] = shape  # sized again: older shapes may go
+            self._fill(dag, shape, "tasks_json", built)
             return built
         return shape.tasks_json
 
@@ -184,14 +179,19 @@ class ShapeCache:
         if shape.params_json is None:
             params, groups = read()
             built = _params_json({"params": params, "groups": groups})
-            key = (dag.dag_id, dag.version_hash)
-            with self._lock:
-                if shape.params_json is None:
-                    shape.params_json = built
-                    if self._shapes.get(key) is shape:
-                        self._shapes[key] = shape  # sized again: older shapes may go
+            self._fill(dag, shape, "params_json", built)
             return built
         return shape.params_json
+
+    def _fill(self, dag: Dag, shape: DagShape, field: str, built: bytes) -> None:
+        """Set `shape`'s `field` to `built` unless another request did, and size the
+        shape again: older shapes may go."""
+        key = (dag.dag_id, dag.version_hash)
+        with self._lock:
+            if getattr(shape, field) is None:
+                setattr(shape, field, built)
+                if self._shapes.get(key) is shape:
+                    self._shapes[key] = shape
 
     def _keep(self, key: tuple[str, str], shape: DagShape) -> DagShape:
         with self._lock:
