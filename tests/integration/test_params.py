@@ -118,7 +118,8 @@ def test_the_api_answers_422_with_the_same_line_and_shows_the_schema(sluice: Slu
         detail = client.get("/api/v1/dags/typed")
         assert detail.status_code == 200, detail.text
         assert detail.json()["params"] == ISSUE_SCHEMA
-        assert list(detail.json())[-2:] == ["params", "tasks"]
+        assert list(detail.json())[-3:] == ["params", "groups", "tasks"]
+        assert detail.json()["groups"] == []
         plain = client.get("/api/v1/dags/daily").json()["params"]
         assert plain["properties"] == {"n": {"type": "integer", "default": 5}}
         assert plain["required"] == []
