@@ -1,10 +1,9 @@
-"""Run ids a task may give another DAG's run (`TriggerDagRun`, `triggers.CreateRun`): the
-rules a run id follows, and the id derived from the triggering TI when none is given.
-
-The rules are those of `scheduler.scheduling.dagrun.check_run_id` (which the triggerer
-applies again before it creates the run), stated here because the authoring layer
-imports nothing of the scheduler's: not empty, no leading or trailing spaces, no '/', no
-NUL, at most RUN_ID_MAX characters.
+"""Run ids: the rules every run id follows (`run_id_problem`, which
+`scheduler.scheduling.dagrun.check_run_id` applies to every run id a user or a task
+gives: not empty, no leading or trailing spaces, no '/', no NUL, valid UTF-8, at most
+RUN_ID_MAX characters), and the ids Sluice derives from text that need not follow them
+(`bounded_run_id`): a `TriggerDagRun` TI's (`derived_run_id`) and a watch's run key's
+(`tasks.watch.run_id_of`).
 
 `derived_run_id` is a function of the triggering TI alone (its DAG, run, task and map
 index), so every try of that TI names the same run: a retry finds the run its first try
@@ -50,14 +49,19 @@ def run_id_problem(run_id: object) -> str | None:
 
 def derived_run_id(dag_id: str, run_id: str, task_id: str, map_index: int | None = None) -> str:
     """The run id a TriggerDagRun TI gives the run it creates when it names none:
-    `triggered__<dag_id>__<run_id>__<task_id>[__<map_index>]`. A part's characters other
-    than letters, digits and `_ . : + ~ -` become `_`, and the id is then ended by `~` and
-    16 hex digits of the sha256 of the uncleaned text (two TIs whose ids clean alike still
-    name two runs); an id over RUN_ID_MAX is cut and ended the same way. Deterministic:
-    every try of one TI gets the same id."""
+    `triggered__<dag_id>__<run_id>__<task_id>[__<map_index>]`, bounded (`bounded_run_id`).
+    Deterministic: every try of one TI gets the same id."""
     raw = f"{DERIVED_PREFIX}{dag_id}__{run_id}__{task_id}"
     if map_index is not None and map_index >= 0:
         raw += f"__{map_index}"
+    return bounded_run_id(raw)
+
+
+def bounded_run_id(raw: str) -> str:
+    """`raw` as a run id: its characters other than letters, digits and `_ . : + ~ -`
+    become `_`, and the id is then ended by `~` and 16 hex digits of the sha256 of `raw`
+    (two texts that clean alike still name two runs); one over RUN_ID_MAX is cut and ended
+    the same way. `raw` itself when it needs neither."""
     cleaned = _UNSAFE.sub("_", raw)
     if cleaned == raw and len(raw) <= RUN_ID_MAX:
         return raw

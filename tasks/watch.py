@@ -16,14 +16,13 @@ hangs changes neither (its error is the DAG's watch error until one succeeds).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.run_ids import bounded_run_id
 
 RUN_KEY_MAX = 1000
 """Longest run key, in bytes of UTF-8 (it is a key of an index)."""
@@ -33,9 +32,7 @@ REQUESTS_MAX = 1000
 """Most run requests one evaluation may make (the rest is an error)."""
 TIMEOUT_MAX = 600.0
 """Longest time one evaluation may take, in seconds."""
-RUN_ID_MAX = 250
 _PREFIX = "watch__"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._~:+=@,-]")
 
 
 @dataclass(frozen=True)
@@ -56,15 +53,11 @@ class RunRequest:
 
 
 def run_id_of(run_key: str) -> str:
-    """The run id of `run_key`'s run: `watch__<key>`, the key's characters outside
-    letters, digits and `._~:+=@,-` replaced by `_`; a key changed so, or too long for a
-    run id, ends with 12 hex digits of its sha256, so two keys never share a run id."""
-    cleaned = _UNSAFE.sub("_", run_key)
-    if cleaned == run_key and len(_PREFIX) + len(cleaned) <= RUN_ID_MAX:
-        return _PREFIX + cleaned
-    digest = hashlib.sha256(run_key.encode("utf-8")).hexdigest()[:12]
-    room = RUN_ID_MAX - len(_PREFIX) - len(digest) - 1
-    return f"{_PREFIX}{cleaned[:room]}-{digest}"
+    """The run id of `run_key`'s run: `watch__<key>`, bounded as every run id Sluice
+    derives (`run_ids.bounded_run_id`: characters outside letters, digits and
+    `_ . : + ~ -` replaced by `_`, and a hash of the key at the end of an id changed so
+    or cut), so two keys never share a run id."""
+    return bounded_run_id(_PREFIX + run_key)
 
 
 class Watch:

@@ -31,6 +31,7 @@ from sluice.scheduler.scheduling.expanding import write_expansion
 from sluice.scheduler.scheduling.run_decision import decide_run
 from sluice.scheduler.scheduling.ti_rows import insert_tis
 from sluice.scheduler.scheduling.timeouts import fail_queued_past_timeout
+from sluice.tasks import run_ids
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH
 from sluice.tasks.params import resolve_params
 
@@ -67,25 +68,19 @@ class RunExists(ValueError):
     """A run with this run_id or logical date already exists for the DAG."""
 
 
-RUN_ID_MAX = 250
+RUN_ID_MAX = run_ids.RUN_ID_MAX
 """Longest run id (the column's length)."""
 
 
 def check_run_id(run_id: str) -> str:
-    """`run_id` if a user may give it to a run, else a ValueError saying why: not empty,
-    no leading or trailing spaces, no '/' (the API names a run in a URL path, so such a
-    run could not be read or cleared there; Airflow restricts run ids the same way), no
-    NUL, at most RUN_ID_MAX characters."""
-    if not run_id.strip():
-        raise ValueError("must not be empty")
-    if run_id != run_id.strip():
-        raise ValueError("must not start or end with spaces")
-    if "/" in run_id:
-        raise ValueError("must not contain '/' (it could not be named in a URL)")
-    if "\x00" in run_id:
-        raise ValueError("must not contain NUL characters")
-    if len(run_id) > RUN_ID_MAX:
-        raise ValueError(f"must be at most {RUN_ID_MAX} characters")
+    """`run_id` if a user may give it to a run, else a ValueError saying why
+    (`tasks.run_ids.run_id_problem`: not empty, no leading or trailing spaces, no '/'
+    (the API names a run in a URL path, so such a run could not be read or cleared there;
+    Airflow restricts run ids the same way), no NUL, valid UTF-8, at most RUN_ID_MAX
+    characters)."""
+    problem = run_ids.run_id_problem(run_id)
+    if problem is not None:
+        raise ValueError(problem)
     return run_id
 
 
