@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice.tasks.conf_bounds import conf_problem
 from sluice.tasks.watch import CURSOR_MAX, REQUESTS_MAX, RunRequest
 
 ANSWER_MAX_BYTES = 64 * 1024 * 1024
@@ -44,7 +45,9 @@ class Evaluation:
     error: str | None = None
 
     @classmethod
-    def of(cls, answer: Any, cursor: str | None, max_conf_bytes: int) -> Evaluation:
+    def of(
+        cls, answer: Any, cursor: str | None, max_conf_bytes: int, max_conf_depth: int
+    ) -> Evaluation:
         """The evaluation an (untrusted) answer says, checked; an error if it is bad."""
         if not isinstance(answer, dict):
             return cls(error="the watch's process answered nonsense")
@@ -53,23 +56,25 @@ class Evaluation:
         try:
             requests = [RunRequest(r["run_key"], r["conf"]) for r in answer["requests"]]
             new_cursor = answer.get("cursor", cursor)
-            _check(requests, new_cursor, max_conf_bytes)
+            _check(requests, new_cursor, max_conf_bytes, max_conf_depth)
         except (KeyError, TypeError, ValueError) as exc:
             return cls(error=f"{type(exc).__name__}: {exc}"[:2000])
         return cls(requests, new_cursor)
 
 
-def _check(requests: list[RunRequest], cursor: object, max_conf_bytes: int) -> None:
+def _check(
+    requests: list[RunRequest], cursor: object, max_conf_bytes: int, max_conf_depth: int
+) -> None:
+    """ValueError unless the answer is within its bounds: the runs asked for at once, the
+    cursor, and each conf as every conf Sluice makes a run from (`conf_problem`)."""
     if len(requests) > REQUESTS_MAX:
         raise ValueError(f"a watch may ask for at most {REQUESTS_MAX} runs at once")
     if cursor is not None and (not isinstance(cursor, str) or len(cursor) > CURSOR_MAX):
         raise ValueError(f"a cursor must be text of at most {CURSOR_MAX} characters")
     for request in requests:
-        size = len(json.dumps(request.conf, separators=(",", ":"), allow_nan=False).encode())
-        if size > max_conf_bytes:
-            raise ValueError(
-                f"the conf of run key {request.run_key!r} is over {max_conf_bytes} bytes"
-            )
+        problem = conf_problem(request.conf, max_conf_bytes, max_conf_depth)
+        if problem is not None:
+            raise ValueError(f"run key {request.run_key!r}: {problem}")
 
 
 def evaluate(
@@ -79,6 +84,7 @@ def evaluate(
     *,
     timeout: float,
     max_conf_bytes: int,
+    max_conf_depth: int,
     drop_env: Collection[str] = (),
     running: set[int] | None = None,
 ) -> Evaluation:
@@ -124,9 +130,9 @@ def evaluate(
         return Evaluation(error=f"the watch's process exited with code {proc.returncode}")
     try:
         answer = json.loads(lines[-1])
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's stack: nonsense too
         return Evaluation(error="the watch's process answered nonsense")
-    return Evaluation.of(answer, cursor, max_conf_bytes)
+    return Evaluation.of(answer, cursor, max_conf_bytes, max_conf_depth)
 
 
 def _answer(request: dict[str, Any]) -> dict[str, Any]:

@@ -148,6 +148,7 @@ class Watcher:
             cursor,
             timeout=timeout,
             max_conf_bytes=self.settings.max_conf_bytes,
+            max_conf_depth=self.settings.max_conf_depth,
             drop_env=SECRET_VARIABLES,
             running=self._running,
         )

@@ -35,8 +35,8 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance, Trigger
 from sluice.scheduler.core.queries.triggers import resume
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.scheduling.dagrun import RunExists, check_run_id, create_dagrun
+from sluice.tasks.conf_bounds import conf_problem
 from sluice.tasks.params import ParamsError
-from sluice.tasks.trigger_dag_run import conf_problem
 from sluice.tasks.triggers import CREATE_RUN_CLASSPATH
 
 

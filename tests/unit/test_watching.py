@@ -35,8 +35,14 @@ def junk(context):
 def big(context):
     return [sluice.RunRequest("k", conf={"x": "y" * 5000})]
 
+def deep(context):
+    conf = {}
+    for _ in range(40):
+        conf = {"in": conf}
+    return [sluice.RunRequest("k", conf=conf)]
+
 for name, fn in [("good", good), ("raises", raises), ("hangs", hangs), ("junk", junk),
-                 ("big", big)]:
+                 ("big", big), ("deep", deep)]:
     with DAG(name, schedule=sluice.Watch(fn, interval=1, timeout=1)):
         @task
         def t():
@@ -52,7 +58,7 @@ def dag_file(tmp_path: Path) -> str:
 
 
 def run(dag_file: str, dag_id: str, cursor: str | None = None) -> Evaluation:
-    return evaluate(dag_file, dag_id, cursor, timeout=1.0, max_conf_bytes=1024)
+    return evaluate(dag_file, dag_id, cursor, timeout=1.0, max_conf_bytes=1024, max_conf_depth=32)
 
 
 def test_a_watch_gives_its_requests_and_cursor(dag_file: str) -> None:
@@ -67,9 +73,10 @@ def test_each_failure_is_one_line(dag_file: str) -> None:
     assert "past its timeout (1s)" in (run(dag_file, "hangs").error or "")
     assert time.monotonic() - started < 10
     assert "yields sluice.RunRequest, got str" in (run(dag_file, "junk").error or "")
-    assert "over 1024 bytes" in (run(dag_file, "big").error or "")
+    assert "at most 1024 are allowed" in (run(dag_file, "big").error or "")
+    assert "nested more than 32 levels deep" in (run(dag_file, "deep").error or "")
     assert "has no watch" in (run(dag_file, "no_such_dag").error or "")
-    for dag_id in ("raises", "hangs", "junk", "big"):
+    for dag_id in ("raises", "hangs", "junk", "big", "deep"):
         assert "\n" not in (run(dag_file, dag_id).error or "")
 
 
@@ -78,4 +85,4 @@ def test_each_failure_is_one_line(dag_file: str) -> None:
     [[], {"requests": "x"}, {"requests": [{"run_key": ""}]}, {"requests": [], "cursor": 5}],
 )
 def test_an_answer_is_checked_again(answer: object) -> None:
-    assert Evaluation.of(answer, None, 1024).error is not None
+    assert Evaluation.of(answer, None, 1024, 32).error is not None
