@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 
-from sluice.scheduler.core.bundles import bundles_of, parse_location
+from sluice.scheduler.core.bundles import bundles_of
+from sluice.scheduler.core.bundles import local_file as bundles_local_file
 from sluice.scheduler.core.settings import Settings
 
 _bundles = functools.lru_cache(maxsize=4)(bundles_of)
@@ -18,16 +19,8 @@ _bundles = functools.lru_cache(maxsize=4)(bundles_of)
 
 
 def local_file(settings: Settings, fileloc: str, bundle_version: str | None) -> str:
-    """The local path of `fileloc` as of `bundle_version`. LookupError for a git bundle
-    this worker does not know or a run without a commit; BundleError (one line) when the
-    commit cannot be fetched or checked out: the try fails with it, and retries apply."""
-    place = parse_location(fileloc)
-    if place is None:
-        return fileloc
-    name, path = place
-    bundle = _bundles(settings).get(name)
-    if bundle is None:
-        raise LookupError(f"DAG bundle {name!r} is not in this worker's SLUICE_DAG_BUNDLES")
-    if bundle_version is None:
-        raise LookupError(f"the run of {fileloc} has no commit to run")
-    return str(bundle.checkout(bundle_version) / path)
+    """The local path of `fileloc` as of `bundle_version` (`core.bundles.local_file`, with
+    this process's bundles). LookupError for a git bundle this worker does not know or a
+    run without a commit; BundleError (one line) when the commit cannot be fetched or
+    checked out: the try fails with it, and retries apply."""
+    return bundles_local_file(_bundles(settings), fileloc, bundle_version, "worker")

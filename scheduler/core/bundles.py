@@ -27,7 +27,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -69,6 +69,26 @@ def parse_location(fileloc: str) -> tuple[str, str] | None:
         return None
     bundle, _, path = fileloc[len(SCHEME) :].partition("/")
     return bundle, path
+
+
+def local_file(
+    bundles: Mapping[str, GitBundle], fileloc: str, bundle_version: str | None, who: str
+) -> str:
+    """The local path of `fileloc` as of `bundle_version`, among this process's git
+    `bundles` (`who` names the process in errors: "worker", "triggerer"): a folder's
+    path as it is, a git bundle's file in this host's checkout of that commit (made on
+    first use). LookupError for a bundle the process does not know or no commit;
+    BundleError (one line) when the commit cannot be fetched or checked out."""
+    place = parse_location(fileloc)
+    if place is None:
+        return fileloc
+    name, path = place
+    bundle = bundles.get(name)
+    if bundle is None:
+        raise LookupError(f"DAG bundle {name!r} is not in this {who}'s SLUICE_DAG_BUNDLES")
+    if bundle_version is None:
+        raise LookupError(f"the run of {fileloc} has no commit to run")
+    return str(bundle.checkout(bundle_version) / path)
 
 
 def checked_rev(rev: str) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from sluice.scheduler.core.bundles import bundles_of, parse_location
+from sluice.scheduler.core.bundles import bundles_of, local_file
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.models import Dag
 from sluice.scheduler.core.queries.watches import lease_due, release_leases, watch_of
@@ -139,7 +139,7 @@ class Watcher:
             watch = watch_of(session, dag.dag_id)
             cursor = watch.cursor if watch is not None else None
         try:
-            path = self._local_file(dag)
+            path = local_file(self.gits, dag.fileloc, dag.bundle_version, "triggerer")
         except Exception as exc:
             return Evaluation(error=f"{type(exc).__name__}: {exc}"[:2000])
         return evaluate(
@@ -152,16 +152,6 @@ class Watcher:
             drop_env=SECRET_VARIABLES,
             running=self._running,
         )
-
-    def _local_file(self, dag: Dag) -> str:
-        place = parse_location(dag.fileloc)
-        if place is None:
-            return dag.fileloc
-        name, path = place
-        bundle = self.gits.get(name)
-        if bundle is None or dag.bundle_version is None:
-            raise LookupError(f"DAG bundle {name!r} is not in this triggerer's SLUICE_DAG_BUNDLES")
-        return str(bundle.checkout(dag.bundle_version) / path)
 
 
 def _timeout_of(dag: Dag) -> float:
