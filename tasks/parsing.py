@@ -77,6 +77,16 @@ def parse_files(
     return results
 
 
+def subprocess_env(drop_env: Collection[str]) -> dict[str, str]:
+    """The environment of a subprocess that runs user code (`python -m sluice.tasks.…`):
+    this process's, without the variables `drop_env` names (the deployment's secrets),
+    the folder holding the `sluice` package first on PYTHONPATH (a source checkout needs
+    it; an install has it anyway)."""
+    env = {name: value for name, value in os.environ.items() if name not in drop_env}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
 STDERR_TAIL_BYTES = 64 * 1024
 """Most bytes of a parser's stderr kept (the newest): what DAG files print at import goes
 there, and a file printing hundreds of megabytes must not fill the scheduler's memory."""
@@ -86,8 +96,7 @@ def _run_batch(
     paths: list[str], timeout: float, seen: dict[str, str], drop_env: Collection[str]
 ) -> tuple[dict[str, FileResult], str | None]:
     """One parser subprocess: what it reported, and why it stopped early (None if it did not)."""
-    env = {name: value for name, value in os.environ.items() if name not in drop_env}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    env = subprocess_env(drop_env)
     request = json.dumps({"paths": paths, "timeout": timeout, "seen": seen}).encode("utf-8")
     deadline = len(paths) * timeout + 5
     proc = subprocess.Popen(

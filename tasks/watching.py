@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from sluice.tasks.conf_bounds import conf_problem
+from sluice.tasks.loader import load_file
+from sluice.tasks.parsing import describe_error, subprocess_env
 from sluice.tasks.watch import CURSOR_MAX, REQUESTS_MAX, RunRequest
 
 ANSWER_MAX_BYTES = 64 * 1024 * 1024
-_PACKAGE_ROOT = str(Path(__file__).parents[2])
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,7 @@ def evaluate(
     `timeout` seconds; its run requests and cursor, or its error (one line). The
     subprocess's pid is in `running` while it runs (its process group: the caller may
     kill it when it stops)."""
-    env = {name: value for name, value in os.environ.items() if name not in drop_env}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    env = subprocess_env(drop_env)
     request = {
         "path": path,
         "dag_id": dag_id,
@@ -137,9 +137,6 @@ def evaluate(
 
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     """Load the file, call the DAG's watch; the answer (user code's errors in one line)."""
-    from sluice.tasks.loader import load_file
-    from sluice.tasks.parsing import describe_error
-
     path, cursor = request["path"], request.get("cursor")
     holder = {"cursor": cursor}
 
