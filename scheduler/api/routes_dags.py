@@ -161,12 +161,12 @@ def get_dag(dag_id: str, session: DbSession, state: State) -> Response:
     tasks = state.shapes.tasks_json(dag)
     summary = _summary(session, state, dag)
     assets = assets_of_dag(session, dag_id)
-    params = state.shapes.params_json(dag, lambda: params_of(session, dag_id))
-    content = dag_detail_json(summary, tasks, assets, params)
+    definition = state.shapes.definition_json(dag, lambda: params_and_groups_of(session, dag_id))
+    content = dag_detail_json(summary, tasks, assets, definition)
     return Response(content, media_type="application/json")
 
 
-def params_of(session: Session, dag_id: str) -> tuple[Any, Any]:
+def params_and_groups_of(session: Session, dag_id: str) -> tuple[Any, Any]:
     """The DAG's params (`tasks.params.params_schema`) and task groups
     (`tasks.task_group.groups_json`), read alone, by their paths in its definition (which
     the route does not load: a big DAG's is big); None for none. Once per DAG version and

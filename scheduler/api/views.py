@@ -47,7 +47,7 @@ NO_PARAMS: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
 """The params of a DAG without any: the schema every conf fits."""
 
 
-def _params_json(spec: dict[str, Any]) -> bytes:
+def _definition_json(spec: dict[str, Any]) -> bytes:
     """The DAG detail's `params` and `groups` fields of a definition, as JSON (the
     fields alone, without braces): its params (`tasks.params.params_schema`; `NO_PARAMS`
     for a DAG without params) and its task groups (`groups_out`)."""
@@ -90,7 +90,7 @@ def groups_out(groups: Any) -> list[dict[str, Any]]:
     ]
 
 
-NO_PARAMS_JSON = _params_json({})
+NO_DEFINITION_JSON = _definition_json({})
 
 
 @dataclass
@@ -103,14 +103,16 @@ class DagShape:
     tasks_json: bytes | None = None
     """The DAG detail's `tasks` (a `TaskSpecOut` per task, in `order`) as JSON, built on
     first use."""
-    params_json: bytes | None = None
+    definition_json: bytes | None = None
     """The DAG detail's `params` (its params' JSON Schema, `NO_PARAMS` for none) and
-    `groups` fields as JSON (`_params_json`), read on first use."""
+    `groups` fields as JSON (`_definition_json`), read on first use."""
 
     @property
     def size(self) -> int:
         return (
-            ID_BYTES * len(self.order) + len(self.tasks_json or b"") + len(self.params_json or b"")
+            ID_BYTES * len(self.order)
+            + len(self.tasks_json or b"")
+            + len(self.definition_json or b"")
         )
 
 
@@ -135,7 +137,7 @@ class ShapeCache:
     def add(self, dag_id: str, version_hash: str, spec: dict[str, Any]) -> DagShape:
         """The shape of `spec`, the definition of that DAG version, computed and kept."""
         order = tuple(task_order(spec))
-        shape = DagShape(order, len(spec.get("tasks", {})), params_json=_params_json(spec))
+        shape = DagShape(order, len(spec.get("tasks", {})), definition_json=_definition_json(spec))
         return self._keep((dag_id, version_hash), shape)
 
     def shape(self, dag: Dag) -> DagShape:
@@ -170,18 +172,18 @@ class ShapeCache:
             return built
         return shape.tasks_json
 
-    def params_json(self, dag: Dag, read: Callable[[], tuple[Any, Any]]) -> bytes:
+    def definition_json(self, dag: Dag, read: Callable[[], tuple[Any, Any]]) -> bytes:
         """The DAG detail's `params` and `groups` as JSON: the first time, `read()` (the
         params and the groups alone, read from the definition by their paths:
-        `routes_dags.params_of`), unless the shape was made from the whole definition,
+        `routes_dags.params_and_groups_of`), unless the shape was made from the whole definition,
         which gave them."""
         shape = self.shape(dag)
-        if shape.params_json is None:
+        if shape.definition_json is None:
             params, groups = read()
-            built = _params_json({"params": params, "groups": groups})
-            self._fill(dag, shape, "params_json", built)
+            built = _definition_json({"params": params, "groups": groups})
+            self._fill(dag, shape, "definition_json", built)
             return built
-        return shape.params_json
+        return shape.definition_json
 
     def _fill(self, dag: Dag, shape: DagShape, field: str, built: bytes) -> None:
         """Set `shape`'s `field` to `built` unless another request did, and size the
@@ -209,7 +211,7 @@ def dag_detail_json(
     summary: DagSummary,
     tasks_json: bytes,
     assets: dict[str, list[str]] | None = None,
-    params_json: bytes = NO_PARAMS_JSON,
+    definition_json: bytes = NO_DEFINITION_JSON,
 ) -> bytes:
     """The `DagDetail` of `summary` with its assets, params, groups and these tasks, as
     JSON: the summary's own JSON with `consumes`, `produces`, `params`, `groups` and
@@ -220,7 +222,7 @@ def dag_detail_json(
     assets = assets or {}
     used = {"consumes": assets.get("consumes", []), "produces": assets.get("produces", [])}
     middle = json.dumps(used, separators=(",", ":")).encode("utf-8")[1:-1]
-    return head[:-1] + b"," + middle + b"," + params_json + b',"tasks":' + tasks_json + b"}"
+    return head[:-1] + b"," + middle + b"," + definition_json + b',"tasks":' + tasks_json + b"}"
 
 
 def dag_summary(
