@@ -18,6 +18,7 @@ from sluice.tasks.errors import (
     TaskTimeout,
 )
 from sluice.tasks.external_sensor import ExternalTaskSensor
+from sluice.tasks.limits import Concurrency, RateLimit
 from sluice.tasks.notifiers import Webhook
 from sluice.tasks.params import Param
 from sluice.tasks.sensor import PokeReturnValue
@@ -31,11 +32,13 @@ from sluice.tasks.watch import RunRequest, Watch
 __all__ = [
     "Asset",
     "CeleryTask",
+    "Concurrency",
     "DAG",
     "DagDefinitionError",
     "ExternalTaskSensor",
     "Param",
     "PokeReturnValue",
+    "RateLimit",
     "ResultError",
     "RunRequest",
     "ShellCommandError",

@@ -74,6 +74,10 @@ def serialize_task(task: Task) -> dict[str, Any]:
         spec["callbacks"] = kinds_set(task.callbacks)
     if task.outlets:  # only when set: other DAGs keep their version hash
         spec["outlets"] = [asset.uri for asset in task.outlets]
+    if task.concurrency is not None:  # only when set: other DAGs keep their version hash
+        spec["concurrency"] = task.concurrency.serialized()
+    if task.rate_limit is not None:
+        spec["rate_limit"] = task.rate_limit.serialized()
     if task.sensor is not None:  # only for a sensor: other DAGs keep their version hash
         spec["sensor"] = task.sensor.serialized()
     if isinstance(task, CeleryTask):

@@ -18,6 +18,7 @@ from sluice.tasks.assets import Asset, check_outlets
 from sluice.tasks.callbacks import TASK_KINDS, Callback, check_callback
 from sluice.tasks.dag_context import DAG_ID_RE, GroupOwner, TaskOwner, current_dag, current_group
 from sluice.tasks.errors import DagDefinitionError
+from sluice.tasks.limits import Concurrency, RateLimit, check_concurrency, check_rate_limit
 from sluice.tasks.mapping import DEFAULT_MAX_MAP_LENGTH, KWARGS, PRODUCT, MapSpec, reference_of
 from sluice.tasks.sensor import SensorOptions, sensor_options
 from sluice.tasks.trigger_rules import TriggerRule
@@ -41,6 +42,8 @@ TASK_DEFAULTS: dict[str, Any] = {
     "max_map_length": None,
     "max_active_tis_per_dagrun": None,
     "outlets": None,
+    "concurrency": None,
+    "rate_limit": None,
 }
 
 _Deps = TypeVar(
@@ -105,6 +108,8 @@ def _resolve_options(
         for name in TASK_KINDS:
             merged[name] = check_callback(name, merged[name])
         merged["outlets"] = check_outlets(task_id, merged["outlets"])
+        merged["concurrency"] = check_concurrency(merged["concurrency"])
+        merged["rate_limit"] = check_rate_limit(merged["rate_limit"])
     except DagDefinitionError as exc:
         raise DagDefinitionError(f"task '{task_id}': {exc}") from None
     merged["retry_exponential_backoff"] = bool(merged["retry_exponential_backoff"])
@@ -237,6 +242,10 @@ class Task:
         """Set by ``@task.sensor``: the function pokes (``sluice.tasks.sensor``)."""
         self.outlets: tuple[Asset, ...] = opts["outlets"]
         """The assets each success of the task records an event of (``tasks.assets``)."""
+        self.concurrency: Concurrency | None = opts["concurrency"]
+        """Slots per key across runs and DAGs (``tasks.limits``), or None."""
+        self.rate_limit: RateLimit | None = opts["rate_limit"]
+        """The token bucket each try takes one token of when queued, or None."""
         self.follows_index: str | None = None
         """Of a task of a mapped task group that takes no mapped argument but follows a
         task of the group: that task, whose index i its index i follows (``per_index``)."""

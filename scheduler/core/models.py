@@ -13,6 +13,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -358,6 +359,15 @@ class TaskInstance(Base):
     """Which of the TI's state moves have a task callback (`core.callback_kinds.BITS`)."""
     map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
     """Which index of a mapped task this TI is; -1 for a task that is not mapped."""
+    concurrency: Mapped[str | None] = mapped_column(String(250))
+    """The name of its task's `Concurrency` limit; NULL for a task without one."""
+    concurrency_limit: Mapped[int | None] = mapped_column(Integer)
+    """How many TIs of one (concurrency, key) may be queued or running at once."""
+    concurrency_key: Mapped[str | None] = mapped_column(String(250))
+    """Its key, once a worker computed it (`broker.worker.concurrency_slots`): from then on
+    the TI holds a slot of (concurrency, key) whenever it is queued or running."""
+    rate_limit: Mapped[str | None] = mapped_column(String(250))
+    """The name of its task's `RateLimit` bucket (a `rate_limit` row); NULL for none."""
 
     __table_args__ = (
         UniqueConstraint(
@@ -378,6 +388,14 @@ class TaskInstance(Base):
             "id",
             postgresql_where=text("state = 'scheduled'"),
             sqlite_where=text("state = 'scheduled'"),
+        ),
+        Index(
+            "ix_task_instance_concurrency",  # a key's holders: its slots in use
+            "concurrency",
+            "concurrency_key",
+            "state",
+            postgresql_where=text("concurrency_key IS NOT NULL"),
+            sqlite_where=text("concurrency_key IS NOT NULL"),
         ),
     )
 
@@ -471,6 +489,20 @@ class Pool(Base):
     name: Mapped[str] = mapped_column(String(250), primary_key=True)
     slots: Mapped[int] = mapped_column(Integer)
     description: Mapped[str | None] = mapped_column(Text)
+
+
+class RateLimit(Base):
+    """A token bucket shared by every task naming it (`sluice.RateLimit`): `amount`
+    tokens at most, refilled at `amount` per `per_seconds`. `tokens` is what it held at
+    `refilled_at`; a queueing transaction refills and takes under the row's lock."""
+
+    __tablename__ = "rate_limit"
+
+    name: Mapped[str] = mapped_column(String(250), primary_key=True)
+    amount: Mapped[int] = mapped_column(Integer)
+    per_seconds: Mapped[float] = mapped_column(Float)
+    tokens: Mapped[float] = mapped_column(Float)
+    refilled_at: Mapped[dt.datetime]
 
 
 class TaskLog(Base):

@@ -23,6 +23,7 @@ from sluice.scheduler.core.bundles import SCHEME as BUNDLE_SCHEME
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.models import Dag, DagFile
 from sluice.scheduler.core.queries.assets import record_references
+from sluice.scheduler.core.queries.limits import record_rate_limits
 from sluice.scheduler.core.queries.watches import record_watch
 from sluice.scheduler.core.settings import SECRET_VARIABLES
 from sluice.scheduler.core.text import one_line
@@ -203,6 +204,7 @@ def _record_dag(
     if reshaped:
         record_references(session, spec["dag_id"], spec, now)
         record_watch(session, spec["dag_id"], spec, now)
+        record_rate_limits(session, spec, now)
 
 
 def next_run_fields(

@@ -31,6 +31,9 @@ def ti_values(spec: dict[str, Any], task_id: str) -> dict[str, Any]:
         "priority_weight": int(task.get("priority_weight") or 1),
         "max_tries": int(task.get("retries") or 0) + 1,
         "callback_mask": mask_of(task.get("callbacks") or ()),
+        "concurrency": (task.get("concurrency") or {}).get("name"),
+        "concurrency_limit": (task.get("concurrency") or {}).get("limit"),
+        "rate_limit": (task.get("rate_limit") or {}).get("name"),
     }
 
 
@@ -108,15 +111,16 @@ _OVER_JSON = text(
     f"""
 INSERT INTO task_instance (dag_run_id, dag_id, run_id, task_id, map_index, state,
     scheduled_at, try_number, max_tries, queue, pool, pool_slots, priority_weight,
-    callback_mask, context_carrier, span_status)
+    callback_mask, context_carrier, span_status, concurrency, concurrency_limit, rate_limit)
 SELECT CAST(:run_pk AS BIGINT), CAST(:dag_id AS TEXT), CAST(:run_id AS TEXT), r.task_id,
        r.map_index, CASE WHEN r.start THEN '{TI.SCHEDULED.value}' ELSE '{TI.NONE.value}' END,
        CASE WHEN r.start THEN CAST(:now AS TIMESTAMPTZ) END, 0, r.max_tries, r.queue,
        r.pool, r.pool_slots, r.priority_weight, r.callback_mask, r.carrier,
-       '{SpanStatus.NOT_STARTED.value}'
+       '{SpanStatus.NOT_STARTED.value}', r.concurrency, r.concurrency_limit, r.rate_limit
 FROM json_to_recordset(CAST(:rows AS JSON)) AS r(task_id TEXT, map_index INTEGER,
     start BOOLEAN, max_tries INTEGER, queue TEXT, pool TEXT, pool_slots INTEGER,
-    priority_weight INTEGER, callback_mask INTEGER, carrier JSON)
+    priority_weight INTEGER, callback_mask INTEGER, carrier JSON, concurrency TEXT,
+    concurrency_limit INTEGER, rate_limit TEXT)
 RETURNING id, map_index
 """
 )
