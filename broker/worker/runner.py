@@ -48,6 +48,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.app import create_app
 from sluice.broker.trace_headers import HeadersLast, carrying
+from sluice.broker.worker.concurrency_slots import Slot, hold_slot
 from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.dag_files import local_file
 from sluice.broker.worker.heartbeat import Heartbeat
@@ -94,6 +95,7 @@ from sluice.tasks.assets import OutletEvents, check_extras
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
 from sluice.tasks.external_sensor import RUN_STATES, ExternalTaskSensor, RunStates
+from sluice.tasks.limits import concurrency_key
 from sluice.tasks.mapping import check_map_output, per_index_of
 from sluice.tasks.params import param_values
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
@@ -117,6 +119,8 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"
     REMOVED = "removed"
     """The task is in neither the DAG file nor the DAG's stored version (`_stored_has`)."""
+    WAITING_FOR_A_SLOT = "waiting for a slot"
+    """Every slot of the task's concurrency key is held: the TI waits in `scheduled`."""
     DEFERRED = "deferred"
     """A CeleryTask's external task was sent; the TI stays running (see the module doc)."""
 
@@ -202,6 +206,8 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
     if new is TI.DEFERRED:
         return _wait_on_trigger(ctx, msg, claimed, values["trigger"], captured.final_snapshot())
+    if new is TI.SCHEDULED:  # given back: its key's slots are all held (or the TI lost)
+        return Outcome.WAITING_FOR_A_SLOT if values["slot"] is Slot.GIVEN_BACK else Outcome.STALE
     outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
         _follow_up(ctx, claimed, follow)
@@ -516,8 +522,14 @@ def _execute(
             why = f"task '{msg.task_id}' is not in DAG '{msg.dag_id}' of {claimed.fileloc}"
             raise LookupError(f"{why}{_STORED_HAS_IT if stored else ''}")
         takes_context = wants_context(task)
-        if isinstance(task, CeleryTask) or takes_context or task.reads_upstream:
-            _read_for_context(ctx, claimed, conf=takes_context)
+        keyed = task.concurrency
+        if isinstance(task, CeleryTask) or takes_context or task.reads_upstream or keyed:
+            _read_for_context(ctx, claimed, conf=takes_context or keyed is not None)
+        if keyed is not None:
+            key = concurrency_key(keyed, claimed.context)  # user code: a bad key fails the try
+            slot = hold_slot(ctx.session_factory, msg.ti_id, msg.attempt_id, key, utcnow())
+            if slot is not Slot.HELD:
+                return TI.SCHEDULED, {"slot": slot}
         if isinstance(task, CeleryTask):
             external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)

@@ -92,9 +92,11 @@ _TI_MOVES_BY_SLUICE: dict[TaskInstanceState, frozenset[TaskInstanceState]] = {
     TI.QUEUED: frozenset({TI.RUNNING, TI.FAILED, TI.UP_FOR_RETRY, TI.REMOVED}) | _CLEARABLE,
     # Finished by the worker that claimed it, or by a liveness sweep; removed by that
     # worker when the DAG's stored version no longer has its task; a sensor's poke that
-    # found nothing yet reschedules it.
+    # found nothing yet reschedules it; given back before its code ran when every slot
+    # of its concurrency key is held (`broker.worker.concurrency_slots`).
     TI.RUNNING: frozenset(
         {
+            TI.SCHEDULED,
             TI.SUCCESS,
             TI.FAILED,
             TI.UP_FOR_RETRY,

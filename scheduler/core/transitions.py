@@ -58,8 +58,14 @@ def _ti_stamps(new: TaskInstanceState, now: dt.datetime) -> dict[str, Any]:
         return {"start_date": now, "last_heartbeat_at": now, "end_date": None}
     if new in TI_PARKED or new in TI_TERMINAL:  # a try, a poke, or a wait's start ended
         return {"end_date": now}
-    if new is TI.NONE:  # a clear: a sensor's next try pokes afresh
-        return {"end_date": None, "next_retry_at": None, "error": None, "waiting": None}
+    if new is TI.NONE:  # a clear: a sensor's next try pokes afresh, a key is computed again
+        return {
+            "end_date": None,
+            "next_retry_at": None,
+            "error": None,
+            "waiting": None,
+            "concurrency_key": None,
+        }
     return {}
 
 

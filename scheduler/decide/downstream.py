@@ -28,6 +28,9 @@ Invariants:
   are filled by `queueing.queue_scheduled`, by priority then age, as a scheduler does;
   a result with nothing ready gives the slot it freed to the first TI waiting in its
   pool (`fill_freed_slot`).
+- A ready TI of a task with a rate limit goes to `scheduled` for the schedulers (who
+  take its token, `decide.limited`), which are woken; one with a concurrency limit is
+  queued as any other (its key is computed, and its slot taken, at its claim).
 - Only runs no job has claimed (the scheduler's runs) are driven here: a backfill
   drives its own runs, a run whose DAG changed needs `verify_integrity`, and a
   cascade (a downstream skipped or upstream_failed) or a run whose TIs are all
@@ -202,6 +205,11 @@ def schedule_downstream(
         if locked.waiting
         else _decide(session, locked, tasks, downstream, finished, result, now, follow)
     )
+    rated = [r.id for r in ready if "rate_limit" in tasks[r.task_id]]
+    if rated:  # a rate limit's token is taken by a scheduler's pass
+        move_tis(session, rated, TI.SCHEDULED, expect=[TI.NONE], now=now)
+        ready = [r for r in ready if r.id not in rated]
+        follow.wake = True
     if ready and not locked.backlog:
         follow.messages = _queue(session, locked, ready, now, follow, with_trace)
     elif ready:

@@ -89,7 +89,8 @@ class Plan:
     chain_next: str | None = None
     """For a success whose one downstream has this task as its only upstream, in the same
     pool, and runs after it (its trigger rule's verdict on one success), this task not a
-    branch: that downstream, ready once the result is written."""
+    branch: that downstream, ready once the result is written. Never a task with a rate
+    limit (nor `join_next`, `fan_out`): a scheduler's pass takes its token."""
     join_next: str | None = None
     """For a success into one all_success fan-in in this task's pool, no upstream a
     branch: that fan-in, which its last upstream queues by one query after its result
@@ -163,7 +164,12 @@ def _make_plan(
         size = len(needed)
     pools = tuple(sorted({pool} | {tasks[d].get("pool") or pool for d in downstream}))
     fan_in = _fan_in(tasks, task_id, downstream[0], join) if success and join else None
-    join_next = _join_next(tasks, task_id, downstream, pools, join) if fan_in and join else None
+    rated = any("rate_limit" in tasks[d] for d in downstream)  # a scheduler takes tokens
+    join_next = (
+        _join_next(tasks, task_id, downstream, pools, join)
+        if fan_in and join and not rated
+        else None
+    )
     if size > READ_LIMIT:  # a wide fan-out or fan-in: one scheduler pass decides
         if fan_in is None:
             return None
@@ -191,7 +197,8 @@ def _make_plan(
         and all(tasks[d]["upstream"] == [task_id] for d in downstream)
     )
     chain_next = fan_out = None
-    if locks_pool and not tasks[task_id].get("is_branch") and _run_on_success(tasks, downstream):
+    queues_at_once = locks_pool and not rated and not tasks[task_id].get("is_branch")
+    if queues_at_once and _run_on_success(tasks, downstream):
         if len(downstream) == 1:
             chain_next = downstream[0]
         elif len(downstream) < FILL_LIMIT:

@@ -35,6 +35,8 @@ from sluice.scheduler.core.queries.tis import (
 from sluice.scheduler.core.queries.versions import task_specs_of
 from sluice.scheduler.core.states import TI
 from sluice.scheduler.core.transitions import fail_try, queue_tis
+from sluice.scheduler.decide.limited import lock_limited
+from sluice.scheduler.decide.limited import save as save_limits
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +107,68 @@ def queue_scheduled(
     runs: ColumnElement[bool],
     limit: int = 512,
     with_trace: bool = False,
+    limited: bool = False,
 ) -> tuple[list[RunMessage], bool]:
     """Queue as many scheduled TIs (of runs matching `runs`) as pools and limits allow.
 
     Returns the messages to send after commit, and whether scheduled TIs were left
     behind (a pool or limit was full, or the batch limit was reached). With
-    `with_trace`, each message carries its TI's span carrier for the headers.
+    `with_trace`, each message carries its TI's span carrier for the headers. With
+    `limited` (a scheduler's pass), the TIs waiting for a concurrency key's slot or a
+    rate limit's token are queued first, as their limits allow (`decide.limited`).
     """
     capacity = Capacity.locked(session)
+    done: list[RunMessage] = []
+    waiting = False
+    if limited:
+        done, waiting = _queue_limited(session, capacity, job_id, now, runs, limit, with_trace)
+    messages, left = _queue_unlimited(session, capacity, job_id, now, runs, limit, with_trace)
+    return done + messages, left or waiting
+
+
+def _queue_limited(
+    session: Session,
+    capacity: Capacity,
+    job_id: int | None,
+    now: dt.datetime,
+    runs: ColumnElement[bool],
+    limit: int,
+    with_trace: bool,
+) -> tuple[list[RunMessage], bool]:
+    """Queue the scheduled TIs waiting for a limit that it lets go (`decide.limited`);
+    their messages, and whether some still wait."""
+    rows, limits = lock_limited(session, runs=runs, limit=limit, now=now)
+    assignments: list[tuple[int, str]] = []
+    messages: list[RunMessage] = []
+    for row in rows:
+        if not limits.take(row):
+            continue
+        if not capacity.take(row.pool, row.pool_slots, row.dag_id, row.max_active_tasks or 0):
+            limits.give_back(row)
+            continue
+        attempt_id = str(uuid.uuid4())
+        assignments.append((row.id, attempt_id))
+        messages.append(
+            new_try_message(
+                row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
+            )
+        )
+    if rows:
+        save_limits(session, limits, now)
+    queue_tis(session, assignments, now=now, job_id=job_id)
+    return messages, len(messages) < len(rows)
+
+
+def _queue_unlimited(
+    session: Session,
+    capacity: Capacity,
+    job_id: int | None,
+    now: dt.datetime,
+    runs: ColumnElement[bool],
+    limit: int,
+    with_trace: bool,
+) -> tuple[list[RunMessage], bool]:
+    """Queue the other scheduled TIs, into the room `capacity` has left."""
     # Fairness: a DAG at its max_active_tasks or a full pool is left out of the batch,
     # so its scheduled TIs cannot fill the batch and starve other DAGs and pools.
     full_dags = [d for d, n in capacity.active.items() if n >= capacity.max_tasks.get(d, 0)]

@@ -401,6 +401,7 @@ class DagRunJob:
             now=now,
             runs=self.runs_i_drive(),
             with_trace=self.tracing.enabled,
+            limited=True,
         )
         self._left_behind = left
         if self.tracing.enabled and messages:

@@ -24,6 +24,8 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    not_,
+    or_,
     select,
 )
 from sqlalchemy.orm import Session
@@ -199,6 +201,8 @@ _FIRST_WAITING = (
         _WAITING.c.pool == bindparam("r_pool"),
         _RUNS.state == DagRunState.RUNNING.value,
         _RUNS.claimed_by_job_id.is_(None),
+        _WAITING.c.concurrency_key.is_(None),  # a limit's waiting TIs: the schedulers'
+        _WAITING.c.rate_limit.is_(None),
     )
     .order_by(_WAITING.c.priority_weight.desc(), _WAITING.c.scheduled_at, _WAITING.c.id)
     .limit(1)
@@ -266,20 +270,24 @@ def lock_scheduled_tis(
     runs: ColumnElement[bool],
     skip_dags: Sequence[str] = (),
     skip_pools: Sequence[str] = (),
+    *,
+    limited: bool = False,
 ) -> list[Row[Any]]:
     """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED,
     with their DAG's `max_active_tasks`.
 
     TIs of `skip_dags` (at their max_active_tasks) and `skip_pools` (full) are left out.
+    Those that wait for a limit (a rate limit, or a concurrency key known) are left out
+    too; with `limited`, only they are taken, with their limits' columns.
     """
-    stmt = _scheduled_statement(runs, bool(skip_dags), bool(skip_pools))
+    stmt = _scheduled_statement(runs, bool(skip_dags), bool(skip_pools), limited)
     params = {"limit": limit, "skip_dags": list(skip_dags), "skip_pools": list(skip_pools)}
     return list(session.execute(stmt, params))
 
 
 @functools.lru_cache(maxsize=16)
 def _scheduled_statement(
-    runs: ColumnElement[bool], skip_dags: bool, skip_pools: bool
+    runs: ColumnElement[bool], skip_dags: bool, skip_pools: bool, limited: bool = False
 ) -> Select[Any]:
     """Built once per `runs` clause (registered: a module-level constant for the
     workers' fills, one per job for a scheduler's passes)."""
@@ -304,11 +312,19 @@ def _scheduled_statement(
         .limit(bindparam("limit"))
         .with_for_update(of=TaskInstance.__table__, skip_locked=True)
     )
+    waits_for_a_limit = or_(_TIS.concurrency_key.is_not(None), _TIS.rate_limit.is_not(None))
+    if limited:
+        stmt = stmt.where(waits_for_a_limit).add_columns(
+            _TIS.concurrency, _TIS.concurrency_key, _TIS.concurrency_limit, _TIS.rate_limit
+        )
+    else:
+        stmt = stmt.where(not_(waits_for_a_limit))
     if skip_dags:
         stmt = stmt.where(_TIS.dag_id.not_in(bindparam("skip_dags", expanding=True)))
     if skip_pools:
         stmt = stmt.where(_TIS.pool.not_in(bindparam("skip_pools", expanding=True)))
     skips = "".join([", skip DAGs" if skip_dags else "", ", skip pools" if skip_pools else ""])
+    skips += ", limited" if limited else ""
     return built(f"lock scheduled TIs of {name_of(runs)}{skips}", stmt)
 
 

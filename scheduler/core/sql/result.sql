@@ -153,7 +153,8 @@ RETURNING
 -- The slot a result freed, after the pool's lock: the first TI waiting in pool `pool`
 -- (priority, then age) of a running run no job claimed, queued as `attempt_id` if it
 -- fits the pool's free slots and its DAG's max_active_tasks (counted after the lock was
--- granted). SKIP LOCKED: a TI another writer is queueing is passed over.
+-- granted). SKIP LOCKED: a TI another writer is queueing is passed over. A TI waiting
+-- for a limit (its concurrency key known, or a rate limit) is the schedulers' to queue.
 UPDATE task_instance
 SET state = 'queued', try_number = try_number + 1, attempt_id = :attempt_id,
     hostname = NULL, pid = NULL, queued_at = :now, queued_by_job_id = NULL
@@ -163,6 +164,7 @@ WHERE (state || '') = 'scheduled'
       FROM task_instance AS waiting JOIN dag_run ON dag_run.id = waiting.dag_run_id
       WHERE waiting.state = 'scheduled' AND waiting.pool = :pool
         AND dag_run.state = 'running' AND dag_run.claimed_by_job_id IS NULL
+        AND waiting.concurrency_key IS NULL AND waiting.rate_limit IS NULL
       ORDER BY waiting.priority_weight DESC, waiting.scheduled_at, waiting.id
       LIMIT 1
       FOR UPDATE OF waiting SKIP LOCKED
