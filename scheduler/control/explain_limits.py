@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sluice.broker.queues import celery_queue
 from sluice.scheduler.control.explain_model import Reason, Subject, duration, iso
 from sluice.scheduler.control.explain_model import ReasonKind as K
+from sluice.scheduler.control.explain_slots import slot_reasons
 from sluice.scheduler.core.models import DagRun, Job, Pool, TaskInstance
 from sluice.scheduler.core.queries.tis import used_slots_by_pool
 from sluice.scheduler.core.states import TI_ACTIVE, DagRunState, JobState, RunType
@@ -149,7 +150,8 @@ def run_reasons(subject: Subject) -> list[Reason]:
 
 
 def limit_reasons(subject: Subject) -> list[Reason]:
-    """For a scheduled TI: the pool and max_active_tasks, as `queue_scheduled` counts them."""
+    """For a scheduled TI: the pool and max_active_tasks, as `queue_scheduled` counts them,
+    and its concurrency key and rate limit (`explain_slots`)."""
     ti, dag = subject.ti, subject.dag
     assert ti is not None
     reasons: list[Reason] = []
@@ -204,7 +206,7 @@ def limit_reasons(subject: Subject) -> list[Reason]:
                 },
             )
         )
-    return reasons
+    return reasons + slot_reasons(subject)
 
 
 def queue_reasons(subject: Subject) -> list[Reason]:

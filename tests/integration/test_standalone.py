@@ -376,6 +376,7 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
         ("tasks", "explain"): ["tasks", "explain", "pair", run_id, "a", "--json"],
         ("status",): ["status", "--json", "--workers-timeout", "0.5"],
         ("assets", "list"): ["assets", "list", "--json"],
+        ("concurrency", "list"): ["concurrency", "list", "--json"],
         ("dags", "watch-state"): ["dags", "watch-state", "watched", "--json"],
     }
     assert commands_with_json() == set(argv), "a command with --json is not checked here"
