@@ -224,7 +224,8 @@ def _follow_up(ctx: WorkerContext, claimed: Claimed, follow: FollowUp | None) ->
             ctx.publish(follow.messages)
         except Exception as exc:
             log.warning("publishing %d downstream tasks failed: %s", len(follow.messages), exc)
-    if follow is None or follow.wake:
+    keyed = claimed.spec is not None and "concurrency" in claimed.spec  # a slot freed
+    if follow is None or follow.wake or keyed:
         ctx.waker.wake(claimed.run_pk, shared=not claimed.run_claimed)
 
 

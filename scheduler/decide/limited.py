@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +28,10 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.queries.limits import (
     Bucket,
     Key,
+    full_keys,
     lock_buckets,
     lock_keys,
+    read_buckets,
     save_buckets,
     slots_in_use,
 )
@@ -78,11 +81,29 @@ def _key_of(row: Any) -> Key | None:
 
 
 def lock_limited(
-    session: Session, *, runs: ColumnElement[bool], limit: int, now: dt.datetime
+    session: Session,
+    *,
+    runs: ColumnElement[bool],
+    limit: int,
+    now: dt.datetime,
+    skip_dags: Sequence[str] = (),
+    skip_pools: Sequence[str] = (),
 ) -> tuple[list[Any], Limits]:
     """The scheduled TIs waiting for a limit (at most `limit`, by priority then age,
-    SKIP LOCKED), and their limits locked and read."""
-    rows = lock_scheduled_tis(session, limit, runs, limited=True)
+    SKIP LOCKED), and their limits locked and read. Those of full keys, empty buckets,
+    `skip_dags` and `skip_pools` (as read before any lock) are left out, so they cannot
+    fill the batch and starve the others."""
+    empty = [b.name for b in read_buckets(session, now) if b.tokens < 1]
+    rows = lock_scheduled_tis(
+        session,
+        limit,
+        runs,
+        skip_dags,
+        skip_pools,
+        limited=True,
+        skip_keys=full_keys(session),
+        skip_buckets=empty,
+    )
     if not rows:
         return [], Limits()
     keys = [k for k in map(_key_of, rows) if k is not None]

@@ -126,6 +126,21 @@ def queue_scheduled(
     return done + messages, left or waiting
 
 
+def _free(capacity: Capacity) -> int:
+    """The free pool slots: no more candidates than that, each taking one at least (a
+    wide map's thousands of scheduled indexes are not all locked to queue the few that
+    fit)."""
+    return sum(max(0, n - capacity.used.get(p, 0)) for p, n in capacity.slots.items())
+
+
+def _full(capacity: Capacity) -> tuple[list[str], list[str]]:
+    """The DAGs at their max_active_tasks and the full pools: left out of a batch, so
+    their scheduled TIs cannot fill it and starve other DAGs and pools."""
+    full_dags = [d for d, n in capacity.active.items() if n >= capacity.max_tasks.get(d, 0)]
+    full_pools = [p for p, n in capacity.used.items() if n >= capacity.slots.get(p, 0)]
+    return full_dags, full_pools
+
+
 def _queue_limited(
     session: Session,
     capacity: Capacity,
@@ -137,7 +152,13 @@ def _queue_limited(
 ) -> tuple[list[RunMessage], bool]:
     """Queue the scheduled TIs waiting for a limit that it lets go (`decide.limited`);
     their messages, and whether some still wait."""
-    rows, limits = lock_limited(session, runs=runs, limit=limit, now=now)
+    full_dags, full_pools = _full(capacity)
+    limit = min(limit, _free(capacity))
+    if limit <= 0:
+        return [], False  # a result that frees a slot wakes the schedulers
+    rows, limits = lock_limited(
+        session, runs=runs, limit=limit, now=now, skip_dags=full_dags, skip_pools=full_pools
+    )
     assignments: list[tuple[int, str]] = []
     messages: list[RunMessage] = []
     for row in rows:
@@ -169,14 +190,8 @@ def _queue_unlimited(
     with_trace: bool,
 ) -> tuple[list[RunMessage], bool]:
     """Queue the other scheduled TIs, into the room `capacity` has left."""
-    # Fairness: a DAG at its max_active_tasks or a full pool is left out of the batch,
-    # so its scheduled TIs cannot fill the batch and starve other DAGs and pools.
-    full_dags = [d for d, n in capacity.active.items() if n >= capacity.max_tasks.get(d, 0)]
-    full_pools = [p for p, n in capacity.used.items() if n >= capacity.slots.get(p, 0)]
-    # no more candidates than free slots: each takes one at least (a wide map's thousands
-    # of scheduled indexes are not all locked to queue the few that fit)
-    free = sum(max(0, n - capacity.used.get(p, 0)) for p, n in capacity.slots.items())
-    limit = min(limit, free)
+    full_dags, full_pools = _full(capacity)
+    limit = min(limit, _free(capacity))
     if limit <= 0:
         return [], False
     candidates = lock_scheduled_tis(session, limit, runs, full_dags, full_pools)

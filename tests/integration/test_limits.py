@@ -174,6 +174,8 @@ with DAG("rated_slow", schedule=None):
     @task(rate_limit=SLOW)
     def second(context):
         started(context)
+
+    first >> second  # the worker's result leaves `second` to the schedulers' bucket
 """
 
 
@@ -208,7 +210,7 @@ def test_one_token_bucket_shared_by_every_task_naming_it(sluice: Sluice, tmp_pat
             assert j - i + 1 <= 5 + 5 * (d + 0.2), (i, j, d, times)
     assert times[-1] - times[0] >= (20 - 5) / 5 - 0.5, times  # the bucket did hold them
 
-    # a bucket of one token a minute, named by two tasks: one starts, the other waits
+    # a bucket of one token a minute, named by two chained tasks: one starts, the next waits
     slow = sluice.trigger("rated_slow")
     wait_until(lambda: _slow_starts(starts) or None, timeout=30)
     assert len(_slow_starts(starts)) == 1

@@ -71,6 +71,19 @@ def slots_in_use(session: Session, keys: Iterable[Key]) -> dict[Key, int]:
     return {k: found.get(k, 0) for k in wanted}
 
 
+def full_keys(session: Session) -> list[Key]:
+    """The keys whose slots are all held (by their TIs' smallest limit): unlocked, a
+    filter for the candidates (the locked count decides)."""
+    ti = TaskInstance
+    rows = session.execute(
+        select(ti.concurrency, ti.concurrency_key)
+        .where(ti.concurrency_key.is_not(None), ti.state.in_(list(TI_ACTIVE)))
+        .group_by(ti.concurrency, ti.concurrency_key)
+        .having(func.count() >= func.min(ti.concurrency_limit))
+    ).all()
+    return [(str(name), str(key)) for name, key in rows]
+
+
 @dataclass(frozen=True)
 class Holder:
     """A TI holding a slot of a key."""

@@ -272,17 +272,33 @@ def lock_scheduled_tis(
     skip_pools: Sequence[str] = (),
     *,
     limited: bool = False,
+    skip_keys: Sequence[tuple[str, str]] = (),
+    skip_buckets: Sequence[str] = (),
 ) -> list[Row[Any]]:
     """Scheduled TIs of running runs matching `runs`, by priority then age, locked SKIP LOCKED,
     with their DAG's `max_active_tasks`.
 
     TIs of `skip_dags` (at their max_active_tasks) and `skip_pools` (full) are left out.
     Those that wait for a limit (a rate limit, or a concurrency key known) are left out
-    too; with `limited`, only they are taken, with their limits' columns.
+    too; with `limited`, only they are taken, with their limits' columns, but for those
+    of the keys `skip_keys` (full) and the buckets `skip_buckets` (empty): the TIs of a
+    full key cannot fill the batch and starve the others.
     """
     stmt = _scheduled_statement(runs, bool(skip_dags), bool(skip_pools), limited)
-    params = {"limit": limit, "skip_dags": list(skip_dags), "skip_pools": list(skip_pools)}
+    params: dict[str, Any] = {
+        "limit": limit,
+        "skip_dags": list(skip_dags),
+        "skip_pools": list(skip_pools),
+    }
+    if limited:
+        params["skip_keys"] = [f"{name}{KEY_SEPARATOR}{key}" for name, key in skip_keys]
+        params["skip_buckets"] = list(skip_buckets)
     return list(session.execute(stmt, params))
+
+
+KEY_SEPARATOR = "\x1f"
+"""Between a concurrency's name and its key in one string: neither may hold a control
+character (`tasks.limits`)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -314,7 +330,18 @@ def _scheduled_statement(
     )
     waits_for_a_limit = or_(_TIS.concurrency_key.is_not(None), _TIS.rate_limit.is_not(None))
     if limited:
-        stmt = stmt.where(waits_for_a_limit).add_columns(
+        named_key = _TIS.concurrency.concat(KEY_SEPARATOR).concat(_TIS.concurrency_key)
+        stmt = stmt.where(
+            waits_for_a_limit,
+            or_(
+                _TIS.concurrency_key.is_(None),
+                named_key.not_in(bindparam("skip_keys", expanding=True)),
+            ),
+            or_(
+                _TIS.rate_limit.is_(None),
+                _TIS.rate_limit.not_in(bindparam("skip_buckets", expanding=True)),
+            ),
+        ).add_columns(
             _TIS.concurrency, _TIS.concurrency_key, _TIS.concurrency_limit, _TIS.rate_limit
         )
     else:
