@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.callback_kinds import Status
 from sluice.scheduler.core.db import transaction
 from sluice.scheduler.core.messages import CallbackMessage
-from sluice.scheduler.core.models import DagRun, DueCallback
+from sluice.scheduler.core.models import DagRun, DueCallback, Job
 from sluice.scheduler.core.queries import callbacks as due
 from sluice.scheduler.core.states import RUN_TERMINAL, DagRunState
 from sluice.scheduler.decide import spans
@@ -38,6 +38,11 @@ CALLBACK_BATCH = 256
 CALLBACK_GRACE_SECONDS = 10.0
 """How long a `OneRunJob` waits, once its run has ended, for the run's callbacks to run
 (then they stay due for the next start)."""
+
+
+PROCESS_STARTED = dt.datetime.now(dt.UTC)
+"""When this process imported this module: a job row with its pid started before that
+is from before a restart of the host."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -77,7 +82,7 @@ class StandaloneJob(SchedulerJob):
                 session,
                 now=now,
                 hostname=socket.gethostname(),
-                alive=pid_alive,
+                alive=_job_alive,
                 runs=self.runs_i_drive(),
                 own_job_id=self.job_id,
             )
@@ -162,3 +167,12 @@ class OneRunJob(StandaloneJob):
             )
         self._ended_at = self._ended_at or time.monotonic()
         return not waiting or time.monotonic() - self._ended_at > CALLBACK_GRACE_SECONDS
+
+
+def _job_alive(job: Job) -> bool:
+    """Whether `job`'s process is alive: another live process, or this one when the job
+    started after it did (the standalone's triggerer, registered by its thread before
+    the leftovers are taken up)."""
+    if job.pid == os.getpid():
+        return job.start_date >= PROCESS_STARTED
+    return pid_alive(job.pid)

@@ -29,7 +29,7 @@ from sqlalchemy import ColumnElement, update
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.messages import RunMessage
-from sluice.scheduler.core.models import TaskInstance
+from sluice.scheduler.core.models import Job, TaskInstance
 from sluice.scheduler.core.queries.jobs import lock_running_jobs_on, release_jobs
 from sluice.scheduler.core.queries.tis import lock_expired_queued, lock_running_in
 from sluice.scheduler.core.states import TI
@@ -56,7 +56,7 @@ def take_up(
     *,
     now: dt.datetime,
     hostname: str,
-    alive: Callable[[int], bool],
+    alive: Callable[[Job], bool],
     runs: ColumnElement[bool],
     own_job_id: int | None,
 ) -> Leftovers:
@@ -67,7 +67,7 @@ def take_up(
     gone = [
         job
         for job in lock_running_jobs_on(session, hostname)
-        if job.id != own_job_id and not alive(job.pid)
+        if job.id != own_job_id and not alive(job)
     ]
     if gone:
         found.gone_jobs = [job.id for job in gone]

@@ -363,6 +363,7 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
     for printed in PRINTED:
         assert printed in done.stderr and printed not in done.stdout, printed
     assert "a logs a warning" in done.stderr
+    assert "stopped without ending" not in done.stderr  # its own triggerer is not gone
     assert f"run {document['run_id']}: success" in done.stderr
     # and so is every other command's --json
     run_id = document["run_id"]
