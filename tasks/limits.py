@@ -95,21 +95,30 @@ class RateLimit:
 
     name: str
     limit: int
-    per: timedelta = timedelta(seconds=1)
+    per: timedelta | float = timedelta(seconds=1)
+    """A timedelta, or a number of seconds (made a timedelta)."""
 
     def __post_init__(self) -> None:
         _check_name("a RateLimit", self.name)
         _check_limit(f"RateLimit {self.name!r}:", self.limit)
         per = self.per
         if isinstance(per, int | float) and not isinstance(per, bool):
-            object.__setattr__(self, "per", timedelta(seconds=per))
+            seconds = float(per)
+            fits = 0 < seconds <= PER_MAX.total_seconds()  # False for NaN too
+            object.__setattr__(self, "per", timedelta(seconds=seconds) if fits else None)
         if not isinstance(self.per, timedelta) or not timedelta(0) < self.per <= PER_MAX:
             raise DagDefinitionError(
                 f"RateLimit {self.name!r}: per must be a timedelta above 0 and at most 1 day"
             )
 
+    @property
+    def period(self) -> timedelta:
+        """`per` as a timedelta."""
+        assert isinstance(self.per, timedelta)  # __post_init__ made it one
+        return self.per
+
     def serialized(self) -> dict[str, Any]:
-        return {"name": self.name, "limit": self.limit, "per": self.per.total_seconds()}
+        return {"name": self.name, "limit": self.limit, "per": self.period.total_seconds()}
 
 
 def check_concurrency(value: object) -> Concurrency | None:

@@ -56,7 +56,10 @@ def _as_timedelta(name: str, value: Any, *, optional: bool, positive: bool) -> t
     if value is None and optional:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        value = timedelta(seconds=value)
+        try:
+            value = timedelta(seconds=value)
+        except (ValueError, OverflowError):  # NaN, infinities, beyond timedelta's range
+            raise DagDefinitionError(f"{name} must be a finite number of seconds") from None
     if not isinstance(value, timedelta):
         raise DagDefinitionError(f"{name} must be a timedelta, got {value!r}")
     if value < timedelta(0) or (positive and value == timedelta(0)):

@@ -95,7 +95,7 @@ from sluice.tasks.assets import OutletEvents, check_extras
 from sluice.tasks.celery_task import CeleryTask
 from sluice.tasks.errors import Skip, TaskStopped, TaskTimeout
 from sluice.tasks.external_sensor import RUN_STATES, ExternalTaskSensor, RunStates
-from sluice.tasks.limits import concurrency_key
+from sluice.tasks.limits import Concurrency, concurrency_key
 from sluice.tasks.mapping import check_map_output, per_index_of
 from sluice.tasks.params import param_values
 from sluice.tasks.runtime import Stop, branch_targets, check_result, run_task, wants_context
@@ -526,16 +526,15 @@ def _execute(
         keyed = task.concurrency
         if isinstance(task, CeleryTask) or takes_context or task.reads_upstream or keyed:
             _read_for_context(ctx, claimed, conf=takes_context or keyed is not None)
-        if keyed is not None:
-            key = concurrency_key(keyed, claimed.context)  # user code: a bad key fails the try
-            slot = hold_slot(ctx.session_factory, msg.ti_id, msg.attempt_id, key, utcnow())
-            if slot is not Slot.HELD:
-                return TI.SCHEDULED, {"slot": slot}
         if isinstance(task, CeleryTask):
+            if keyed is not None and (slot := _take_slot(ctx, msg, claimed, keyed)):
+                return TI.SCHEDULED, {"slot": slot}
             external_id = _send_external(ctx, task, claimed.context["upstream"], msg)
             log.info("%s sent Celery task %s[%s]", _what(msg), task.name, external_id)
             return TI.RUNNING, {"external_id": external_id}
         with _hard_limit(ctx, msg, claimed, task, captured):
+            if keyed is not None and (slot := _take_slot(ctx, msg, claimed, keyed)):
+                return TI.SCHEDULED, {"slot": slot}  # the key: user code, under the limit
             if task.sensor is not None:
                 value = _sense(ctx, msg, claimed, task, stop)
             else:
@@ -571,6 +570,16 @@ def _execute(
     except (Exception, TaskTimeout) as exc:
         return _failure(msg, claimed, exc)
     return TI.SUCCESS, {"result": result, "error": None, "next_retry_at": None}
+
+
+def _take_slot(
+    ctx: WorkerContext, msg: RunMessage, claimed: Claimed, keyed: Concurrency
+) -> Slot | None:
+    """The try's key (user code; a bad one raises, which fails the try) and its slot:
+    None when held, else what happened instead (`concurrency_slots.hold_slot`)."""
+    key = concurrency_key(keyed, claimed.context)
+    slot = hold_slot(ctx.session_factory, msg.ti_id, msg.attempt_id, key, utcnow())
+    return None if slot is Slot.HELD else slot
 
 
 def _sense(ctx: WorkerContext, msg: RunMessage, claimed: Claimed, task: Task, stop: Stop) -> Any:
