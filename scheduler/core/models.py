@@ -318,6 +318,12 @@ class DagRun(Base):
     )
 
 
+_WAITS_FOR_A_LIMIT = (
+    "state = 'scheduled' AND (concurrency_key IS NOT NULL OR rate_limit IS NOT NULL)"
+)
+"""A TI waiting for a concurrency key's slot or a rate limit's token (`decide.limited`)."""
+
+
 class TaskInstance(Base):
     __tablename__ = "task_instance"
 
@@ -388,6 +394,14 @@ class TaskInstance(Base):
             "id",
             postgresql_where=text("state = 'scheduled'"),
             sqlite_where=text("state = 'scheduled'"),
+        ),
+        Index(
+            "ix_task_instance_limited",  # the TIs waiting for a limit, in queueing order
+            text("priority_weight DESC"),
+            "scheduled_at",
+            "id",
+            postgresql_where=text(_WAITS_FOR_A_LIMIT),
+            sqlite_where=text(_WAITS_FOR_A_LIMIT),
         ),
         Index(
             "ix_task_instance_concurrency",  # a key's holders: its slots in use

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from sluice.scheduler.core.queries.limits import (
     Bucket,
     Key,
+    any_waiting,
     full_keys,
     lock_buckets,
     lock_keys,
@@ -93,6 +94,8 @@ def lock_limited(
     SKIP LOCKED), and their limits locked and read. Those of full keys, empty buckets,
     `skip_dags` and `skip_pools` (as read before any lock) are left out, so they cannot
     fill the batch and starve the others."""
+    if not any_waiting(session):
+        return [], Limits()
     empty = [b.name for b in read_buckets(session, now) if b.tokens < 1]
     rows = lock_scheduled_tis(
         session,

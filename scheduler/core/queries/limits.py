@@ -25,10 +25,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text, tuple_
+from sqlalchemy import func, or_, select, text, tuple_
 from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import RateLimit, TaskInstance
+from sluice.scheduler.core.queries.sql import is_scheduled
 from sluice.scheduler.core.states import TI_ACTIVE
 from sluice.scheduler.core.upsert import upsert
 
@@ -69,6 +70,22 @@ def slots_in_use(session: Session, keys: Iterable[Key]) -> dict[Key, int]:
     ).all()
     found = {(str(name), str(key)): int(n) for name, key, n in rows}
     return {k: found.get(k, 0) for k in wanted}
+
+
+def any_waiting(session: Session) -> bool:
+    """Whether a TI waits for a concurrency key's slot or a rate limit's token: one probe
+    of the partial index `ix_task_instance_limited` (empty but for such TIs), so a
+    queueing pass without them costs one cheap query."""
+    ti = TaskInstance.__table__.c
+    found = session.execute(
+        select(ti.id)
+        .where(
+            is_scheduled(ti.state),
+            or_(ti.concurrency_key.is_not(None), ti.rate_limit.is_not(None)),
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def full_keys(session: Session) -> list[Key]:

@@ -25,6 +25,11 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+WAITS_FOR_A_LIMIT = (
+    "state = 'scheduled' AND (concurrency_key IS NOT NULL OR rate_limit IS NOT NULL)"
+)
+
+
 def upgrade() -> None:
     """Upgrade schema."""
     op.add_column("task_instance", sa.Column("concurrency", sa.String(250)))
@@ -37,6 +42,13 @@ def upgrade() -> None:
         ["concurrency", "concurrency_key", "state"],
         postgresql_where=sa.text("concurrency_key IS NOT NULL"),
         sqlite_where=sa.text("concurrency_key IS NOT NULL"),
+    )
+    op.create_index(
+        "ix_task_instance_limited",
+        "task_instance",
+        [sa.text("priority_weight DESC"), "scheduled_at", "id"],
+        postgresql_where=sa.text(WAITS_FOR_A_LIMIT),
+        sqlite_where=sa.text(WAITS_FOR_A_LIMIT),
     )
     op.create_table(
         "rate_limit",
@@ -52,6 +64,7 @@ def downgrade() -> None:
     """Downgrade schema (plain `DROP COLUMN`, not batch: see 0016)."""
     op.drop_table("rate_limit")
     op.drop_index("ix_task_instance_concurrency", table_name="task_instance")
+    op.drop_index("ix_task_instance_limited", table_name="task_instance")
     op.drop_column("task_instance", "rate_limit")
     op.drop_column("task_instance", "concurrency_key")
     op.drop_column("task_instance", "concurrency_limit")
