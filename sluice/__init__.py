@@ -4,7 +4,7 @@ What DAG files and Celery projects import::
 
     from sluice import DAG, task, Skip, TriggerRule, ShellTask, CeleryTask, Upstream
     from sluice import Asset, Watch, RunRequest, TriggerDagRun, ExternalTaskSensor, Param
-    from sluice import Concurrency, RateLimit
+    from sluice import Concurrency, RateLimit, Connection, Variable
     import sluice; sluice.attach(app)
 
 The package is three layers, each its own subpackage: `sluice.tasks` (authoring, imports

@@ -21,6 +21,7 @@ from sluice.tasks.external_sensor import ExternalTaskSensor
 from sluice.tasks.limits import Concurrency, RateLimit
 from sluice.tasks.notifiers import Webhook
 from sluice.tasks.params import Param
+from sluice.tasks.secrets import Connection, ConnectionNotFound, Variable, VariableNotFound
 from sluice.tasks.sensor import PokeReturnValue
 from sluice.tasks.task import ShellTask, Task, task
 from sluice.tasks.task_group import TaskGroup, task_group
@@ -33,6 +34,8 @@ __all__ = [
     "Asset",
     "CeleryTask",
     "Concurrency",
+    "Connection",
+    "ConnectionNotFound",
     "DAG",
     "DagDefinitionError",
     "ExternalTaskSensor",
@@ -53,6 +56,8 @@ __all__ = [
     "TriggerEvent",
     "TriggerRule",
     "Upstream",
+    "Variable",
+    "VariableNotFound",
     "Watch",
     "Webhook",
     "defer",
