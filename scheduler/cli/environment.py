@@ -27,6 +27,8 @@ def _default(value: object) -> str | None:
         return f"{value:g}"
     if isinstance(value, frozenset):
         return ", ".join(sorted(value)) or "none"
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value)) or "none"
     if isinstance(value, Path):
         return str(value)
     return str(value)

@@ -519,6 +519,32 @@ class RateLimit(Base):
     refilled_at: Mapped[dt.datetime]
 
 
+class StoredConnection(Base):
+    """A connection (`sluice connections add`): `value` is the Fernet token of its JSON
+    (`tasks.secrets.Connection.as_dict`, `core.fernet`); no column holds it in plain text."""
+
+    __tablename__ = "connection"
+
+    name: Mapped[str] = mapped_column(String(250), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
+class StoredVariable(Base):
+    """A variable (`sluice variables set`): `value` is the Fernet token of its text;
+    `is_secret` (`--secret`): tasks that read it have it masked in their logs, and lists
+    show `***`."""
+
+    __tablename__ = "variable"
+
+    key: Mapped[str] = mapped_column(String(250), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    is_secret: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+
+
 class TaskLog(Base):
     """What one try of a TaskInstance printed and logged, as the worker captured it.
 

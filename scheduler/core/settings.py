@@ -14,6 +14,7 @@ reads config at import.
 
 from __future__ import annotations
 
+import base64
 import logging
 import operator
 import os
@@ -47,6 +48,7 @@ SECRET_VARIABLES = (
     "SLUICE_WAKEUP_URL",
     "SLUICE_RESULT_BACKEND",
     "SLUICE_API_TOKEN",
+    "SLUICE_FERNET_KEY",
 )
 """The variables that may hold the deployment's credentials: a task's process does not
 see them (`broker.worker.task_env`) unless `SLUICE_TASK_ENV_ALLOW` names them."""
@@ -212,6 +214,19 @@ class Settings(BaseSettings):
         default=frozenset(), description="secret variables tasks may see, comma-separated"
     )
     """The `SECRET_VARIABLES` a task's process may see nevertheless (none by default)."""
+    fernet_key: tuple[str, ...] = Field(
+        default=(),
+        repr=False,
+        description="Fernet keys of connections and variables, comma-separated",
+    )
+    """The keys that encrypt connections and variables in the database
+    (`core.fernet`): any of them decrypts, the first encrypts (`sluice secrets rotate`
+    re-encrypts every row with it). None: they cannot be stored or read."""
+    secrets_backends: tuple[str, ...] = Field(
+        default=(), description="secrets backends tasks read, comma-separated, in order"
+    )
+    """Entry points of the group `sluice.secrets_backends` that `Connection.get` and
+    `Variable.get` ask after the environment and before the database, in this order."""
     embedded_broker: bool = False
     """The broker is in this process (`sluice standalone`)."""
     broker_url_set: bool = False
@@ -271,6 +286,31 @@ class Settings(BaseSettings):
                 "from tasks, and only these can be given back to them"
             )
         return names
+
+    @field_validator("fernet_key", mode="before")
+    @classmethod
+    def _fernet_keys(cls, value: str | Iterable[str]) -> tuple[str, ...]:
+        """Keys separated by commas (or any iterable of keys), each 32 bytes in URL-safe
+        base64, as `Fernet.generate_key()` makes them; checked without importing
+        cryptography (a process that never decrypts does not pay for it)."""
+        keys = tuple(k.strip() for k in (value.split(",") if isinstance(value, str) else value))
+        for number, key in enumerate(keys, start=1):
+            if not _is_fernet_key(key):
+                which = f"key {number} of {len(keys)}" if len(keys) > 1 else "the key"
+                raise ValueError(
+                    f"must be Fernet keys separated by commas, and {which} is not one (32 "
+                    'bytes in URL-safe base64; make one with `python -c "from '
+                    'cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"`)'
+                )
+        return keys
+
+    @field_validator("secrets_backends", mode="before")
+    @classmethod
+    def _backend_names(cls, value: str | Iterable[str]) -> tuple[str, ...]:
+        """Names separated by commas or spaces (or any iterable of names), in order,
+        each once."""
+        names = value.replace(",", " ").split() if isinstance(value, str) else list(value)
+        return tuple(dict.fromkeys(names))
 
     @model_validator(mode="after")
     def _no_conflict(self) -> Settings:
@@ -380,7 +420,16 @@ def one_line(exc: ValidationError) -> str:
         what = f"must be at most {ctx['le']}"
     else:
         what = f"is not valid ({error['msg']})"
+    if name in SECRET_VARIABLES:
+        return f"{name} {what}"  # a secret's value is never shown
     return f"{name} {what}, got {_bounded(error['input'])}"
+
+
+def _is_fernet_key(key: str) -> bool:
+    try:
+        return len(base64.urlsafe_b64decode(key.encode("ascii"))) == 32
+    except (ValueError, UnicodeEncodeError):
+        return False
 
 
 def _bounded(value: object, limit: int = 80) -> str:
