@@ -379,6 +379,9 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
         ("assets", "list"): ["assets", "list", "--json"],
         ("concurrency", "list"): ["concurrency", "list", "--json"],
         ("dags", "watch-state"): ["dags", "watch-state", "watched", "--json"],
+        ("connections", "list"): ["connections", "list", "--json"],
+        ("variables", "list"): ["variables", "list", "--json"],
+        ("connections", "add"): None,  # there --json is the connection given, not the output
     }
     assert commands_with_json() == set(argv), "a command with --json is not checked here"
     for words, args in argv.items():
