@@ -33,6 +33,7 @@ from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.dag_files import local_file
 from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.runner import error_line, sending_app
+from sluice.broker.worker.secret_reads import use_worker_secrets
 from sluice.broker.worker.time_limits import Ending, hard_limit
 from sluice.scheduler.core.callback_kinds import ON_DEADLINE_MISSED
 from sluice.scheduler.core.db import transaction, utcnow
@@ -66,6 +67,7 @@ def run_callback_message(ctx: WorkerContext, msg: CallbackMessage) -> str:
         fileloc, context = _context(session, row, ctx.settings.base_url)
         session.expunge(row)
     what = f"{row.kind} of {row.dag_id}.{row.run_id}" + (f".{row.task_id}" if row.task_id else "")
+    use_worker_secrets(ctx)  # a callback reads connections as a task does
     stop = Stop()
     beat = Heartbeat.for_callback(
         ctx.session_factory, ctx.settings.heartbeat_interval, msg.callback_id, msg.token, stop.stop

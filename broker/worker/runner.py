@@ -54,6 +54,7 @@ from sluice.broker.worker.dag_files import local_file
 from sluice.broker.worker.heartbeat import Heartbeat
 from sluice.broker.worker.result import Case, decision, record_result
 from sluice.broker.worker.retrying import retrying
+from sluice.broker.worker.secret_reads import use_worker_secrets
 from sluice.broker.worker.task_env import masked_error
 from sluice.broker.worker.task_logs import TaskLogCapture, capture_task_log
 from sluice.broker.worker.time_limits import Ending, deadlines, hard_limit
@@ -199,9 +200,10 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         msg.attempt_id,
         on_lost=stop.stop,
     )
+    use_worker_secrets(ctx)  # Connection.get, Variable.get: read only if the task asks
     with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
         new, values = _execute(ctx, msg, claimed, stop, captured)
-    values = masked_error(ctx.settings, values)  # the secrets of the deployment: ***
+    values = masked_error(ctx.settings, values, captured.mask)  # and the secrets it read: ***
     if new is TI.RUNNING:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
     if new is TI.DEFERRED:
@@ -640,7 +642,7 @@ def _expire(
     log so far, as its own failure would be; then wake the schedulers."""
     error = TaskTimeout(f"task '{msg.task_id}' timed out after {timeout:g} s ({how.note})")
     new, values = _failure(msg, claimed, error)
-    values = masked_error(ctx.settings, values)  # as every stored error (a task id only)
+    values = masked_error(ctx.settings, values, captured.mask)  # as every stored error
     outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
         _follow_up(ctx, claimed, follow)

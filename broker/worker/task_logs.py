@@ -21,7 +21,8 @@ Invariants:
 - A try keeps at most `max_bytes` of text; the oldest lines are dropped first
   and counted in `dropped_lines`. Text is stored as valid UTF-8 without NULs.
 - Each line kept, and what is mirrored to the worker's output, has the deployment's
-  secrets masked `***` (`task_env.masker_for`) before it is stored or written.
+  secrets masked `***` (`task_env.masker_for`) before it is stored or written, and the
+  secrets the try read from the moment it read them (`TaskLogCapture.add_secrets`).
 - While the try runs, a thread of the capture (started at the first line, so a
   silent task costs no thread) stores the log every `flush_interval` seconds if it
   changed; when the block exits, `final_snapshot()` gives the last state, which the
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.broker.worker.context import WorkerContext
-from sluice.broker.worker.task_env import masker_for
+from sluice.broker.worker.task_env import Masker, masked_forms, masker_for
 from sluice.scheduler.core.db import transaction, utcnow
 from sluice.scheduler.core.queries.task_logs import LogSnapshot, append_task_log, save_task_log
 from sluice.scheduler.core.text import storable
@@ -243,6 +244,23 @@ class TaskLogCapture:
         self._stop = threading.Event()
         self._previous: Any = None
         self._flusher: threading.Thread | None = None
+        self._mask_lock = threading.Lock()
+
+    def add_secrets(self, values: Iterable[str]) -> None:
+        """Mask `values` too, in each form a log may show them (`task_env.masked_forms`),
+        in every line this try writes from now on, in what it mirrors and in its error
+        (`mask`): the secrets the try read (`secret_reads`)."""
+        forms = masked_forms(values)
+        if not forms:
+            return
+        with self._mask_lock:
+            mask = self.mask
+            if isinstance(mask, Masker):
+                new: Callable[[str], str] = mask.with_(forms)
+            else:
+                extra = Masker(forms)
+                new = extra if mask is None else functools.partial(_both, mask, extra)
+            self.mask = self.buffer.mask = new
 
     # -- what the proxies and the handler call -------------------------------------------
     def write(self, source: str, text: str) -> None:
@@ -396,6 +414,10 @@ class TaskLogCapture:
 
     def _key(self) -> tuple[int, int]:
         return self.ti_id, self.try_number
+
+
+def _both(first: Callable[[str], str], then: Callable[[str], str], text: str) -> str:
+    return then(first(text))
 
 
 def capture_task_log(ctx: WorkerContext, msg: RunMessage, try_number: int) -> TaskLogCapture:
