@@ -169,7 +169,7 @@ def test_tasks_read_connections_and_their_secrets_are_masked(keyed: Sluice) -> N
         result = conn.exec_driver_sql(
             f"SELECT result FROM task_instance WHERE run_id = '{again}' AND task_id = 'show'"
         ).scalar()
-    assert json.loads(result) == ["db.internal", "envhost", "eu-west-1"]
+    assert json.loads(str(result)) == ["db.internal", "envhost", "eu-west-1"]
     assert not any(secret in logs_of(sluice, again)["show"] for secret in SECRETS)
 
 

@@ -4,6 +4,8 @@ worker installed a resolver."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from sluice.tasks.secrets import (
     VariableNotFound,
     check_name,
     current_resolver,
+    install_resolver,
 )
 
 
@@ -157,7 +160,17 @@ def test_names_are_bounded(name: str, needle: str) -> None:
     assert check_name("x" * NAME_MAX) == "x" * NAME_MAX
 
 
-def test_outside_a_worker_the_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def outside_a_worker() -> Iterator[None]:
+    """No resolver installed (a worker run in this process before installs its own)."""
+    previous = install_resolver(None)
+    yield
+    install_resolver(previous)
+
+
+def test_outside_a_worker_the_environment_is_read(
+    monkeypatch: pytest.MonkeyPatch, outside_a_worker: None
+) -> None:
     assert current_resolver() is None
     monkeypatch.setenv("SLUICE_CONN_WAREHOUSE", "postgresql://me:pw@db:5432/wh")
     monkeypatch.setenv("SLUICE_VAR_REGION", "eu-west-1")

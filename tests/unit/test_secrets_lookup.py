@@ -72,8 +72,10 @@ def backend_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def resolver_installed() -> Iterator[None]:
+    """The resolver a test installs is taken away after it."""
+    previous = install_resolver(None)
     yield
-    install_resolver(None)
+    install_resolver(previous)
 
 
 def store(factory: sessionmaker[Session], settings: Settings) -> None:
@@ -185,7 +187,7 @@ def test_what_a_try_reads_is_masked_in_its_log_and_error(
         print("env", env.password, env.uri)
         print("json", json.dumps({"p": db.password, "t": token}))
         print("repr", repr(db.password), [env.password])
-        print("quoted", quote(db.password), quote(env.password, safe=""))
+        print("quoted", quote(db_password), quote(str(env.password), safe=""))
         print("backend", vault.password, Variable.get("backend_only"))
         print("plain", token, region)
     # Then none of them is in its log, and what is not secret is

@@ -69,8 +69,8 @@ def test_values_are_stored_as_fernet_tokens_only(factory: sessionmaker[Session])
             assert plain not in token
     with factory() as session:
         assert read_connection(session, settings, "warehouse") == WAREHOUSE
-        token = read_variable(session, settings, "token")
-        assert token is not None and (token.value, token.is_secret) == ("tok-abcdef", True)
+        secret = read_variable(session, settings, "token")
+        assert secret is not None and (secret.value, secret.is_secret) == ("tok-abcdef", True)
         assert [v.key for v in list_variables(session, settings)] == ["region", "token"]
         assert list_connections(session, settings) == [("warehouse", WAREHOUSE)]
 
