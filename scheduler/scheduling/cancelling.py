@@ -54,13 +54,16 @@ def cancel_runs(
         )
         .order_by(DagRun.id)
         .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)  # the state as locked, not as loaded
     ).all()
     for run in runs:
         tis = session.scalars(
-            select(TaskInstance).where(
+            select(TaskInstance)
+            .where(
                 TaskInstance.dag_run_id == run.id,
                 TaskInstance.state.in_([TI.NONE, TI.SCHEDULED, TI.QUEUED, TI.RUNNING, *TI_PARKED]),
             )
+            .execution_options(populate_existing=True)
         ).all()
         started = [ti for ti in tis if ti.state in (TI.QUEUED, TI.RUNNING, *TI_PARKED)]
         done.attempts += [
