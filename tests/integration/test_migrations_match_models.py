@@ -26,7 +26,7 @@ def test_postgresql_schema_is_the_models(pg_url: str) -> None:
     assert differences(pg_url) == []
 
 
-EXPRESSION_INDEXES = {"ix_task_instance_waiting"}
+EXPRESSION_INDEXES = {"ix_task_instance_waiting", "ix_task_instance_limited"}
 """Indexes with an expression (`priority_weight DESC`), which alembic cannot read back
 from SQLite: it reports each as removed and added again."""
 
