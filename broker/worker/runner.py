@@ -49,6 +49,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.broker.app import create_app
 from sluice.broker.trace_headers import HeadersLast, carrying
 from sluice.broker.worker.concurrency_slots import Slot, hold_slot
+from sluice.broker.worker.conf_secrets import mask_conf_secrets
 from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.dag_files import local_file
 from sluice.broker.worker.heartbeat import Heartbeat
@@ -56,7 +57,7 @@ from sluice.broker.worker.result import Case, decision, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.secret_reads import use_worker_secrets
 from sluice.broker.worker.task_env import masked_error
-from sluice.broker.worker.task_logs import TaskLogCapture, capture_task_log
+from sluice.broker.worker.task_logs import TaskLogCapture, capture_task_log, current_capture
 from sluice.broker.worker.time_limits import Ending, deadlines, hard_limit
 from sluice.broker.worker.upstream_results import (
     COPIES_OF_THIS_PROCESS,
@@ -483,6 +484,7 @@ def _read_for_context(ctx: WorkerContext, claimed: Claimed, *, conf: bool) -> No
             stored = executed(session, (RUN_CONF, {"run_pk": claimed.run_pk}))
             context = claimed.context
             context["conf"] = dict((stored[0].conf if stored else None) or {})
+            mask_conf_secrets(context["conf"])  # before the task's code sees it
             events = stored[0].triggering_events if stored else None
             context["triggering_asset_events"] = list(events or ())
             context["params"] = param_values(claimed.dag_spec.get("params"), context["conf"])
@@ -790,14 +792,16 @@ def _wait_on_trigger(
 def _failure(msg: RunMessage, claimed: Claimed, exc: BaseException) -> tuple[TI, dict[str, Any]]:
     error = error_line(exc)
     retry = claimed.try_number < claimed.max_tries
+    capture = current_capture()  # the try's secrets are masked in the worker's log too
+    mask = capture.mask if capture is not None and capture.mask is not None else str
     log.warning(
         "%s, try %s of %s, failed%s: %s\n%s",
         _what(msg),
         claimed.try_number,
         claimed.max_tries,
         ", will retry" if retry else "",
-        error,
-        cleaned_traceback(exc),
+        mask(error),
+        mask(cleaned_traceback(exc)),
     )
     if not retry:
         return TI.FAILED, {"error": error, "next_retry_at": None}
