@@ -15,7 +15,7 @@ from sqlalchemy import Engine, inspect, text
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD = "0024"
+HEAD = "0025"
 """The newest migration's revision: raise it with every new migration."""
 
 

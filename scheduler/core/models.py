@@ -545,6 +545,36 @@ class StoredVariable(Base):
     updated_at: Mapped[dt.datetime]
 
 
+class User(Base):
+    """A person who uses the API and the UI (`sluice users create`): `role` is viewer,
+    operator or admin (`core.roles`); `password_hash` (scrypt, `core.passwords`) is set
+    by `sluice users set-password`, else NULL (tokens only)."""
+
+    __tablename__ = "sluice_user"
+
+    name: Mapped[str] = mapped_column(String(250), primary_key=True)
+    role: Mapped[str] = mapped_column(String(20))
+    password_hash: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime]
+
+
+class ApiToken(Base):
+    """A user's bearer token, kept as the SHA-256 of the token (printed once, at its
+    creation): a token is valid while not revoked and not past `expires_at`."""
+
+    __tablename__ = "api_token"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_name: Mapped[str] = mapped_column(
+        String(250), ForeignKey("sluice_user.name", ondelete="CASCADE")
+    )
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime | None]
+    last_used_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]
+
+
 class TaskLog(Base):
     """What one try of a TaskInstance printed and logged, as the worker captured it.
 
