@@ -27,6 +27,7 @@ from sluice.scheduler.api import (
     routes_assets,
     routes_dags,
     routes_events,
+    routes_pools,
     routes_runs,
     routes_tasks,
     routes_versions,
@@ -94,7 +95,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.sluice = state
-    app.add_middleware(RequestGuard, config=config)
+    app.add_middleware(RequestGuard, config=config, lookup=state.lookup_token)
     install_error_handlers(app)
     for module in (
         health,
@@ -104,6 +105,7 @@ def create_app(
         routes_versions,
         routes_events,
         routes_assets,
+        routes_pools,
     ):
         app.include_router(module.router)
     install_ui(app)

@@ -1,19 +1,32 @@
 """The bearer-token rules, as plain functions: the route dependencies (`deps`) and the
 request guard in front of the app (`guard`) both decide with them, so they always agree.
 
-Rule: every write needs `Authorization: Bearer <SLUICE_API_TOKEN>`; without the
-variable set, writes are refused (403) with the reason. Reads are open unless
-`SLUICE_API_READ_AUTH=1`. Tokens are compared in constant time.
+Who a request is from (`identify`): the shared `SLUICE_API_TOKEN` is an admin (its
+holder is `API_USER`); any other bearer value is looked up as a user's token
+(`core.queries.users.identity_of_token`: not revoked, not expired). What it may do
+(`refusal`): reads are open unless `SLUICE_API_READ_AUTH=1`, then they need a viewer at
+least; writes need an operator (trigger, clear, mark, cancel, events, notes) or an
+admin (pools, users, tokens). No token or one that is not valid: 401; a role too low:
+403. The shared token is compared in constant time.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import ApiError
+from sluice.scheduler.core.queries.users import Identity
+from sluice.scheduler.core.roles import Role
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+API_USER = "api (bearer token)"
+"""Who the audit log names for an operation made with the shared SLUICE_API_TOKEN."""
+
+TokenLookup = Callable[[str], Identity | None]
+"""A user's token to its identity (a database read: run it off the event loop)."""
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -28,40 +41,48 @@ def bearer_token(authorization: str | None) -> str | None:
     return token
 
 
-def _token_refusal(expected: str, token: str | None) -> ApiError | None:
-    if token is None:
-        return ApiError(
-            401,
-            "this needs 'Authorization: Bearer <token>' with the API's SLUICE_API_TOKEN",
-            CHALLENGE,
-        )
-    if not hmac.compare_digest(token.encode(), expected.encode()):
-        return ApiError(401, "the bearer token is not valid", CHALLENGE)
+def shared_identity(config: ApiConfig, token: str | None) -> Identity | None:
+    """The admin identity of the shared SLUICE_API_TOKEN, if `token` is it."""
+    if token is None or config.token is None:
+        return None
+    if hmac.compare_digest(token.encode(), config.token.encode()):
+        return Identity(API_USER, Role.ADMIN)
     return None
 
 
-def write_refusal(config: ApiConfig, token: str | None) -> ApiError | None:
-    """Why a write with `token` is refused (403 or 401), or None if it may go ahead."""
-    if config.token is None:
-        return ApiError(
-            403,
-            "writes are disabled: the API server has no SLUICE_API_TOKEN; "
-            "set it and send 'Authorization: Bearer <token>'",
-        )
-    return _token_refusal(config.token, token)
-
-
-def read_refusal(config: ApiConfig, token: str | None) -> ApiError | None:
-    """Why a read with `token` is refused (403 or 401), or None if it may go ahead."""
-    if not config.read_auth:
+def identify(config: ApiConfig, token: str | None, lookup: TokenLookup) -> Identity | None:
+    """Who `token` is: the shared token's holder, a user, or None."""
+    if token is None:
         return None
-    if config.token is None:
+    return shared_identity(config, token) or lookup(token)
+
+
+def needs_identity(config: ApiConfig, needed: Role | None) -> bool:
+    """Whether a request needing `needed` (None: a read) must say who it is from."""
+    return needed is not None or config.read_auth
+
+
+def refusal(
+    config: ApiConfig, token: str | None, identity: Identity | None, needed: Role | None
+) -> ApiError | None:
+    """Why a request needing the role `needed` (None: a read) from `identity` (who
+    `token` is) is refused: 401 or 403; None if it may go ahead."""
+    if not needs_identity(config, needed):
+        return None
+    if identity is None:
+        if token is None:
+            return ApiError(
+                401,
+                "this needs 'Authorization: Bearer <token>': a user's token "
+                "(`sluice tokens create USER`) or the API's SLUICE_API_TOKEN",
+                CHALLENGE,
+            )
         return ApiError(
-            403,
-            "reads are disabled: SLUICE_API_READ_AUTH=1 but the API server has no SLUICE_API_TOKEN",
+            401, "the bearer token is not valid (unknown, revoked or expired)", CHALLENGE
         )
-    return _token_refusal(config.token, token)
-
-
-API_USER = "api (bearer token)"
-"""Who the audit log names for an operation made through the API (the token's holder)."""
+    wanted = needed or Role.VIEWER
+    if not identity.role.may(wanted):
+        return ApiError(
+            403, f"user {identity.name!r} is a {identity.role}: this needs the {wanted} role"
+        )
+    return None

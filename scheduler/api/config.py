@@ -2,8 +2,8 @@
 
 | variable | meaning |
 |---|---|
-| `SLUICE_API_TOKEN` | the bearer token every write needs; unset: the API refuses writes |
-| `SLUICE_API_READ_AUTH` | `1`/`true`: reads need the token too (default: reads are open) |
+| `SLUICE_API_TOKEN` | a shared bearer token with the admin role (users have their own) |
+| `SLUICE_API_READ_AUTH` | `1`/`true`: reads need a token too (default: reads are open) |
 | `SLUICE_TRACE_URL` | a link template, e.g. `http://jaeger:16686/trace/{trace_id}` |
 | `SLUICE_API_MAX_BODY_BYTES` | the largest request body read (default 1 MiB); larger: 413 |
 | `SLUICE_API_DAG_CACHE_BYTES` | what the cache of DAG shapes (task order, task list) holds |

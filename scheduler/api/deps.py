@@ -1,9 +1,10 @@
 """FastAPI dependencies: the app's state, a session per request, and the auth checks.
 
-Auth rule (`auth`): every write needs `Authorization: Bearer <SLUICE_API_TOKEN>`;
-without the variable set, writes are refused (403) with the reason. Reads are open
-unless `SLUICE_API_READ_AUTH=1`. A write with a body is refused before its body is
-read, by `guard.RequestGuard`; these dependencies decide again, by the same rules.
+Auth rule (`auth`): a write needs `Authorization: Bearer <token>` of an operator (an
+admin for pools), the shared SLUICE_API_TOKEN being an admin's; reads are open unless
+`SLUICE_API_READ_AUTH=1`. A write with a body from no one, or from a viewer, is refused
+before its body is read, by `guard.RequestGuard`, which leaves who it is from in the
+request's state; these dependencies decide again, by the same rules.
 
 The dependencies that do no I/O are `async`: FastAPI runs a plain `def` dependency in
 its thread pool, a hand-off to a thread and back for each, which cost a burst of
@@ -20,10 +21,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.api.auth import read_refusal, write_refusal
+from sluice.scheduler.api.auth import API_USER, needs_identity, refusal, shared_identity
+from sluice.scheduler.api.guard import IDENTITY
 from sluice.scheduler.api.state import ApiState
+from sluice.scheduler.core.queries.users import Identity
+from sluice.scheduler.core.roles import Role
 
-bearer = HTTPBearer(auto_error=False, description="the value of SLUICE_API_TOKEN")
+bearer = HTTPBearer(auto_error=False, description="a user's token, or SLUICE_API_TOKEN")
 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
@@ -63,17 +67,52 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
     return credentials.credentials if credentials is not None else None
 
 
-async def require_write(state: State, credentials: Credentials) -> None:
-    refusal = write_refusal(state.config, _token(credentials))
-    if refusal is not None:
-        raise refusal
+async def caller_identity(
+    request: Request, state: State, credentials: Credentials
+) -> Identity | None:
+    """Who the request is from: as the guard found it, the shared token's holder (no
+    I/O), or a user's token (one read in the thread pool); None without a valid token."""
+    if hasattr(request.state, IDENTITY):
+        found: Identity | None = getattr(request.state, IDENTITY)
+        return found
+    token = _token(credentials)
+    shared = shared_identity(state.config, token)
+    if shared is not None or token is None:
+        return shared
+    return await run_in_threadpool(state.lookup_token, token)
 
 
-async def require_read(state: State, credentials: Credentials) -> None:
-    refusal = read_refusal(state.config, _token(credentials))
-    if refusal is not None:
-        raise refusal
+async def _require(
+    request: Request, state: State, credentials: Credentials, needed: Role | None
+) -> Identity | None:
+    if not needs_identity(state.config, needed):
+        return None
+    identity = await caller_identity(request, state, credentials)
+    found = refusal(state.config, _token(credentials), identity, needed)
+    if found is not None:
+        raise found
+    return identity
+
+
+async def require_read(request: Request, state: State, credentials: Credentials) -> None:
+    await _require(request, state, credentials, None)
+
+
+async def require_write(request: Request, state: State, credentials: Credentials) -> None:
+    await _require(request, state, credentials, Role.OPERATOR)
+
+
+async def require_admin(request: Request, state: State, credentials: Credentials) -> None:
+    await _require(request, state, credentials, Role.ADMIN)
+
+
+async def caller_name(request: Request, state: State, credentials: Credentials) -> str:
+    """Who the audit log names for a write (checked already by `require_write`)."""
+    identity = await caller_identity(request, state, credentials)
+    return identity.name if identity is not None else API_USER
 
 
 CanRead = Depends(require_read)
 CanWrite = Depends(require_write)
+CanAdmin = Depends(require_admin)
+Caller = Annotated[str, Depends(caller_name)]

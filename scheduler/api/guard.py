@@ -4,8 +4,10 @@ FastAPI reads and parses a body before it resolves a route's dependencies, so th
 write check of `deps` alone would let anyone without a token make the server read
 and parse any body. This pure ASGI middleware sits in front of the app:
 
-- A write (any method but GET, HEAD, OPTIONS, TRACE) under `/api/` is refused with
-  the routes' own 401 or 403 (`auth.write_refusal`) before a byte of its body is read.
+- A write (any method but GET, HEAD, OPTIONS, TRACE) under `/api/` from no one or from a
+  viewer is refused with the routes' own 401 or 403 (`auth.refusal`) before a byte of
+  its body is read; who it is from (a user's token looked up in the thread pool) is
+  left in the request's state for the routes (`deps.IDENTITY`), which check the rest.
 - A body over `ApiConfig.max_body_bytes` (SLUICE_API_MAX_BODY_BYTES) is refused with
   413: at once when its Content-Length says so, else (chunked) as soon as the bytes
   received pass the limit; what was read is dropped and the app never sees it.
@@ -17,22 +19,28 @@ so the rest of the body is never taken for the next request.
 
 from __future__ import annotations
 
+from anyio.to_thread import run_sync
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sluice.scheduler.api.auth import bearer_token, write_refusal
+from sluice.scheduler.api.auth import TokenLookup, bearer_token, refusal, shared_identity
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import ApiError
+from sluice.scheduler.core.roles import Role
+
+IDENTITY = "sluice_identity"
+"""Where who a write is from is left in the request's state (`deps.caller_identity`)."""
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 API_PREFIX = "/api/"
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, config: ApiConfig) -> None:
+    def __init__(self, app: ASGIApp, config: ApiConfig, lookup: TokenLookup) -> None:
         self.app = app
         self.config = config
+        self.lookup = lookup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -41,10 +49,15 @@ class RequestGuard:
         headers = Headers(scope=scope)
         announced = _announces_body(headers)
         if scope["method"] not in SAFE_METHODS and scope["path"].startswith(API_PREFIX):
-            refusal = write_refusal(self.config, bearer_token(headers.get("authorization")))
-            if refusal is not None:
-                await _refuse(refusal, announced, scope, receive, send)
+            token = bearer_token(headers.get("authorization"))
+            identity = shared_identity(self.config, token)
+            if identity is None and token is not None:
+                identity = await run_sync(self.lookup, token)
+            refused = refusal(self.config, token, identity, Role.OPERATOR)
+            if refused is not None:
+                await _refuse(refused, announced, scope, receive, send)
                 return
+            scope.setdefault("state", {})[IDENTITY] = identity
         limit = self.config.max_body_bytes
         length = _content_length(headers)
         if length is not None and length < 0:

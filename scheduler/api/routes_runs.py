@@ -19,8 +19,7 @@ from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, defer
 
-from sluice.scheduler.api.auth import API_USER
-from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from sluice.scheduler.api.deps import Caller, CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, unprocessable
 from sluice.scheduler.api.lookups import find_dag, find_run
 from sluice.scheduler.api.paging import MAX_OFFSET, Limit, Offset
@@ -181,13 +180,18 @@ def get_run_tries(
     "/{run_id}/cancel", response_model=RunOut, dependencies=[CanWrite], responses=errors(404, 409)
 )
 def cancel_run(
-    dag_id: str, run_id: str, session: DbSession, state: State, after: BackgroundTasks
+    dag_id: str,
+    run_id: str,
+    session: DbSession,
+    state: State,
+    after: BackgroundTasks,
+    caller: Caller,
 ) -> RunOut:
     """Stop a queued or running run, as `sluice dags cancel` does: its tasks not started are
     skipped, its queued and running tries fail and are stopped, and the run fails."""
     _, run = find_run(session, dag_id, run_id)
     try:
-        done = operations.cancel_run(session, run, who=API_USER, now=utcnow())
+        done = operations.cancel_run(session, run, who=caller, now=utcnow())
     except operations.RunFinished as exc:
         raise ApiError(409, str(exc)) from None
     after.add_task(operations.stop_tries, state.settings, done)
@@ -205,6 +209,7 @@ def mark_run(
     session: DbSession,
     state: State,
     after: BackgroundTasks,
+    caller: Caller,
 ) -> MarkOut:
     """Mark the run `success` or `failed` with its task instances, as `sluice dags mark`
     does: the tries it takes are stopped. 409 if the run is in that state already."""
@@ -215,7 +220,7 @@ def mark_run(
         after,
         run,
         lambda: operations.mark_a_run(
-            session, run, DagRunState(body.state), who=API_USER, now=utcnow()
+            session, run, DagRunState(body.state), who=caller, now=utcnow()
         ),
     )
 
@@ -223,11 +228,13 @@ def mark_run(
 @router.put(
     "/{run_id}/note", response_model=NoteOut, dependencies=[CanWrite], responses=errors(404)
 )
-def set_run_note(dag_id: str, run_id: str, body: NoteIn, session: DbSession) -> NoteOut:
+def set_run_note(
+    dag_id: str, run_id: str, body: NoteIn, session: DbSession, caller: Caller
+) -> NoteOut:
     """Set the run's note (one line, at most 500 characters), as `sluice dags note` does."""
     _, run = find_run(session, dag_id, run_id)
     try:
-        event = operations.note_on(session, run, None, body.note, who=API_USER, now=utcnow())
+        event = operations.note_on(session, run, None, body.note, who=caller, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
     return note_from(event)

@@ -13,8 +13,7 @@ from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.api.auth import API_USER
-from sluice.scheduler.api.deps import CanRead, CanWrite, DbSession, State
+from sluice.scheduler.api.deps import Caller, CanRead, CanWrite, DbSession, State
 from sluice.scheduler.api.errors import ApiError, not_found, unprocessable
 from sluice.scheduler.api.lookups import find_run, find_task, find_ti
 from sluice.scheduler.api.paging import Limit, Offset
@@ -160,13 +159,13 @@ def trigger_out(session: Session, ti: TaskInstance) -> TriggerOut | None:
     "/{task_id}/note", response_model=NoteOut, dependencies=[CanWrite], responses=errors(404)
 )
 def set_task_note(
-    dag_id: str, run_id: str, task_id: str, body: NoteIn, session: DbSession
+    dag_id: str, run_id: str, task_id: str, body: NoteIn, session: DbSession, caller: Caller
 ) -> NoteOut:
     """Set the task instance's note (one line, at most 500 characters), as `sluice tasks
     note` does (a mapped task's note is the task's, for all its indexes)."""
     _, run = find_task(session, dag_id, run_id, task_id)
     try:
-        event = operations.note_on(session, run, task_id, body.note, who=API_USER, now=utcnow())
+        event = operations.note_on(session, run, task_id, body.note, who=caller, now=utcnow())
     except InputError as exc:
         raise unprocessable(str(exc)) from None
     return note_from(event)
@@ -284,6 +283,7 @@ def mark_task(
     session: DbSession,
     state: State,
     after: BackgroundTasks,
+    caller: Caller,
 ) -> MarkOut:
     """Mark the task instance (with `downstream` / `upstream`, those too) `success`,
     `failed` or `skipped`, as `sluice tasks mark` does: the tries it takes are stopped,
@@ -303,7 +303,7 @@ def mark_task(
             TI(body.state),
             upstream=body.upstream,
             downstream=body.downstream,
-            who=API_USER,
+            who=caller,
             now=utcnow(),
         ),
     )

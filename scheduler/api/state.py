@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.views import ShapeCache
+from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.queries.users import Identity, identity_of_token
 from sluice.scheduler.core.settings import Settings
 
 
@@ -33,6 +35,11 @@ class ApiState:
         default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="sluice-api-health")
     )
     """Where workers are asked, so that a stuck broker call never holds a request."""
+
+    def lookup_token(self, token: str) -> Identity | None:
+        """Whose valid token `token` is (one short transaction; blocking)."""
+        with transaction(self.factory) as session:
+            return identity_of_token(session, token, utcnow())
 
     def close(self) -> None:
         self.inspector.shutdown(wait=False, cancel_futures=True)

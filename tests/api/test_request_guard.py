@@ -66,7 +66,7 @@ def test_the_token_is_checked_before_the_body_is_parsed(client: TestClient) -> N
 def test_without_a_token_configured_a_body_is_refused_unread(settings: Settings) -> None:
     for client in client_for(settings, ApiConfig(token=None)):
         response = client.post(f"{V1}/dags/demo/runs", content=b"{not json", headers=JSON)
-        assert response.status_code == 403 and "SLUICE_API_TOKEN" in response.json()["detail"]
+        assert response.status_code == 401 and "SLUICE_API_TOKEN" in response.json()["detail"]
 
 
 def test_a_body_over_the_limit_is_413_and_writes_nothing(
