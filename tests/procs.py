@@ -74,7 +74,9 @@ class Sluice:
         env.update(self.extra_env)
         return env
 
-    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, timeout: float = 60, input_text: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [*self.argv, *args],
             env=self.env,
@@ -82,6 +84,8 @@ class Sluice:
             text=True,
             timeout=timeout,
             cwd=self.cwd,
+            input=input_text,
+            stdin=None if input_text is not None else subprocess.DEVNULL,
         )
 
     def ok(self, *args: str) -> str:

@@ -378,6 +378,8 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
         ("status",): ["status", "--json", "--workers-timeout", "0.5"],
         ("assets", "list"): ["assets", "list", "--json"],
         ("concurrency", "list"): ["concurrency", "list", "--json"],
+        ("users", "list"): ["users", "list", "--json"],
+        ("tokens", "list"): ["tokens", "list", "--json"],
         ("dags", "watch-state"): ["dags", "watch-state", "watched", "--json"],
         ("connections", "list"): ["connections", "list", "--json"],
         ("variables", "list"): ["variables", "list", "--json"],
