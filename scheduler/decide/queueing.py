@@ -159,24 +159,17 @@ def _queue_limited(
     rows, limits = lock_limited(
         session, runs=runs, limit=limit, now=now, skip_dags=full_dags, skip_pools=full_pools
     )
-    assignments: list[tuple[int, str]] = []
-    messages: list[RunMessage] = []
+    taken = []
     for row in rows:
         if not limits.take(row):
             continue
         if not capacity.take(row.pool, row.pool_slots, row.dag_id, row.max_active_tasks or 0):
             limits.give_back(row)
             continue
-        attempt_id = str(uuid.uuid4())
-        assignments.append((row.id, attempt_id))
-        messages.append(
-            new_try_message(
-                row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
-            )
-        )
+        taken.append(row)
     if rows:
         save_limits(session, limits, now)
-    queue_tis(session, assignments, now=now, job_id=job_id)
+    messages = _queue_rows(session, taken, now=now, job_id=job_id, with_trace=with_trace)
     return messages, len(messages) < len(rows)
 
 
@@ -197,20 +190,31 @@ def _queue_unlimited(
     candidates = lock_scheduled_tis(session, limit, runs, full_dags, full_pools)
     if not candidates:
         return [], False
-    assignments: list[tuple[int, str]] = []
-    messages: list[RunMessage] = []
-    for row in candidates:
-        if not capacity.take(row.pool, row.pool_slots, row.dag_id, row.max_active_tasks or 0):
-            continue
-        attempt_id = str(uuid.uuid4())
-        assignments.append((row.id, attempt_id))
-        messages.append(
-            new_try_message(
-                row, attempt_id, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace
-            )
-        )
-    queue_tis(session, assignments, now=now, job_id=job_id)
+    taken = [
+        row
+        for row in candidates
+        if capacity.take(row.pool, row.pool_slots, row.dag_id, row.max_active_tasks or 0)
+    ]
+    messages = _queue_rows(session, taken, now=now, job_id=job_id, with_trace=with_trace)
     return messages, len(messages) < len(candidates) or len(candidates) >= limit
+
+
+def _queue_rows(
+    session: Session,
+    rows: Sequence[Any],
+    *,
+    now: dt.datetime,
+    job_id: int | None,
+    with_trace: bool,
+) -> list[RunMessage]:
+    """Queue the locked scheduled TIs `rows`, each with a fresh attempt id; their
+    messages, to send after the commit."""
+    assignments = [(row.id, str(uuid.uuid4())) for row in rows]
+    queue_tis(session, assignments, now=now, job_id=job_id)
+    return [
+        new_try_message(row, attempt, dag_id=row.dag_id, run_id=row.run_id, with_trace=with_trace)
+        for row, (_, attempt) in zip(rows, assignments, strict=True)
+    ]
 
 
 def requeue_expired(
