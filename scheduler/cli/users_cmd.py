@@ -31,7 +31,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     cmds = users.add_subparsers(dest="users_cmd", required=True)
     p = cmds.add_parser("create", help="a user with a role: viewer, operator or admin")
     p.add_argument("name")
-    p.add_argument("--role", required=True, choices=[r.value for r in Role])
+    p.add_argument(
+        "--role",
+        required=True,
+        choices=[r.value for r in Role],
+        help="viewer reads; operator also triggers, clears, marks, cancels; admin also "
+        "sets pools and manages users",
+    )
     p.set_defaults(func=create_user)
     p = cmds.add_parser("list", help="every user and role")
     p.add_argument("--json", action="store_true", help="print them as one JSON document")
