@@ -79,6 +79,7 @@ def keyed(sluice: Sluice) -> Iterator[Sluice]:
     yield sluice
 
 
+@pytest.mark.long
 @pytest.mark.timeout(170)
 def test_tasks_read_connections_and_their_secrets_are_masked(keyed: Sluice) -> None:
     sluice = keyed

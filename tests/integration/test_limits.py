@@ -82,6 +82,7 @@ def _keyed_tis(sluice: Sluice, state: str) -> list[tuple[Any, ...]]:
     )
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_concurrency_by_key_across_runs_and_a_killed_holder(sluice: Sluice, tmp_path: Path) -> None:
     times, gate = tmp_path / "times", tmp_path / "gate"
