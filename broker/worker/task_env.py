@@ -12,11 +12,12 @@ them in its log, which the API serves without a token by default.
   for a main process Sluice did not start) and before `sluice backfill --local` loads the
   DAG. A shell task's command gets `os.environ` as it is then, so the same.
 - `masker_for(settings)` replaces each secret value in a text with `***`: the URLs whole,
-  their passwords (as written and decoded), the API token, each Fernet key, and the value
-  of every hidden variable; values shorter than `MIN_SECRET_CHARS` are left (they would
-  mask common words). The task log capture masks each line it keeps
-  (`task_logs.LogBuffer`) and what it mirrors to the worker's output; `masked_error` masks
-  a try's stored error.
+  their passwords (as written and decoded), the API token, each Fernet key, the value
+  of every hidden variable, and the password of every `SLUICE_CONN_<NAME>` URI of the
+  worker's environment (which tasks see, as Airflow's `AIRFLOW_CONN_*`); values shorter
+  than `MIN_SECRET_CHARS` are left (they would mask common words). The task log capture
+  masks each line it keeps (`task_logs.LogBuffer`) and what it mirrors to the worker's
+  output; `masked_error` masks a try's stored error.
 - The secrets a try reads (`Connection.get`, `Variable.get`: `secret_reads`) join its
   capture's masker for that try (`TaskLogCapture.add_secrets`), in every form a log may
   show them (`masked_forms`: as is, URL-quoted, JSON-escaped, as Python's repr writes them).
@@ -37,6 +38,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 from sluice.scheduler.core.settings import SECRET_VARIABLES, Settings
+from sluice.tasks.secrets import CONN_PREFIX
 
 MASK = "***"
 MIN_SECRET_CHARS = 4
@@ -69,6 +71,9 @@ def secret_values(settings: Settings, environ: Mapping[str, str] | None = None) 
     for url in [u for u in urls if u] + [v for v in values if "://" in v]:
         values.add(url)
         values.update(_passwords(url))
+    for name, uri in environ.items():  # a task sees these, as Airflow's AIRFLOW_CONN_*
+        if name.startswith(CONN_PREFIX):
+            values.update(_passwords(uri))
     return frozenset(v for v in values if len(v) >= MIN_SECRET_CHARS)
 
 

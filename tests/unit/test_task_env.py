@@ -60,3 +60,12 @@ def test_the_allow_list_names_only_secret_variables() -> None:
         Settings.from_env({"SLUICE_TASK_ENV_ALLOW": "SLUICE_DATABSE_URL"})
     allowed = Settings.from_env({"SLUICE_TASK_ENV_ALLOW": "SLUICE_API_TOKEN, SLUICE_BROKER_URL"})
     assert allowed.task_env_allow == {"SLUICE_API_TOKEN", "SLUICE_BROKER_URL"}
+
+
+def test_the_passwords_of_the_connections_in_the_environment_are_masked() -> None:
+    settings = Settings(broker_url="memory://")
+    environ = {"SLUICE_CONN_WAREHOUSE": "postgresql://etl:w%40rehouse-pw@wh:5432/dw"}
+    mask = Masker(secret_values(settings, environ))
+    assert mask("password w@rehouse-pw") == "password ***"
+    assert mask(environ["SLUICE_CONN_WAREHOUSE"]) == "postgresql://etl:***@wh:5432/dw"
+    assert mask("etl at wh") == "etl at wh"
