@@ -30,6 +30,7 @@ from sluice.scheduler.api import (
     routes_pools,
     routes_runs,
     routes_tasks,
+    routes_users,
     routes_versions,
 )
 from sluice.scheduler.api.config import ApiConfig
@@ -106,6 +107,7 @@ def create_app(
         routes_events,
         routes_assets,
         routes_pools,
+        routes_users,
     ):
         app.include_router(module.router)
     install_ui(app)

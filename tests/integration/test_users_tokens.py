@@ -143,3 +143,43 @@ def test_users_and_tokens_refuse_bad_input_with_one_line(sluice: Sluice) -> None
     assert [(u["name"], u["role"], u["has_password"]) for u in users] == [("ok", "viewer", True)]
     sluice.ok("users", "delete", "ok")
     assert rows(sluice.database_url, "SELECT count(*) FROM sluice_user") == [(0,)]
+
+
+def test_an_admin_manages_users_and_tokens_through_the_api(sluice: Sluice) -> None:
+    sluice.ok("db", "migrate")
+    settings = Settings(
+        database_url=sluice.database_url,
+        broker_url=sluice.broker_url,
+        namespace=sluice.namespace,
+        dags_folder=sluice.dags_folder,
+    )
+    app = create_app(settings, config=ApiConfig(token=SHARED))
+    admin = _auth(SHARED)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        made = client.post(
+            "/api/v1/users", json={"name": "otto", "role": "operator"}, headers=admin
+        )
+        assert made.status_code == 201 and made.json()["role"] == "operator"
+        again = client.post("/api/v1/users", json={"name": "otto", "role": "viewer"}, headers=admin)
+        assert again.status_code == 409
+        bad = client.post("/api/v1/users", json={"name": " x", "role": "viewer"}, headers=admin)
+        assert bad.status_code == 422
+        assert client.post("/api/v1/users/nobody/tokens", json={}, headers=admin).status_code == 404
+        new = client.post("/api/v1/users/otto/tokens", json={"expires_days": 7}, headers=admin)
+        assert new.status_code == 201
+        token, token_id = new.json()["token"], new.json()["id"]
+        operator = _auth(token)
+        # the operator's token works, but manages no one
+        assert client.put("/api/v1/pools/p", json={"slots": 1}, headers=operator).status_code == 403
+        assert client.get("/api/v1/users", headers=operator).status_code == 403
+        listed = client.get("/api/v1/tokens", headers=admin)
+        assert listed.status_code == 200 and token not in listed.text
+        assert [t["user"] for t in listed.json()["tokens"]] == ["otto"]
+        revoked = client.post(f"/api/v1/tokens/{token_id}/revoke", headers=admin)
+        assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+        assert client.get("/api/v1/users", headers=operator).status_code == 401
+        assert client.post("/api/v1/tokens/999/revoke", headers=admin).status_code == 404
+        assert client.delete("/api/v1/users/otto", headers=admin).status_code == 204
+        assert client.delete("/api/v1/users/otto", headers=admin).status_code == 404
+        assert client.get("/api/v1/users", headers=admin).json()["users"] == []
+    assert rows(sluice.database_url, "SELECT count(*) FROM api_token") == [(0,)]
