@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.tasks.control_chars import first_control_char
 from sluice.tasks.errors import DagDefinitionError
 
 URI_MAX = 1000
@@ -43,7 +44,7 @@ def check_uri(uri: object) -> str:
         raise ValueError(f"an asset URI must be 1 to {URI_MAX} bytes, got {size}")
     if uri != uri.strip():
         raise ValueError("an asset URI must not start or end with spaces")
-    bad = next((c for c in uri if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    bad = first_control_char(uri)
     if bad is not None:
         raise ValueError(f"an asset URI must not contain control characters (U+{ord(bad):04X})")
     return uri

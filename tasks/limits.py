@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from sluice.tasks.control_chars import first_control_char
 from sluice.tasks.errors import DagDefinitionError
 
 NAME_MAX = 250
@@ -35,7 +36,7 @@ def _check_name(kind: str, name: object) -> str:
         raise DagDefinitionError(f"{kind} name must be non-empty text without end spaces")
     if len(name) > NAME_MAX:
         raise DagDefinitionError(f"{kind} name must be at most {NAME_MAX} characters")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if first_control_char(name) is not None:
         raise DagDefinitionError(f"{kind} name must not contain control characters")
     return name
 
@@ -81,7 +82,7 @@ def concurrency_key(concurrency: Concurrency, context: Mapping[str, Any]) -> str
             f"Concurrency {concurrency.name!r}: key must be 1 to {KEY_MAX} characters, "
             f"got {len(key)}"
         )
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+    if first_control_char(key) is not None:
         raise ValueError(
             f"Concurrency {concurrency.name!r}: key must not contain control characters"
         )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.tasks.control_chars import first_control_char
 from sluice.tasks.dag_context import DAG_ID_RE
 from sluice.tasks.run_ids import run_id_problem
 
@@ -187,7 +188,7 @@ def check_event_key(key: object) -> str:
         raise ValueError(f"an event key must be text, got {type(key).__name__}")
     if not 1 <= len(key) <= EVENT_KEY_MAX:
         raise ValueError(f"an event key must be 1 to {EVENT_KEY_MAX} characters, got {len(key)}")
-    bad = next((c for c in key if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    bad = first_control_char(key)
     if bad is not None:
         raise ValueError(
             f"an event key must not contain control characters (found U+{ord(bad):04X})"

@@ -1,7 +1,7 @@
 """The bearer-token rules, as plain functions: the route dependencies (`deps`) and the
 request guard in front of the app (`guard`) both decide with them, so they always agree.
 
-Who a request is from (`identify`): the shared `SLUICE_API_TOKEN` is an admin (its
+Who a request is from: the shared `SLUICE_API_TOKEN` is an admin (its
 holder is `API_USER`); any other bearer value is looked up as a user's token
 (`core.queries.users.identity_of_token`: not revoked, not expired). What it may do
 (`refusal`): reads are open unless `SLUICE_API_READ_AUTH=1`, then they need a viewer at
@@ -26,7 +26,8 @@ API_USER = "api (bearer token)"
 """Who the audit log names for an operation made with the shared SLUICE_API_TOKEN."""
 
 TokenLookup = Callable[[str], Identity | None]
-"""A user's token to its identity (a database read: run it off the event loop)."""
+"""A user's token to its identity (a database read: the guard and the dependencies run
+it off the event loop, after `shared_identity`)."""
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -48,13 +49,6 @@ def shared_identity(config: ApiConfig, token: str | None) -> Identity | None:
     if hmac.compare_digest(token.encode(), config.token.encode()):
         return Identity(API_USER, Role.ADMIN)
     return None
-
-
-def identify(config: ApiConfig, token: str | None, lookup: TokenLookup) -> Identity | None:
-    """Who `token` is: the shared token's holder, a user, or None."""
-    if token is None:
-        return None
-    return shared_identity(config, token) or lookup(token)
 
 
 def needs_identity(config: ApiConfig, needed: Role | None) -> bool:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from sluice.scheduler.core.models import ApiToken, User
 from sluice.scheduler.core.roles import Role
+from sluice.tasks.control_chars import first_control_char
 
 TOKEN_PREFIX = "slu_"
 NAME_MAX = 250
@@ -33,7 +34,7 @@ class UserError(ValueError):
 def check_user_name(name: str) -> str:
     if not 1 <= len(name) <= NAME_MAX or name != name.strip():
         raise UserError(f"a user name is 1 to {NAME_MAX} characters without end spaces")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if first_control_char(name) is not None:
         raise UserError("a user name must not contain control characters")
     return name
 
@@ -127,11 +128,3 @@ def identity_of_token(session: Session, token: str, now: dt.datetime) -> Identit
     if last_used_at is None or now - last_used_at >= LAST_USED_EVERY:
         session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=now))
     return Identity(user.name, Role(user.role))
-
-
-def identity_of_password(session: Session, name: str) -> tuple[Identity, str | None] | None:
-    """A user's identity and password hash, to check a login; None for no such user."""
-    user = session.get(User, name)
-    if user is None:
-        return None
-    return Identity(user.name, Role(user.role)), user.password_hash
