@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.broker.worker.task_logs import current_capture
+from sluice.broker.worker.secret_reads import reveal
 
 SECRET_WORDS = ("password", "secret", "token", "key")
 MAX_VALUES = 1000
@@ -45,7 +45,4 @@ def secret_values(conf: Any) -> list[str]:
 
 def mask_conf_secrets(conf: Any) -> None:
     """Mask the secrets of `conf` in the calling thread's try (nothing outside a try)."""
-    values = secret_values(conf)
-    capture = current_capture()
-    if values and capture is not None:
-        capture.add_secrets(values)
+    reveal(secret_values(conf))

@@ -73,13 +73,13 @@ class WorkerSecrets:
         for backend in enabled_backends(self.settings):
             given = backend.get_variable(key)
             if given is not None:
-                _reveal([given])
+                reveal([given])
                 return given
         stored = self._database.get_variable_entry(key)
         if stored is None:
             return None
         if stored.is_secret:
-            _reveal([stored.value])
+            reveal([stored.value])
         return stored.value
 
 
@@ -96,7 +96,7 @@ def _revealed(conn: Connection, uri: str | None = None) -> Connection:
     URI it came from writes it (its own quoting)."""
     if conn.password:
         written = _written_password(uri) if uri is not None else None
-        _reveal([conn.password, *([written] if written else [])])
+        reveal([conn.password, *([written] if written else [])])
     return conn
 
 
@@ -107,7 +107,8 @@ def _written_password(uri: str) -> str | None:
         return None
 
 
-def _reveal(values: Iterable[str]) -> None:
+def reveal(values: Iterable[str]) -> None:
+    """Mask `values` in the calling thread's try from now on (nothing outside a try)."""
     capture = current_capture()
     if capture is not None:
         capture.add_secrets(values)

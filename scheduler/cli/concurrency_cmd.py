@@ -94,16 +94,7 @@ def _keys(held: list[Holder], waiting: dict[tuple[str, str], int]) -> list[dict[
                 "limit": max((h.limit for h in mine), default=0),
                 "held": len(mine),
                 "waiting": waiting.get((name, key), 0),
-                "holders": [
-                    {
-                        "dag_id": h.dag_id,
-                        "run_id": h.run_id,
-                        "task_id": h.task_id,
-                        "map_index": h.map_index,
-                        "state": h.state,
-                    }
-                    for h in mine
-                ],
+                "holders": [h.as_dict() for h in mine],
             }
         )
     return entries

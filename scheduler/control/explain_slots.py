@@ -37,16 +37,7 @@ def slot_reasons(subject: Subject) -> list[Reason]:
                         "key": ti.concurrency_key,
                         "limit": limit,
                         "held": used,
-                        "held_by": [
-                            {
-                                "dag_id": h.dag_id,
-                                "run_id": h.run_id,
-                                "task_id": h.task_id,
-                                "map_index": h.map_index,
-                                "state": h.state,
-                            }
-                            for h in held
-                        ],
+                        "held_by": [h.as_dict() for h in held],
                     },
                 )
             )

@@ -114,6 +114,16 @@ class Holder:
     map_index: int
     state: str
 
+    def as_dict(self) -> dict[str, object]:
+        """The holding TI, as `--json` and explain's data show it."""
+        return {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "map_index": self.map_index,
+            "state": self.state,
+        }
+
 
 def holders(session: Session, keys: Iterable[Key] | None = None, limit: int = 1000) -> list[Holder]:
     """The TIs holding slots (of `keys`, or of every key), by name, key, then DAG."""
