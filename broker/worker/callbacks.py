@@ -70,7 +70,12 @@ def run_callback_message(ctx: WorkerContext, msg: CallbackMessage) -> str:
     use_worker_secrets(ctx)  # a callback reads connections as a task does
     stop = Stop()
     beat = Heartbeat.for_callback(
-        ctx.session_factory, ctx.settings.heartbeat_interval, msg.callback_id, msg.token, stop.stop
+        ctx.session_factory,
+        ctx.settings.heartbeat_interval,
+        msg.callback_id,
+        msg.token,
+        stop.stop,
+        fence_after=ctx.settings.heartbeat_timeout / 2,
     )
     try:
         with beat:

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy.exc import OperationalError
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+)
 
 from sluice.scheduler.core.retries import doubling, failure_of
 
@@ -19,8 +25,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RESULT_WRITE_ATTEMPTS = 3
-"""Tries of the final write when the database connection fails (it is a CAS: safe to redo)."""
+RESULT_WRITE_ATTEMPTS = 12
+RESULT_WRITE_SECONDS = 30.0
+"""How often and how long the final write is tried again while the database cannot be reached (a
+restart, a cut link): it is a CAS, so a retry is safe; past this the try is left
+`running` for the schedulers' sweep."""
 
 
 def _say(state: RetryCallState) -> None:
@@ -31,13 +40,16 @@ def _say(state: RetryCallState) -> None:
 
 RESULT_WRITES = Retrying(
     retry=retry_if_exception_type(OperationalError),
-    stop=stop_after_attempt(RESULT_WRITE_ATTEMPTS),
-    wait=doubling(0.5),
+    stop=stop_after_delay(RESULT_WRITE_SECONDS) | stop_after_attempt(RESULT_WRITE_ATTEMPTS),
+    wait=doubling(0.25, most=4.0),
     before_sleep=_say,
     reraise=True,
 )
-"""An OperationalError (a dropped connection) is tried again after 0.5 s, then 1 s;
-the third one, or any other error, is raised as it is."""
+"""An OperationalError (a dropped or refused connection) is tried again after 0.25 s,
+0.5 s, 1 s, 2 s, then every 4 s, for up to `RESULT_WRITE_SECONDS` and
+`RESULT_WRITE_ATTEMPTS` attempts (about 32 s of pauses); the last one, or any
+other error, is raised as it is. A try whose body ended keeps its result through a
+database restart."""
 
 
 def retrying(write: Callable[[], T], policy: Retrying = RESULT_WRITES) -> T:

@@ -52,7 +52,7 @@ from sluice.broker.worker.concurrency_slots import Slot, hold_slot
 from sluice.broker.worker.conf_secrets import mask_conf_secrets
 from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.dag_files import local_file
-from sluice.broker.worker.heartbeat import Heartbeat
+from sluice.broker.worker.heartbeat import FENCED, Heartbeat
 from sluice.broker.worker.result import Case, decision, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.secret_reads import use_worker_secrets
@@ -125,6 +125,9 @@ class Outcome(StrEnum):
     """Every slot of the task's concurrency key is held: the TI waits in `scheduled`."""
     DEFERRED = "deferred"
     """A CeleryTask's external task was sent; the TI stays running (see the module doc)."""
+    FENCED = "fenced"
+    """Stopped for being out of the database's reach (`heartbeat.FENCED`): nothing is
+    recorded; the schedulers' sweep moves the TI on, as for a dead worker."""
 
 
 @dataclass(frozen=True)
@@ -200,10 +203,13 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         msg.ti_id,
         msg.attempt_id,
         on_lost=stop.stop,
+        fence_after=ctx.settings.heartbeat_timeout / 2,
     )
     use_worker_secrets(ctx)  # Connection.get, Variable.get: read only if the task asks
     with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
         new, values = _execute(ctx, msg, claimed, stop, captured)
+    if values is FENCED_BODY:  # out of the database's reach: the sweep takes it over
+        return Outcome.FENCED
     values = masked_error(ctx.settings, values, captured.mask)  # and the secrets it read: ***
     if new is TI.RUNNING:
         return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
@@ -506,6 +512,11 @@ def _fill_upstream(
     )
 
 
+FENCED_BODY: dict[str, Any] = {}
+"""`_execute`'s values for a body stopped by the fence (`heartbeat.FENCED`): nothing to
+record (compared by identity)."""
+
+
 def _execute(
     ctx: WorkerContext, msg: RunMessage, claimed: Claimed, stop: Stop, captured: TaskLogCapture
 ) -> tuple[TI, dict[str, Any]]:
@@ -552,6 +563,8 @@ def _execute(
         check_extras(claimed.context["outlet_events"])  # a bad extra fails the task here
     except TaskStopped as exc:
         log.warning("%s, try %s, stopped: %s", _what(msg), claimed.try_number, exc)
+        if stop.reason == FENCED:
+            return TI.FAILED, FENCED_BODY
         return TI.FAILED, {"error": error_line(exc), "next_retry_at": None}
     except Skip as exc:
         log.info("%s skipped itself: %s", _what(msg), exc)
