@@ -3,8 +3,9 @@
 Invariants:
 - `Settings` and the API's own variables are read once, here, when the app is
   created; one engine serves every request, each with its own session.
-- A write is refused without its token, and a body over SLUICE_API_MAX_BODY_BYTES
-  with 413, before the body is read (`guard.RequestGuard`, in front of the app).
+- A write is refused without its token (or the UI's login cookie and its CSRF token),
+  and a body over SLUICE_API_MAX_BODY_BYTES with 413, before the body is read
+  (`guard.RequestGuard`, in front of the app).
 - A request's writes are one transaction, committed only once its answer is a success
   ready to send (`deps.db_session`): a request answered with an error commits nothing.
 - Every response, errors and static files included, carries nosniff, no referrer and a
@@ -29,6 +30,8 @@ from sluice.scheduler.api import (
     routes_events,
     routes_pools,
     routes_runs,
+    routes_secrets,
+    routes_session,
     routes_tasks,
     routes_users,
     routes_versions,
@@ -96,7 +99,9 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.sluice = state
-    app.add_middleware(RequestGuard, config=config, lookup=state.lookup_token)
+    app.add_middleware(
+        RequestGuard, config=config, lookup=state.lookup_token, sessions=state.lookup_session
+    )
     install_error_handlers(app)
     for module in (
         health,
@@ -108,6 +113,8 @@ def create_app(
         routes_assets,
         routes_pools,
         routes_users,
+        routes_session,
+        routes_secrets,
     ):
         app.include_router(module.router)
     install_ui(app)

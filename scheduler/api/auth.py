@@ -8,6 +8,13 @@ holder is `API_USER`); any other bearer value is looked up as a user's token
 least; writes need an operator (trigger, clear, mark, cancel, events, notes) or an
 admin (pools, users, tokens). No token or one that is not valid: 401; a role too low:
 403. The shared token is compared in constant time.
+
+A web UI login (`routes_session`) is a session cookie instead (`SESSION_COOKIE`, HttpOnly,
+SameSite=Strict): without a bearer token, a request with it is that session's user
+(`resolve`). The browser sends a cookie by itself, so a write made with it must also
+carry the session's CSRF token in `X-CSRF-Token` (compared in constant time), else 403;
+a bearer token, which a page of another site cannot make a browser send, needs none.
+A cookie whose session has ended (logout, expiry, its user deleted): 401.
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 
+from anyio.to_thread import run_sync
+
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import ApiError
+from sluice.scheduler.core.queries.ui_sessions import FoundSession
 from sluice.scheduler.core.queries.users import Identity
 from sluice.scheduler.core.roles import Role
 
@@ -25,9 +35,17 @@ CHALLENGE = {"WWW-Authenticate": "Bearer"}
 API_USER = "api (bearer token)"
 """Who the audit log names for an operation made with the shared SLUICE_API_TOKEN."""
 
+SESSION_COOKIE = "sluice_session"
+"""The cookie of a web UI login: a random session id (the database keeps its SHA-256)."""
+CSRF_HEADER = "X-CSRF-Token"
+SESSION_PATH = "/api/v1/session"
+"""Log in (POST: no identity needed), who is logged in (GET), log out (DELETE)."""
+
 TokenLookup = Callable[[str], Identity | None]
 """A user's token to its identity (a database read: the guard and the dependencies run
 it off the event loop, after `shared_identity`)."""
+SessionLookup = Callable[[str], FoundSession | None]
+"""A session cookie's value to its live session (a database read, off the event loop)."""
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -67,8 +85,8 @@ def refusal(
         if token is None:
             return ApiError(
                 401,
-                "this needs 'Authorization: Bearer <token>': a user's token "
-                "(`sluice tokens create USER`) or the API's SLUICE_API_TOKEN",
+                "this needs a login (the UI's /login) or 'Authorization: Bearer <token>': "
+                "a user's token (`sluice tokens create USER`) or the API's SLUICE_API_TOKEN",
                 CHALLENGE,
             )
         return ApiError(
@@ -80,3 +98,49 @@ def refusal(
             403, f"user {identity.name!r} is a {identity.role}: this needs the {wanted} role"
         )
     return None
+
+
+def session_ended() -> ApiError:
+    return ApiError(
+        401, "the login has ended (logged out, expired or its user deleted): log in again"
+    )
+
+
+def csrf_refusal(found: FoundSession, given: str | None) -> ApiError | None:
+    """403 unless `given` (the X-CSRF-Token header) is the session's CSRF token."""
+    if given is not None and hmac.compare_digest(given.encode(), found.csrf_token.encode()):
+        return None
+    return ApiError(
+        403,
+        f"CSRF token missing or wrong: a write made with the login cookie needs the "
+        f"{CSRF_HEADER} header of GET {SESSION_PATH}",
+    )
+
+
+async def resolve(
+    config: ApiConfig,
+    tokens: TokenLookup,
+    sessions: SessionLookup,
+    *,
+    token: str | None,
+    session_id: str | None,
+    csrf: str | None,
+    write: bool,
+    needed: Role | None,
+) -> tuple[Identity | None, ApiError | None]:
+    """Who a request is from and why it is refused (None: it may go ahead). A bearer
+    `token` decides if there is one; else the session cookie's `session_id`, a `write`
+    with it needing `csrf` to match. The lookups run in the thread pool."""
+    if token is not None or not session_id:
+        identity = shared_identity(config, token)
+        if identity is None and token is not None:
+            identity = await run_sync(tokens, token)
+        return identity, refusal(config, token, identity, needed)
+    found = await run_sync(sessions, session_id)
+    if found is None:
+        return None, session_ended() if needs_identity(config, needed) else None
+    if write:
+        refused = csrf_refusal(found, csrf)
+        if refused is not None:
+            return found.identity, refused
+    return found.identity, refusal(config, None, found.identity, needed)

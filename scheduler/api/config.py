@@ -13,6 +13,7 @@ They are fields of `core.settings.Settings`, which parses and checks them.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ class ApiConfig:
     """A request body over this many bytes is refused (413) before it is read."""
     dag_cache_bytes: int = DAG_CACHE_BYTES
     """About how much the cache of DAG shapes (`views.ShapeCache`) holds."""
+    session_lasts: dt.timedelta = dt.timedelta(hours=12)
+    """How long a web UI login lasts (`POST /api/v1/session`) before it must log in again."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ApiConfig:

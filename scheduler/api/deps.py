@@ -1,10 +1,12 @@
 """FastAPI dependencies: the app's state, a session per request, and the auth checks.
 
 Auth rule (`auth`): a write needs `Authorization: Bearer <token>` of an operator (an
-admin for pools), the shared SLUICE_API_TOKEN being an admin's; reads are open unless
-`SLUICE_API_READ_AUTH=1`. A write with a body from no one, or from a viewer, is refused
-before its body is read, by `guard.RequestGuard`, which leaves who it is from in the
-request's state; these dependencies decide again, by the same rules.
+admin for pools, users, tokens, connections and variables), the shared SLUICE_API_TOKEN
+being an admin's, or the web UI's login cookie with its CSRF token; reads are open unless
+`SLUICE_API_READ_AUTH=1`. A write from no one, or from a viewer, or with the cookie but
+not its CSRF token, is refused before its body is read, by `guard.RequestGuard`, which
+leaves who it is from in the request's state; these dependencies decide again, by the
+same rules.
 
 The dependencies that do no I/O are `async`: FastAPI runs a plain `def` dependency in
 its thread pool, a hand-off to a thread and back for each, which cost a burst of
@@ -21,8 +23,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.api.auth import API_USER, needs_identity, refusal, shared_identity
-from sluice.scheduler.api.guard import IDENTITY
+from sluice.scheduler.api.auth import (
+    API_USER,
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    needs_identity,
+    refusal,
+    resolve,
+)
+from sluice.scheduler.api.errors import ApiError
+from sluice.scheduler.api.guard import IDENTITY, SAFE_METHODS
 from sluice.scheduler.api.state import ApiState
 from sluice.scheduler.core.queries.users import Identity
 from sluice.scheduler.core.roles import Role
@@ -67,19 +77,33 @@ def _token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
     return credentials.credentials if credentials is not None else None
 
 
+async def _who(
+    request: Request, state: State, credentials: Credentials, needed: Role | None
+) -> tuple[Identity | None, ApiError | None]:
+    """Who the request is from (as the guard found it for a write, else a bearer token or
+    the login cookie, looked up in the thread pool) and why it is refused, if it is."""
+    token = _token(credentials)
+    if hasattr(request.state, IDENTITY):
+        found: Identity | None = getattr(request.state, IDENTITY)
+        return found, refusal(state.config, token, found, needed)
+    return await resolve(
+        state.config,
+        state.lookup_token,
+        state.lookup_session,
+        token=token,
+        session_id=request.cookies.get(SESSION_COOKIE),
+        csrf=request.headers.get(CSRF_HEADER),
+        write=request.method not in SAFE_METHODS,
+        needed=needed,
+    )
+
+
 async def caller_identity(
     request: Request, state: State, credentials: Credentials
 ) -> Identity | None:
-    """Who the request is from: as the guard found it, the shared token's holder (no
-    I/O), or a user's token (one read in the thread pool); None without a valid token."""
-    if hasattr(request.state, IDENTITY):
-        found: Identity | None = getattr(request.state, IDENTITY)
-        return found
-    token = _token(credentials)
-    shared = shared_identity(state.config, token)
-    if shared is not None or token is None:
-        return shared
-    return await run_in_threadpool(state.lookup_token, token)
+    """Who the request is from; None without a valid token or login."""
+    identity, _ = await _who(request, state, credentials, None)
+    return identity
 
 
 async def _require(
@@ -87,11 +111,15 @@ async def _require(
 ) -> Identity | None:
     if not needs_identity(state.config, needed):
         return None
-    identity = await caller_identity(request, state, credentials)
-    found = refusal(state.config, _token(credentials), identity, needed)
-    if found is not None:
-        raise found
+    identity, refused = await _who(request, state, credentials, needed)
+    if refused is not None:
+        raise refused
     return identity
+
+
+async def require_someone(request: Request, state: State, credentials: Credentials) -> None:
+    """A viewer at least, whatever SLUICE_API_READ_AUTH says (logging out)."""
+    await _require(request, state, credentials, Role.VIEWER)
 
 
 async def require_read(request: Request, state: State, credentials: Credentials) -> None:
@@ -112,6 +140,7 @@ async def caller_name(request: Request, state: State, credentials: Credentials) 
     return identity.name if identity is not None else API_USER
 
 
+IsSomeone = Depends(require_someone)
 CanRead = Depends(require_read)
 CanWrite = Depends(require_write)
 CanAdmin = Depends(require_admin)

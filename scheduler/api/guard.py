@@ -5,9 +5,12 @@ write check of `deps` alone would let anyone without a token make the server rea
 and parse any body. This pure ASGI middleware sits in front of the app:
 
 - A write (any method but GET, HEAD, OPTIONS, TRACE) under `/api/` from no one or from a
-  viewer is refused with the routes' own 401 or 403 (`auth.refusal`) before a byte of
-  its body is read; who it is from (a user's token looked up in the thread pool) is
-  left in the request's state for the routes (`deps.IDENTITY`), which check the rest.
+  viewer is refused with the routes' own 401 or 403 (`auth.resolve`) before a byte of
+  its body is read; who it is from (a user's token or a login's session, looked up in
+  the thread pool) is left in the request's state for the routes (`deps.IDENTITY`),
+  which check the rest. A write made with the login cookie and without its CSRF token
+  (`X-CSRF-Token`) is refused with 403 here, before its body is read. Logging in
+  (`POST /api/v1/session`) needs no identity; logging out needs a viewer's.
 - A body over `ApiConfig.max_body_bytes` (SLUICE_API_MAX_BODY_BYTES) is refused with
   413: at once when its Content-Length says so, else (chunked) as soon as the bytes
   received pass the limit; what was read is dropped and the app never sees it.
@@ -19,12 +22,20 @@ so the rest of the body is never taken for the next request.
 
 from __future__ import annotations
 
-from anyio.to_thread import run_sync
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sluice.scheduler.api.auth import TokenLookup, bearer_token, refusal, shared_identity
+from sluice.scheduler.api.auth import (
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    SESSION_PATH,
+    SessionLookup,
+    TokenLookup,
+    bearer_token,
+    resolve,
+)
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.errors import ApiError
 from sluice.scheduler.core.roles import Role
@@ -37,10 +48,17 @@ API_PREFIX = "/api/"
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, config: ApiConfig, lookup: TokenLookup) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        config: ApiConfig,
+        lookup: TokenLookup,
+        sessions: SessionLookup | None = None,
+    ) -> None:
         self.app = app
         self.config = config
         self.lookup = lookup
+        self.sessions: SessionLookup = sessions or (lambda session_id: None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,12 +66,20 @@ class RequestGuard:
             return
         headers = Headers(scope=scope)
         announced = _announces_body(headers)
-        if scope["method"] not in SAFE_METHODS and scope["path"].startswith(API_PREFIX):
-            token = bearer_token(headers.get("authorization"))
-            identity = shared_identity(self.config, token)
-            if identity is None and token is not None:
-                identity = await run_sync(self.lookup, token)
-            refused = refusal(self.config, token, identity, Role.OPERATOR)
+        method, path = scope["method"], scope["path"]
+        logging_in = method == "POST" and path == SESSION_PATH
+        if method not in SAFE_METHODS and path.startswith(API_PREFIX) and not logging_in:
+            needed = Role.VIEWER if path == SESSION_PATH else Role.OPERATOR
+            identity, refused = await resolve(
+                self.config,
+                self.lookup,
+                self.sessions,
+                token=bearer_token(headers.get("authorization")),
+                session_id=session_cookie(headers),
+                csrf=headers.get(CSRF_HEADER),
+                write=True,
+                needed=needed,
+            )
             if refused is not None:
                 await _refuse(refused, announced, scope, receive, send)
                 return
@@ -82,6 +108,12 @@ class RequestGuard:
             if not message.get("more_body", False):
                 break
         await self.app(scope, _replay(bytes(body), receive), send)
+
+
+def session_cookie(headers: Headers) -> str | None:
+    """The login cookie's value, if the request has one."""
+    raw = headers.get("cookie")
+    return cookie_parser(raw).get(SESSION_COOKIE) or None if raw else None
 
 
 def _content_length(headers: Headers) -> int | None:

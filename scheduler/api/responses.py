@@ -8,8 +8,8 @@ from sluice.scheduler.api.schemas import ErrorOut
 
 _TEXT = {
     400: "a Content-Length header that is not a number of bytes (the request guard)",
-    401: "missing or wrong bearer token",
-    403: "writes (or reads) are disabled: SLUICE_API_TOKEN is not set",
+    401: "no login, or a missing or wrong bearer token",
+    403: "the caller's role is too low, or a write with the login cookie lacks its CSRF token",
     404: "unknown DAG, run, task or try",
     409: "a run with this run id or logical date exists",
     413: "a body over SLUICE_API_MAX_BODY_BYTES (the request guard)",

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.api.views import ShapeCache
 from sluice.scheduler.core.db import transaction, utcnow
+from sluice.scheduler.core.queries.ui_sessions import FoundSession, find_session
 from sluice.scheduler.core.queries.users import Identity, identity_of_token
 from sluice.scheduler.core.settings import Settings
 
@@ -40,6 +41,12 @@ class ApiState:
         """Whose valid token `token` is (one short transaction; blocking)."""
         with transaction(self.factory) as session:
             return identity_of_token(session, token, utcnow())
+
+    def lookup_session(self, session_id: str) -> FoundSession | None:
+        """The live web UI session of the cookie value `session_id` (one short read;
+        blocking)."""
+        with transaction(self.factory) as session:
+            return find_session(session, session_id, utcnow())
 
     def close(self) -> None:
         self.inspector.shutdown(wait=False, cancel_futures=True)

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, inspect, text
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD = "0025"
+HEAD = "0026"
 """The newest migration's revision: raise it with every new migration."""
 
 

@@ -575,6 +575,22 @@ class ApiToken(Base):
     revoked_at: Mapped[dt.datetime | None]
 
 
+class UiSession(Base):
+    """A web UI login (`POST /api/v1/session`): the cookie holds a random id, this row its
+    SHA-256; `csrf_token` must come back in `X-CSRF-Token` on every write the cookie makes.
+    Ended by logout, by `expires_at`, or with its user."""
+
+    __tablename__ = "ui_session"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_name: Mapped[str] = mapped_column(
+        String(250), ForeignKey("sluice_user.name", ondelete="CASCADE"), index=True
+    )
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime]
+
+
 class TaskLog(Base):
     """What one try of a TaskInstance printed and logged, as the worker captured it.
 

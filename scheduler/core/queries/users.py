@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from sluice.scheduler.core.models import ApiToken, User
+from sluice.scheduler.core.models import ApiToken, UiSession, User
 from sluice.scheduler.core.roles import Role
 from sluice.tasks.control_chars import first_control_char
 
@@ -54,10 +54,11 @@ def create_user(session: Session, name: str, role: Role, now: dt.datetime) -> Us
 
 
 def delete_user(session: Session, name: str) -> None:
-    """The user and every token of theirs."""
+    """The user, every token of theirs and every web UI session of theirs."""
     if session.get(User, name) is None:
         raise UserError(f"no user {name!r}")
     session.execute(delete(ApiToken).where(ApiToken.user_name == name))
+    session.execute(delete(UiSession).where(UiSession.user_name == name))
     session.execute(delete(User).where(User.name == name))
 
 
