@@ -1,9 +1,10 @@
-"""The web UI: three HTML pages and their static assets, served by the API app: the DAGs,
-one DAG (its runs), and one version of a git bundle's DAG (its file's code).
+"""The web UI: four HTML pages and their static assets, served by the API app: the DAGs,
+one DAG (its runs), one version of a git bundle's DAG (its file's code), and the login.
 
 Plain HTML, CSS and JavaScript from `static/` (no build step, nothing from a
-CDN). The pages hold no data: their scripts read everything from `/api/v1`
-with the token the user typed, if any (kept in the browser's localStorage).
+CDN). The pages hold no data: their scripts read everything from `/api/v1`, as the
+user logged in (`/login`: a session cookie, and its CSRF token on writes) or with the
+API token the user typed, if any (kept in the browser's localStorage).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def install_ui(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return _page("index.html")
+
+    @app.get("/login", include_in_schema=False)
+    def login_page() -> FileResponse:
+        return _page("login.html")
 
     @app.get("/dags/{dag_id}", include_in_schema=False)
     def dag_page(dag_id: str) -> FileResponse:

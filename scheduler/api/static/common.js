@@ -1,5 +1,6 @@
-/* Shared by the pages: calling /api/v1 with the saved token, building DOM nodes
-   (always with textContent, never HTML from data), state labels and times. */
+/* Shared by the pages: calling /api/v1 as the user logged in (the session cookie, and
+   its CSRF token on writes) or with the saved token, building DOM nodes (always with
+   textContent, never HTML from data), state labels and times. */
 "use strict";
 
 const Sluice = (() => {
@@ -33,6 +34,36 @@ const Sluice = (() => {
     } catch (e) { /* storage disabled: the token lasts for this page only */ }
   }
 
+  /* The login, if any: {user, role, csrf_token} of GET /session, asked once a page. */
+  let session = null;
+  let sessionAsked = null;
+  const SAFE = new Set(["GET", "HEAD", "OPTIONS"]);
+
+  function loadSession() {
+    if (!sessionAsked) {
+      sessionAsked = (async () => {
+        try {
+          const response = await fetch("/api/v1/session", {
+            headers: { Accept: "application/json" }, credentials: "same-origin", cache: "no-store",
+          });
+          session = response.ok ? await response.json() : null;
+        } catch (e) {
+          session = null;
+        }
+        return session;
+      })();
+    }
+    return sessionAsked;
+  }
+
+  /* Whether the buttons that write (trigger, clear, mark, cancel, notes, events, pause) are
+     shown: not to a viewer. With a saved token and no login, as before: shown. */
+  function canOperate() { return !session || session.role !== "viewer"; }
+
+  function loginHref() {
+    return "/login?next=" + encodeURIComponent(window.location.pathname + window.location.search);
+  }
+
   class ApiError extends Error {
     constructor(status, detail) {
       super(detail);
@@ -41,10 +72,15 @@ const Sluice = (() => {
   }
 
   async function api(method, path, body) {
+    await loadSession();
     const headers = { Accept: "application/json" };
     const saved = token();
-    if (saved) headers.Authorization = "Bearer " + saved;
-    const init = { method, headers };
+    if (session) {
+      if (!SAFE.has(method)) headers["X-CSRF-Token"] = session.csrf_token;
+    } else if (saved) {
+      headers.Authorization = "Bearer " + saved;
+    }
+    const init = { method, headers, credentials: "same-origin" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -59,7 +95,10 @@ const Sluice = (() => {
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) {
       let detail = data && typeof data.detail === "string" ? data.detail : response.statusText;
-      if (response.status === 401) detail += " (enter the API token at the top of the page)";
+      if (response.status === 401 && method === "GET" && !saved) {
+        window.location.assign(loginHref()); /* reads need a login here */
+      }
+      if (response.status === 401) detail += " (log in, or enter an API token at the top of the page)";
       throw new ApiError(response.status, detail || "request failed (" + response.status + ")");
     }
     return data;
@@ -141,6 +180,11 @@ const Sluice = (() => {
       label.textContent = paused ? "paused" : "active";
     }
     show(isPaused);
+    if (!canOperate()) {
+      button.disabled = true;
+      button.title = "a viewer cannot pause or unpause a DAG";
+      return button;
+    }
     button.addEventListener("click", async () => {
       const next = button.getAttribute("aria-checked") !== "true";
       button.disabled = true;
@@ -158,6 +202,28 @@ const Sluice = (() => {
     return button;
   }
 
+  /* Who is logged in and a logout button, or a link to log in; with a login, the token
+     form is hidden and the page marks the role (style.css hides what a viewer cannot use). */
+  async function showAccount(form) {
+    await loadSession();
+    const header = form.parentElement;
+    const box = el("div", { class: "account", id: "account" });
+    if (session) {
+      form.hidden = true;
+      document.body.dataset.role = session.role;
+      const out = el("button", { type: "button", id: "logout", text: "Log out" });
+      out.addEventListener("click", async () => {
+        out.disabled = true;
+        try { await api("DELETE", "/session"); } catch (e) { /* ended already */ }
+        window.location.assign("/login");
+      });
+      box.append(el("span", { id: "who", text: session.user + " (" + session.role + ")" }), out);
+    } else {
+      box.append(el("a", { href: loginHref(), id: "login-link", text: "Log in" }));
+    }
+    header.append(box);
+  }
+
   function initTokenForm(onSaved) {
     const form = document.getElementById("token-form");
     const input = document.getElementById("token");
@@ -171,8 +237,9 @@ const Sluice = (() => {
       show();
       if (onSaved) onSaved();
     });
+    showAccount(form);
   }
 
   return { api, ApiError, el, chip, legend, stateWords, stateAbbr, fmtTime, fmtNextRun, fmtDuration, setStatus,
-           pauseSwitch, initTokenForm, TERMINAL };
+           pauseSwitch, initTokenForm, loadSession, canOperate, TERMINAL };
 })();
