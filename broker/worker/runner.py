@@ -53,6 +53,7 @@ from sluice.broker.worker.conf_secrets import mask_conf_secrets
 from sluice.broker.worker.context import WorkerContext
 from sluice.broker.worker.dag_files import local_file
 from sluice.broker.worker.heartbeat import FENCED, Heartbeat
+from sluice.broker.worker.masked_results import keep_masked_result
 from sluice.broker.worker.result import Case, decision, record_result
 from sluice.broker.worker.retrying import retrying
 from sluice.broker.worker.secret_reads import use_worker_secrets
@@ -217,6 +218,8 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         return _wait_on_trigger(ctx, msg, claimed, values["trigger"], captured.final_snapshot())
     if new is TI.SCHEDULED:  # given back: its key's slots are all held (or the TI lost)
         return Outcome.WAITING_FOR_A_SLOT if values["slot"] is Slot.GIVEN_BACK else Outcome.STALE
+    result = values.get("result")
+    keep_masked_result(ctx.session_factory, msg.ti_id, claimed.try_number, result, captured.mask)
     outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
         _follow_up(ctx, claimed, follow)

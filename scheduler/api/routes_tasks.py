@@ -7,7 +7,7 @@ tasks clear` does, and wakes the schedulers the same way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks, Query
 from sqlalchemy import select
@@ -19,6 +19,7 @@ from sluice.scheduler.api.lookups import find_run, find_task, find_ti
 from sluice.scheduler.api.paging import Limit, Offset
 from sluice.scheduler.api.responses import errors
 from sluice.scheduler.api.schemas import (
+    RESULT_SHOWN_CHARS,
     ClearOut,
     ClearRequest,
     MarkOut,
@@ -40,6 +41,7 @@ from sluice.scheduler.control.operations import revoke_external_tasks, wake_sche
 from sluice.scheduler.core.dag_cache import dag_of_run
 from sluice.scheduler.core.db import utcnow
 from sluice.scheduler.core.models import DagRun, TaskInstance, Trigger
+from sluice.scheduler.core.queries.masked_results import masked_result_of
 from sluice.scheduler.core.queries.task_logs import task_log_of, tries_of
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, TaskInstanceState
@@ -136,7 +138,19 @@ def get_task_instance(
         trace_url=state.config.trace_link(trace_id_of(run.context_carrier)),
         note=note_out(session, run.dag_id, run.run_id, ti.task_id),
         trigger=trigger_out(session, ti) if ti.state == TI.DEFERRED else None,
+        **shown_result(session, ti),
     )
+
+
+def shown_result(session: Session, ti: TaskInstance) -> dict[str, Any]:
+    """The TI's result as shown (`result`, `result_truncated`): the masked form its worker
+    kept if the try returned a secret it read (`MaskedResult`), else as stored; cut at
+    `RESULT_SHOWN_CHARS`."""
+    if ti.result is None:
+        return {}
+    text = masked_result_of(session, ti.id, ti.try_number) or ti.result
+    cut = len(text) > RESULT_SHOWN_CHARS
+    return {"result": text[:RESULT_SHOWN_CHARS], "result_truncated": cut}
 
 
 def trigger_out(session: Session, ti: TaskInstance) -> TriggerOut | None:

@@ -292,6 +292,10 @@ class RunList(BaseModel):
     offset: int
 
 
+RESULT_SHOWN_CHARS = 10_000
+"""The most characters of a task's result a task instance's detail shows."""
+
+
 class TaskInstanceOut(BaseModel):
     task_id: str
     map_index: int | None = Field(description="the index of a mapped task; null if not mapped")
@@ -362,6 +366,14 @@ class TaskInstanceDetail(TaskInstanceOut):
     note: NoteOut | None = Field(default=None, description="the task instance's note, if any")
     trigger: TriggerOut | None = Field(
         default=None, description="what it waits on, while it is deferred"
+    )
+    result: str | None = Field(
+        default=None,
+        description="its return value as JSON text (of a success; null: none), every secret "
+        f"the try read shown as ***; at most {RESULT_SHOWN_CHARS} characters",
+    )
+    result_truncated: bool = Field(
+        default=False, description=f"the result is longer than the {RESULT_SHOWN_CHARS} shown"
     )
 
 

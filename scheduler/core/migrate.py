@@ -15,7 +15,7 @@ from sqlalchemy import Engine, inspect, text
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD = "0026"
+HEAD = "0027"
 """The newest migration's revision: raise it with every new migration."""
 
 

@@ -637,3 +637,19 @@ class TaskTry(Base):
     queued_at: Mapped[dt.datetime | None]
     start_date: Mapped[dt.datetime | None]
     end_date: Mapped[dt.datetime | None]
+
+
+class MaskedResult(Base):
+    """A try's return value as the UI and API show it, when it held a secret the try read
+    (a connection's password, a secret variable, a secret conf value, the deployment's
+    own): the JSON text with each secret `***`. Written by the worker before the result,
+    only when masking changed it; the stored `task_instance.result` stays whole for the
+    tasks downstream. One row per (`ti_id`, `try_number`)."""
+
+    __tablename__ = "masked_result"
+
+    ti_id: Mapped[int] = mapped_column(
+        ID, ForeignKey("task_instance.id", ondelete="CASCADE"), primary_key=True
+    )
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    display: Mapped[str] = mapped_column(Text)

@@ -12,7 +12,9 @@ import io
 import json
 import os
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any, cast
 from unittest import mock
 from urllib.parse import quote
 
@@ -21,8 +23,11 @@ from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 
 from sluice.scheduler.api.app import create_app
+from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.cli.main import main
 from sluice.scheduler.core.settings import Settings
+from tests.api.test_browser import ServedApi, launched_browser, new_page
+from tests.otlp_receiver import OtlpReceiver
 from tests.procs import Sluice, wait_until
 
 FIRST_KEY, NEW_KEY = Fernet.generate_key().decode(), Fernet.generate_key().decode()
@@ -34,7 +39,16 @@ FROM_ENV_URI = f"postgresql://envuser:{quote(ENV_PASSWORD, safe='')}@envhost:643
 
 DAGS = """
 import json
+from pathlib import Path
 from sluice import DAG, Connection, Variable, task
+
+CALLBACKS = Path(__file__).with_name("callbacks.jsonl")
+
+
+def record(context):
+    with open(CALLBACKS, "a") as out:
+        out.write(json.dumps({"log_tail": context["log_tail"], "error": context["error"]}) + "\\n")
+
 
 with DAG("reads", schedule=None) as dag:
     @task
@@ -49,9 +63,22 @@ with DAG("reads", schedule=None) as dag:
         print("absent:", Variable.get("absent", default="fallback"))
         return [db.host, env.host, Variable.get("region")]
 
-    @task(retries=0)
+    @task(retries=0, on_failure_callback=record)
     def leak():
+        print("trying with", Connection.get("warehouse").password)
         raise RuntimeError("login refused for " + Connection.get("warehouse").password)
+
+    @task
+    def hand():
+        db = Connection.get("warehouse")
+        return {"pw": db.password, "uri": db.uri, "token": Variable.get("api_token")}
+
+    @task
+    def take(handed):
+        db = Connection.get("warehouse")
+        return handed["pw"] == db.password and handed["token"] == Variable.get("api_token")
+
+    take(hand())
 """
 
 SECRETS = (DB_PASSWORD, ENV_PASSWORD, TOKEN, quote(DB_PASSWORD, safe=""))
@@ -73,15 +100,33 @@ def logs_of(sluice: Sluice, run_id: str) -> dict[str, str]:
     return dict(rows)
 
 
+def _lines(path: Path) -> list[dict[str, str]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 @pytest.fixture
-def keyed(sluice: Sluice) -> Iterator[Sluice]:
+def keyed_receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture
+def keyed(sluice: Sluice, keyed_receiver: OtlpReceiver) -> Iterator[Sluice]:
     sluice.extra_env.update(SLUICE_FERNET_KEY=FIRST_KEY, SLUICE_CONN_FROM_ENV=FROM_ENV_URI)
+    sluice.extra_env.update(
+        OTEL_EXPORTER_OTLP_ENDPOINT=keyed_receiver.endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="100",
+        OTEL_METRICS_EXPORTER="none",
+    )
     yield sluice
 
 
 @pytest.mark.long
 @pytest.mark.timeout(170)
-def test_tasks_read_connections_and_their_secrets_are_masked(keyed: Sluice) -> None:
+def test_tasks_read_connections_and_their_secrets_are_masked(
+    keyed: Sluice, keyed_receiver: OtlpReceiver
+) -> None:
     sluice = keyed
     # Given a connection and two variables stored by the CLI, and one connection in the env
     (sluice.dags_folder / "reads.py").write_text(textwrap.dedent(DAGS))
@@ -126,6 +171,7 @@ def test_tasks_read_connections_and_their_secrets_are_masked(keyed: Sluice) -> N
     states = sluice.db_task_states("reads", run_id)
     assert states["show"]["state"] == "success", states
     assert states["leak"]["state"] == "failed", states
+    assert states["take"]["state"] == "success", states
 
     # Then the task log shows *** for every secret read, in every form printed
     logs = logs_of(sluice, run_id)
@@ -148,6 +194,26 @@ def test_tasks_read_connections_and_their_secrets_are_masked(keyed: Sluice) -> N
         assert not any(secret in answer.text for secret in SECRETS)
         leak = api.get(f"/api/v1/dags/reads/runs/{run_id}/tasks/leak/logs").text
         assert DB_PASSWORD not in leak and "login refused for ***" in leak
+        # a result that holds secrets is shown masked, and handed down whole
+        hand = api.get(f"/api/v1/dags/reads/runs/{run_id}/tasks/hand").json()
+        assert json.loads(hand["result"]) == {
+            "pw": "***",
+            "uri": "postgresql://etl:***@db.internal:5432/wh",
+            "token": "***",
+        }
+        take = api.get(f"/api/v1/dags/reads/runs/{run_id}/tasks/take").json()
+        assert take["result"] == "true" and take["result_truncated"] is False
+    # and so does the UI: the log of `show`, the result of `hand`
+    _ui_shows_masked(settings, run_id, show)
+    # the failure callback's log tail and error are masked
+    called = wait_until(lambda: _lines(sluice.dags_folder / "callbacks.jsonl"), timeout=30)
+    assert len(called) == 1 and "trying with ***" in called[0]["log_tail"], called
+    assert called[0]["error"] == "RuntimeError: login refused for ***"
+    assert not any(secret in json.dumps(called) for secret in SECRETS)
+    # no span attribute holds a secret
+    spans = wait_until(lambda: keyed_receiver.spans, timeout=30)
+    shown = json.dumps([(span.name, span.attributes) for span in spans], default=str)
+    assert "task leak" in shown and not any(secret in shown for secret in SECRETS)
 
     # When a new first key is put in front and every row is rotated
     sluice.extra_env["SLUICE_FERNET_KEY"] = f"{NEW_KEY},{FIRST_KEY}"
@@ -172,6 +238,25 @@ def test_tasks_read_connections_and_their_secrets_are_masked(keyed: Sluice) -> N
         ).scalar()
     assert json.loads(str(result)) == ["db.internal", "envhost", "eu-west-1"]
     assert not any(secret in logs_of(sluice, again)["show"] for secret in SECRETS)
+
+
+def _ui_shows_masked(settings: Settings, run_id: str, show_log: str) -> None:
+    """The DAG page in headless Chromium: the task panel of `show` (its log) and of `hand`
+    (its result) show `***` and no secret."""
+    from playwright.sync_api import expect
+
+    launch = cast(Generator[Any, None, None], launched_browser())
+    with ServedApi(settings, ApiConfig()) as api:
+        page, errors = new_page(next(launch))
+        page.goto(f"{api.url}/dags/reads")
+        page.locator(f'button.cell[data-task="show"][data-run="{run_id}"]').click()
+        expect(page.locator("#log")).to_contain_text("db password: *** uri:")
+        page.locator(f'button.cell[data-task="hand"][data-run="{run_id}"]').click()
+        expect(page.locator("#panel-facts")).to_contain_text('"pw":"***"')
+        shown = page.content()
+        assert errors == []
+    launch.close()
+    assert "***" in show_log and not any(secret in shown for secret in SECRETS)
 
 
 def cli(sluice: Sluice, *argv: str, **env: str) -> tuple[int, str, str]:

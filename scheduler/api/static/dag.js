@@ -741,6 +741,7 @@
       ...(ti.next_retry_at ? fact(ti.state === "up_for_reschedule" ? "Next poke" : "Next retry",
         S.fmtTime(ti.next_retry_at)) : []),
       ...fact("Upstream", ti.upstream.join(", ")), ...fact("Downstream", ti.downstream.join(", ")),
+      ...(ti.result != null ? fact("Result", ti.result + (ti.result_truncated ? " …" : ""), true) : []),
     );
     $("panel-why").hidden = !ti.why;
     $("panel-why").replaceChildren(...(ti.why ? [S.el("strong", { text: "Why: " }), ti.why] : []));
