@@ -61,7 +61,8 @@ class Body:
 
 
 def read_bodies(root: Path) -> list[Body]:
-    """Every body recorded under `root` (each host's `tries.log`), start paired with end."""
+    """Every body recorded under `root` (each host's `tries.log`), each `start` paired with
+    the `end` (or `cut`: stopped then) that follows it in the same process."""
     bodies: list[Body] = []
     for log in sorted(root.glob("*/tries.log")):
         started: dict[tuple[str, ...], list[list[str]]] = collections.defaultdict(list)
@@ -70,7 +71,7 @@ def read_bodies(root: Path) -> list[Body]:
             key = tuple(fields[:7])  # all but the time
             if kind == "start":
                 started[key].append(fields)
-            else:
+            elif kind in ("end", "cut"):  # cut: the body was stopped, then
                 assert started[key], f"{log}: an end with no start: {line}"
                 begun = started[key].pop()
                 bodies.append(_body(begun, int(fields[7])))
@@ -158,6 +159,20 @@ def read_database(
         engine.dispose()
 
 
+def body_problems(key: TiKey, bodies: list[Body], *, bodies_once: bool) -> list[str]:
+    """What is wrong with the bodies of one TI (ordered by start) as the hosts recorded
+    them: one cut short, two that overlap, not exactly one (`bodies_once`), none."""
+    problems = [f"TI {key}: a body cut short: {b}" for b in bodies if b.end_ns is None]
+    for before, after in zip(bodies, bodies[1:], strict=False):
+        if before.end_ns is None or after.start_ns < before.end_ns:
+            problems.append(f"TI {key}: two tries overlap: {before} / {after}")
+    if bodies_once and len(bodies) != 1:
+        problems.append(f"TI {key}: body ran {len(bodies)} times: {[str(b) for b in bodies]}")
+    if not bodies:
+        problems.append(f"TI {key}: no body ran")
+    return problems
+
+
 def check(
     database_url: str,
     root: Path,
@@ -200,12 +215,7 @@ def check(
                     f"TI {key}: success of try {ti['try_number']} ({ti['attempt_id']}) with "
                     f"no body of that attempt ended on a host: {[str(b) for b in bodies]}"
                 )
-        # every body that started ended
-        problems += [f"TI {key}: a body cut short: {b}" for b in bodies if b.end_ns is None]
-        # no two bodies overlap
-        for before, after in zip(bodies, bodies[1:], strict=False):
-            if before.end_ns is None or after.start_ns < before.end_ns:
-                problems.append(f"TI {key}: two tries overlap: {before} / {after}")
+        problems += body_problems(key, bodies, bodies_once=bodies_once)
         # no two recorded tries overlap
         timed = sorted(
             ((t.start, t) for t in db_tries if t.start is not None), key=lambda pair: pair[0]
@@ -213,15 +223,8 @@ def check(
         for (_, first), (start, then) in zip(timed, timed[1:], strict=False):
             if first.end is None or start < first.end:
                 problems.append(f"TI {key}: recorded tries overlap: {first} / {then}")
-        if bodies_once:
-            if len(bodies) != 1:
-                problems.append(
-                    f"TI {key}: body ran {len(bodies)} times: {[str(b) for b in bodies]}"
-                )
-            if ti["try_number"] != 1 or len(db_tries) != 1:
-                problems.append(f"TI {key}: {len(db_tries)} tries recorded: {db_tries}")
-        elif not bodies:
-            problems.append(f"TI {key}: no body ran")
+        if bodies_once and (ti["try_number"] != 1 or len(db_tries) != 1):
+            problems.append(f"TI {key}: {len(db_tries)} tries recorded: {db_tries}")
 
     strays = {b.ti for b in report.bodies} - expected
     problems += [f"a body of a TI not expected: {key}" for key in sorted(strays)]

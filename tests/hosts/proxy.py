@@ -17,6 +17,10 @@ goes nowhere else. The test changes what the link does while it runs:
   every byte behind it waits for it. So a lossy link is emulated as that: each chunk read
   (about one write of the sender) is, with probability `share`, held `stall_ms` longer,
   and the chunks after it in that direction wait behind it;
+- `hold_after(*patterns)`: armed: the link holds (as `hold()`) right after it sent
+  upstream a chunk that holds one of the byte strings: a statement the server runs and
+  answers, and whose answer the host waits for until `restore()` (a host partitioned in
+  the middle of a transaction, with what it locked still locked);
 - `restore()`: back to a plain forward, no delay, no loss; held bytes go on.
 
 `Proxies` owns the links of one test: one asyncio loop in one thread for all of them.
@@ -60,6 +64,8 @@ class Rules:
     loss: float = 0.0
     """Share of chunks stalled by `stall` seconds (a retransmission)."""
     stall: float = 0.2
+    hold_after: tuple[bytes, ...] = ()
+    """Hold the link once a chunk holding one of these is sent upstream (then cleared)."""
 
 
 @dataclass
@@ -127,6 +133,17 @@ class Link:
         """Forward nothing, either way, on open and new connections, until `restore`."""
         self.proxies.call(self._set(mode=Mode.HELD))
 
+    def hold_after(self, *patterns: bytes) -> None:
+        """Hold the link once a chunk holding one of `patterns` has gone upstream."""
+        self.proxies.call(self._set(hold_after=patterns))
+
+    def wait_held(self, timeout: float = 30.0) -> None:
+        """Wait until the link holds (after `hold_after`)."""
+        deadline = time.monotonic() + timeout
+        while self.rules.mode is not Mode.HELD:
+            assert time.monotonic() < deadline, f"{self.name} was not held in {timeout}s"
+            time.sleep(0.02)
+
     def delay(self, ms: float) -> None:
         """Every round trip `ms` milliseconds longer (half of it on each way)."""
         self.proxies.call(self._set(delay=ms / 1000))
@@ -138,7 +155,7 @@ class Link:
 
     def restore(self) -> None:
         """A plain forward again: no cut, no hold, no delay, no loss."""
-        self.proxies.call(self._set(mode=Mode.OPEN, delay=0.0, loss=0.0))
+        self.proxies.call(self._set(mode=Mode.OPEN, delay=0.0, loss=0.0, hold_after=()))
 
     @property
     def open_connections(self) -> int:
@@ -279,6 +296,10 @@ class Link:
             writer.write(data)
             if key[1] == "up":
                 self.stats.bytes_up += len(data)
+                if any(p in data for p in self.rules.hold_after):
+                    self.rules.hold_after = ()
+                    self.rules.mode = Mode.HELD
+                    self._flowing.clear()
             else:
                 self.stats.bytes_down += len(data)
             try:

@@ -8,12 +8,23 @@ start and end on its host. Settings: `tests.procs.Sluice` (heartbeat timeout 5 s
 
 from __future__ import annotations
 
+import datetime as dt
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from tests.hosts.checker import check
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from tests.hosts.checker import Body, check, read_bodies
+from tests.hosts.conftest import hosts_on
 from tests.hosts.dag import write_dag
-from tests.hosts.hosts import Hosts
-from tests.procs import Sluice
+from tests.hosts.hosts import Host, Hosts
+from tests.hosts.private_pg import PrivatePostgres
+from tests.procs import Sluice, wait_until
+from tests.redis_server import REDIS_SERVER, OwnRedis
 
 DAG = "tries"
 
@@ -44,3 +55,285 @@ def test_no_fault_each_body_once(sluice: Sluice, hosts: Hosts, tmp_path: Path) -
     report = check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
     assert report.executions == 15
     assert {b.host for b in report.bodies} == {"w1", "w2"}
+
+
+def open_bodies(host: Host) -> list[Body]:
+    """The bodies running on `host` now (started, not ended)."""
+    return [b for b in read_bodies(host.dir.parent) if b.host == host.name and b.end_ns is None]
+
+
+def ended(hosts: Hosts) -> int:
+    return sum(b.end_ns is not None for b in read_bodies(hosts.root))
+
+
+def query(sluice: Sluice, sql: str, **params: object) -> list[tuple[Any, ...]]:
+    engine = create_engine(sluice.database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql), params).all()]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.long
+def test_worker_cut_off_from_the_broker(sluice: Sluice, hosts: Hosts) -> None:
+    """A worker's link to Redis cut (its connections reset, new ones refused) while it
+    runs tries whose messages it took and has not acknowledged; restored after 8 s. The
+    tries it runs end and are recorded through its database link; what it cannot take
+    or acknowledge meanwhile is left to the other worker and the queued sweep: each body
+    runs once."""
+    sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "3"
+    tasks = write_dag(sluice, hosts.root, sleep=1.0)
+    sluice.ok("dags", "list")
+    hosts.scheduler("s1")
+    cut = hosts.worker("w1")
+    kept = hosts.worker("w2")
+    runs = trigger(sluice, 20)
+    in_flight = wait_until(lambda: open_bodies(cut), timeout=30)
+
+    cut.broker.cut()
+    cut_at = time.time_ns()
+    time.sleep(8)
+    cut.broker.restore()
+
+    finish(sluice, hosts, runs)
+    report = check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
+    assert cut.broker.stats.reset >= 1
+    assert {b.ti for b in in_flight} <= {b.ti for b in report.bodies if b.host == "w1"}
+    assert any(b.host == kept.name and b.start_ns > cut_at for b in report.bodies)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("fault", ["cut", "hold"])
+def test_scheduler_cut_off_from_postgresql_then_back(
+    sluice: Sluice, hosts: Hosts, fault: str
+) -> None:
+    """A scheduler that started runs (and may be mid-pass, their rows locked) loses its
+    link to PostgreSQL for twice the heartbeat timeout: `cut` resets its sessions (the
+    server ends them and their locks), `hold` is a partition (its sessions and locks stay
+    until it is back). The other scheduler marks it dead and drives its runs; back, the
+    old one registers as a new job and queues nothing twice: each body runs once."""
+    sluice.extra_env["SLUICE_DB_RETRY_MAX_DELAY"] = "1"  # back soon after the link is
+    tasks = write_dag(sluice, hosts.root, sleep=1.0, max_active_runs=4)
+    sluice.ok("dags", "list")
+    old = hosts.scheduler("s1")
+    hosts.worker("w1")
+    hosts.worker("w2")
+    runs = trigger(sluice, 20)
+    wait_until(lambda: job_of(sluice, old.pid), timeout=30)
+    first_job = job_of(sluice, old.pid)
+    wait_until(lambda: started_by(sluice, first_job) >= 4, timeout=30)
+    other = hosts.scheduler("s2")
+    other_job = wait_until(lambda: job_of(sluice, other.pid), timeout=30)
+    wait_until(lambda: ended(hosts) >= 3, timeout=30)
+
+    getattr(old.pg, fault)()
+    cut_at = now(sluice)
+    held = unfinished_started_by(sluice, first_job)
+    time.sleep(2 * 5)
+    back_at = now(sluice)
+    old.pg.restore()
+    wait_until(lambda: len(jobs_of(sluice, old.pid)) == 2, timeout=30)
+
+    finish(sluice, hosts, runs)
+    check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
+    # the other scheduler marked the old one dead and took its runs on
+    jobs = jobs_of(sluice, old.pid)
+    assert jobs[0] == (first_job, "failed"), jobs
+    assert len(jobs) == 2, f"the old scheduler did not come back as a new job: {jobs}"
+    queued_meanwhile = query(
+        sluice,
+        "SELECT count(*) FROM task_instance WHERE queued_by_job_id = :j "
+        "AND queued_at BETWEEN :a AND :b",
+        j=other_job,
+        a=cut_at,
+        b=back_at,
+    )[0][0]
+    assert queued_meanwhile > 0, "the other scheduler queued nothing while the old was away"
+    assert held, "the old scheduler held no unfinished run when cut off"
+    # the old one queued nothing of its old job after it was marked dead
+    late = query(
+        sluice,
+        "SELECT count(*) FROM task_instance WHERE queued_by_job_id = :j AND queued_at > :b",
+        j=first_job,
+        b=back_at,
+    )[0][0]
+    assert late == 0, f"{late} TIs queued by the dead job after it came back"
+
+
+def jobs_of(sluice: Sluice, pid: int) -> list[tuple[Any, ...]]:
+    return query(sluice, "SELECT id, state FROM job WHERE pid = :p ORDER BY id", p=pid)
+
+
+def job_of(sluice: Sluice, pid: int) -> int | None:
+    rows = query(sluice, "SELECT min(id) FROM job WHERE pid = :p", p=pid)
+    return rows[0][0]
+
+
+def started_by(sluice: Sluice, job: int | None) -> int:
+    return query(sluice, "SELECT count(*) FROM dag_run WHERE started_by_job_id = :j", j=job)[0][0]
+
+
+def unfinished_started_by(sluice: Sluice, job: int | None) -> list[str]:
+    rows = query(
+        sluice,
+        "SELECT run_id FROM dag_run WHERE started_by_job_id = :j AND state IN "
+        "('queued', 'running')",
+        j=job,
+    )
+    return [r for (r,) in rows]
+
+
+def now(sluice: Sluice) -> dt.datetime:
+    return query(sluice, "SELECT now()")[0][0]
+
+
+@pytest.mark.long
+def test_postgresql_restarted_mid_workload(
+    private_sluice: Sluice, private_hosts: Hosts, private_pg: PrivatePostgres
+) -> None:
+    """PostgreSQL restarted in the middle of 20 runs: a private cluster of the test's own
+    (`tests.hosts.private_pg`: initdb and pg_ctl on a free port, about 1.5 s), stopped
+    `-m fast` (every session ended), refusing connections for 5 s, started again. A
+    body whose result could not be written may run again (at least once), but each TI
+    records one success and no two of its tries overlap."""
+    sluice, hosts = private_sluice, private_hosts
+    tasks = write_dag(sluice, hosts.root, sleep=0.3)
+    sluice.ok("dags", "list")
+    hosts.scheduler("s1")
+    hosts.worker("w1")
+    hosts.worker("w2")
+    runs = trigger(sluice, 20)
+    wait_until(lambda: ended(hosts) >= 12, timeout=30)
+
+    private_pg.restart(down=5)
+
+    finish(sluice, hosts, runs, timeout=60)
+    report = check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=False)
+    print(f"{report.executions} bodies for {len(runs) * len(tasks)} TIs")
+
+
+@pytest.fixture
+def own_redis() -> Iterator[OwnRedis]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    server = OwnRedis()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+        server.stop()
+
+
+@pytest.fixture
+def redis_hosts(sluice: Sluice, own_redis: OwnRedis, tmp_path: Path) -> Iterator[Hosts]:
+    """Hosts whose broker is `own_redis` (db 0), which the test may kill and start."""
+    sluice.broker_url = own_redis.url(0)
+    yield from hosts_on(sluice, tmp_path / "hosts")
+
+
+@pytest.mark.long
+def test_redis_restarted_mid_workload(
+    sluice: Sluice, redis_hosts: Hosts, own_redis: OwnRedis
+) -> None:
+    """Redis (no persistence) killed in the middle of 20 runs, every message lost, and
+    started again 3 s later on the same port: the queued sweep publishes again what was
+    lost. A body may run again, but each TI records one success, no tries overlap."""
+    hosts = redis_hosts
+    sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "3"
+    tasks = write_dag(sluice, hosts.root, sleep=0.3)
+    sluice.ok("dags", "list")
+    hosts.scheduler("s1")
+    hosts.worker("w1")
+    hosts.worker("w2")
+    runs = trigger(sluice, 20)
+    wait_until(lambda: ended(hosts) >= 12, timeout=30)
+
+    own_redis.kill()
+    time.sleep(3)
+    own_redis.start()
+
+    finish(sluice, hosts, runs, timeout=60)
+    report = check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=False)
+    print(f"{report.executions} bodies for {len(runs) * len(tasks)} TIs")
+
+
+@pytest.mark.long
+def test_slow_lossy_links_from_workers_to_postgresql(sluice: Sluice, hosts: Hosts) -> None:
+    """Every round trip between the workers and PostgreSQL 100 ms longer, and 5% of the
+    chunks each way stalled 200 ms (lost and retransmitted), for a whole workload of 20
+    runs: each body runs once."""
+    tasks = write_dag(sluice, hosts.root, sleep=0.2)
+    sluice.ok("dags", "list")
+    hosts.scheduler("s1")
+    workers = [hosts.worker(name, start=False) for name in ("w1", "w2")]
+    for worker in workers:
+        worker.pg.delay(100)
+        worker.pg.loss(0.05)
+        worker.start()
+    runs = trigger(sluice, 20)
+
+    finish(sluice, hosts, runs, timeout=60)
+    check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
+    assert all(w.pg.stats.stalled > 0 for w in workers)
+
+
+def pool_lock_statements() -> tuple[bytes, ...]:
+    """How a queueing pass locks the pool rows on the wire, the first times a connection
+    sends it (psycopg prepares a statement on its fifth run; then only its name goes):
+    the text of scheduler/core/sql/queueing.sql's `lock_every_pool` and `lock_named_pools`
+    up to their first parameter."""
+    from sluice.scheduler.core.queries.tis import LOCK_EVERY_POOL, LOCK_NAMED_POOLS
+
+    return tuple(
+        s.named.pyformat.split("%(")[0].encode() for s in (LOCK_EVERY_POOL, LOCK_NAMED_POOLS)
+    )
+
+
+@pytest.mark.long
+@pytest.mark.xfail(
+    strict=True,
+    reason="a scheduler partitioned in its queueing transaction keeps the pool rows locked "
+    "(no idle_in_transaction_session_timeout, nor TCP keepalives): every other host's "
+    "queueing and every result that queues waits on the lock for the whole partition",
+)
+def test_scheduler_partitioned_holding_the_pool_lock(sluice: Sluice, hosts: Hosts) -> None:
+    """A scheduler partitioned from PostgreSQL right after it locked the pool rows in a
+    queueing pass (`hold_after` the statement: the server ran it, the answer never came
+    back): its session stays `idle in transaction` with the locks, as a real partition
+    leaves it until the server's TCP keepalive gives up (two hours by default). The other
+    hosts should go on once it is found dead (a heartbeat timeout); here the workers and
+    the other scheduler wait on the pool lock for the whole partition: no body ends."""
+    sluice.extra_env["SLUICE_DB_RETRY_MAX_DELAY"] = "1"
+    tasks = write_dag(sluice, hosts.root, sleep=0.5)
+    sluice.ok("dags", "list")
+    hosts.scheduler("s1")
+    hosts.worker("w1")
+    hosts.worker("w2")
+    runs = trigger(sluice, 20)
+    wait_until(lambda: ended(hosts) >= 3, timeout=30)
+
+    stuck = hosts.scheduler("s2", start=False)  # its first pass's pool lock: held
+    stuck.pg.hold_after(*pool_lock_statements())
+    stuck.start()
+    stuck.pg.wait_held()
+    time.sleep(1.5)
+    idle = query(
+        sluice,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND state = 'idle in transaction' AND state_change < now() - interval '1 second'",
+    )[0][0]
+    assert idle >= 1, "the partitioned scheduler holds no transaction open"
+    held_at = time.time_ns()
+    time.sleep(3 * 5)  # three heartbeat timeouts
+    during = [
+        b
+        for b in read_bodies(hosts.root)
+        if b.end_ns is not None and b.end_ns > held_at + 5 * 10**9
+    ]
+    stuck.pg.restore()
+
+    finish(sluice, hosts, runs)
+    check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
+    assert during, "no body ended while one scheduler was partitioned holding the pool lock"

@@ -168,6 +168,22 @@ def test_hold_forwards_nothing_until_restored(proxies: Proxies, echo: Echo) -> N
         assert opened.recv(10) == b"held"  # what was sent while held goes on
 
 
+def test_hold_after_a_pattern_lets_it_through_then_holds(proxies: Proxies, echo: Echo) -> None:
+    link = proxies.link("h/echo", (LOCALHOST, echo.port))
+    with connect(link) as sock:
+        link.hold_after(b"LOCK")
+        assert round_trip(sock, b"select") < 0.1
+        sock.sendall(b"the LOCK statement")  # goes up; its answer is held
+        link.wait_held(timeout=5)
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(100)
+        link.restore()
+        sock.settimeout(5)
+        assert sock.recv(100) == b"the LOCK statement"
+        assert round_trip(sock, b"LOCK again") < 0.1  # disarmed once it held
+
+
 def test_cut_resets_open_and_new_connections_until_restored(proxies: Proxies, echo: Echo) -> None:
     link = proxies.link("h/echo", (LOCALHOST, echo.port))
     with connect(link) as opened:
