@@ -52,6 +52,9 @@ class LiveEnv:
         self.loop_interval = loop_interval
         self.extra_env: dict[str, str] = {}
         """More settings for every process (e.g. SLUICE_SCHEDULE_AFTER_TASK)."""
+        self.worker_env: dict[str, str] = {}
+        """Settings for the workers only, over `env_vars` (e.g. a SLUICE_DATABASE_URL through
+        a delaying proxy: `bench.latency`)."""
         self.schedulers: list[Proc] = []
         self.workers: list[Proc] = []
         self.triggerers: list[Proc] = []
@@ -62,6 +65,7 @@ class LiveEnv:
         self._engine: Engine | None = None
         self._factory: sessionmaker[Session] | None = None
         self._waker: Waker | None = None
+        self._workers_started = 0
 
     # -- setup -----------------------------------------------------------------------------
     @property
@@ -158,9 +162,11 @@ class LiveEnv:
             client.close()
 
     def start_worker(self, concurrency: int = 4) -> Proc:
-        n = len(self.workers)
+        n = self._workers_started  # worker-N.log: one per worker ever started
+        self._workers_started += 1
         argv = [*sluice_argv(), "worker", "-c", str(concurrency)]
-        proc = Proc(f"worker-{n}", argv, self.env, self.log_dir / f"worker-{n}.log")
+        env = clean_env(self.env_vars | self.worker_env)
+        proc = Proc(f"worker-{n}", argv, env, self.log_dir / f"worker-{n}.log")
         self.workers.append(proc)
         proc.wait_for_log(" ready.", timeout=60)
         return proc
@@ -201,6 +207,11 @@ class LiveEnv:
         self.api, self.api_port, self.api_token = proc, port, token
         wait_until(lambda: health_answers(port), 60, "the API's GET /api/v1/health", proc, 0.1)
         return proc
+
+    def stop_workers(self) -> None:
+        for proc in self.workers:
+            proc.stop()
+        self.workers.clear()
 
     def stop_api(self) -> None:
         if self.api is not None:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.sizes import DELAYS_MS, latency_name
+
 BENCH_DIR = Path(__file__).resolve().parent
 README = BENCH_DIR.parent / "README.md"
 
@@ -52,6 +54,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def _fig(results: dict[str, Any], workload: str, name: str) -> float | None:
     entry = results["workloads"].get(workload) or {}
     return _num((entry.get("figures") or {}).get(name))
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return a - b if a is not None and b is not None else None
 
 
 def _check(ok: bool, *values: float | None) -> bool | None:
@@ -143,6 +149,7 @@ def rows_for(results: dict[str, Any]) -> list[Row]:
         if name in ran:
             rows += _triggered_rows(results, name, how, drain)
     rows += _rabbitmq_rows(results)
+    rows += _latency_rows(results)
     if "W4" in ran:
         figures = ran["W4"].get("figures") or {}
         sizes = sorted(int(k.split("_")[2]) for k in figures if k.startswith("loop_ms_"))
@@ -424,6 +431,78 @@ def _history_rows(results: dict[str, Any]) -> list[Row]:
                 passed=_check(v is not None and loaded is not None and v < 0.05 * loaded, v),
             )
         )
+    return rows
+
+
+def _latency_rows(results: dict[str, Any]) -> list[Row]:
+    """W1 and W2 with a delaying proxy between the workers and PostgreSQL (`bench.latency`):
+    no target; W2's hop against plain W2's, its extra time and the round trips it makes
+    (against the proxy at 0 ms), W1's tasks/s against plain W1's and the proxy's at 0 ms,
+    and the worker's CPU a task."""
+    ran = results["workloads"]
+    rows: list[Row] = []
+    for ms in DELAYS_MS:
+        name = latency_name("W2", ms)
+        if name not in ran:
+            continue
+        v = _fig(results, name, "hop_median_ms")
+        ref = _fig(results, "W2", "hop_median_ms")
+        at = f"workers ↔ PostgreSQL +{ms} ms"
+        rows += [
+            Row(name, f"hop median, {at}, ms", v, ref, "W2, direct", _ratio(v, ref)),
+            Row(name, f"hop p95, {at}, ms", _fig(results, name, "hop_p95_ms")),
+        ]
+        if ms:
+            rows += [
+                Row(
+                    name,
+                    "extra a hop over the proxy at 0 ms, ms",
+                    _fig(results, name, "extra_ms_per_hop"),
+                ),
+                Row(
+                    name,
+                    "round trips a hop waits for (extra / delay)",
+                    _fig(results, name, "round_trips_per_hop"),
+                ),
+                Row(
+                    name,
+                    "delay the proxy added to a SELECT 1, over its 0 ms one, ms",
+                    _delta(
+                        _fig(results, name, "added_rtt_ms"),
+                        _fig(results, latency_name("W2", 0), "added_rtt_ms"),
+                    ),
+                ),
+                Row(
+                    name,
+                    "round trips a hop waits for (extra / that delay)",
+                    _fig(results, name, "round_trips_per_hop_measured_delay"),
+                ),
+            ]
+    for ms in DELAYS_MS:
+        name = latency_name("W1", ms)
+        if name not in ran:
+            continue
+        v = _fig(results, name, "tasks_per_s")
+        ref = _fig(results, "W1", "tasks_per_s")
+        at = f"workers ↔ PostgreSQL +{ms} ms"
+        rows.append(Row(name, f"fan-out, {at}, tasks/s", v, ref, "W1, direct", _ratio(v, ref)))
+        if ms:
+            rows.append(
+                Row(
+                    name,
+                    "tasks/s over the proxy's at 0 ms (paired rounds)",
+                    _fig(results, name, "ratio_to_0ms_median"),
+                )
+            )
+        rows.append(
+            Row(name, "the worker's CPU a task, ms", _fig(results, name, "worker_cpu_ms_per_task"))
+        )
+        if not ms:
+            rows.append(
+                Row(
+                    name, "the proxy's CPU a task, ms", _fig(results, name, "proxy_cpu_ms_per_task")
+                )
+            )
     return rows
 
 
@@ -820,6 +899,16 @@ def _settings_lines(results: dict[str, Any]) -> list[str]:
         "(a vhost of the bench's own, wake-ups over PostgreSQL LISTEN/NOTIFY as there is no",
         "Redis), against the floor's app on the same RabbitMQ (results in its Redis db),",
         "measured and paired the same way; the targets are W1's, W2's and W3's.",
+        "W1+0ms … W2+10ms: W1 and W2 with the workers' PostgreSQL 0, 2 and 10 ms further",
+        "a round trip (a cross-zone deployment; no tc netem on this machine): the worker",
+        "(-c 4, started again for them) reaches PostgreSQL through a TCP proxy of the",
+        "bench's, a process of its own that holds every chunk half the delay each way; the",
+        "scheduler keeps its direct link. In rounds (three in full mode), each one W2 chain",
+        "and one W1 run at 0, 2 then 10 ms, the worker's pooled connections kept; W2's hop",
+        "median pools the rounds' hops, its extra over the proxy at 0 ms divided by the",
+        "delay is the round trips a hop waits for; W1's ratio to the proxy at 0 ms is the",
+        "median of the rounds' ratios. No target: what a hop and a task cost per ms of",
+        "latency is in [docs/capacity.md](../docs/capacity.md).",
         f"Settings: SLUICE_LOOP_INTERVAL={s['loop_interval']}, "
         f"SLUICE_DAG_REFRESH_INTERVAL=0.5, other settings at their defaults; DAGs have",
         "max_active_runs/max_active_tasks high enough that only the default pool (128 slots)",

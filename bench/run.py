@@ -2,8 +2,9 @@
 
 Order: the raw Celery floor (only its worker running), then one live Sluice
 deployment for W2, W1 (+W6), W3, W3API and W3B (with a `sluice api` process), W3CLI,
-W11, W7, W10, W13 (with a `sluice triggerer`) and W5 end to end, then the in-process
-W4 and W5 pass, then W8, then W9 (the API's reads of a big DAG), then W11's expansion
+W11, W1 and W2 with the workers' PostgreSQL behind a delaying proxy (W1+2ms …), W7,
+W10, W13 (with a `sluice triggerer`) and W5 end to end, then the in-process W4 and W5
+pass, then W8, then W9 (the API's reads of a big DAG), then W11's expansion
 in-process — so no two parts compete for the CPU. Every database and process the bench
 creates is removed at the end, also on errors and Ctrl-C.
 """
@@ -30,7 +31,7 @@ import celery
 import redis
 from sqlalchemy.exc import OperationalError
 
-from bench import api_reads, history, inproc, raw_celery, standalone, workloads
+from bench import api_reads, history, inproc, latency, raw_celery, standalone, workloads
 from bench.dagfiles import (
     chain_call,
     deferring_call,
@@ -58,6 +59,7 @@ from bench.sizes import (
     DAG_W13,
     DAG_WARMUP,
     FULL,
+    LATENCY,
     QUICK,
     WORKLOADS,
     Sizes,
@@ -72,6 +74,7 @@ LOOP_INTERVAL = 1.0
 FLUSHED = "a Redis db of the bench was flushed by another process during this workload"
 
 LIVE = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W6", "W7", "W10", "W11", "W13"}
+LIVE |= set(LATENCY)
 NEEDS_FLOOR = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W5", "W11"}
 PAIRED = {"W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W11"}
 """The workloads each of whose runs follows a drain of the floor (`paired_floor`), or for
@@ -103,7 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def selected(only: str | None) -> list[str]:
     if not only:
         return list(WORKLOADS)
-    names = [w.strip().upper() for w in only.split(",") if w.strip()]
+    known = {w.upper(): w for w in WORKLOADS}  # W1+2ms as w1+2ms, W1+2MS
+    names = [known.get(w.strip().upper(), w.strip()) for w in only.split(",") if w.strip()]
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         raise SystemExit(f"bench: unknown workload(s) {unknown}; choose from {WORKLOADS}")
@@ -390,6 +394,12 @@ class Bench:
             finally:
                 if pairs:
                     pairs.close()
+            latency_names = sorted(want & set(LATENCY))
+            if latency_names:
+                attempt(latency_names, lambda: latency.measure(env, s, latency_names))
+                after = sorted(want & {"W7", "W10", "W13"} | ({"W5"} if e2e else set()))
+                if after:  # a direct worker again, warm, for the workloads that follow
+                    attempt(after, lambda: self._direct_worker(env, s), retry=False)
             if "W7" in want:
                 attempt(["W7"], lambda: {"W7": workloads.w7_two_schedulers(env, s, self.prof)})
             if "W10" in want:
@@ -409,6 +419,15 @@ class Bench:
             env.stop_all()
             db.drop()
             cleanup_redis(broker, self.namespace)
+
+    @staticmethod
+    def _direct_worker(env: LiveEnv, sizes: Sizes) -> dict[str, Any]:
+        """After the latency workloads (which leave no worker): one worker on the direct
+        link again, warmed up, for the live workloads that follow."""
+        env.stop_workers()
+        env.start_worker(4)
+        workloads.warm_up(env, sizes)
+        return {}
 
     def _renamed(self, rename: dict[str, str]) -> Callable[..., None]:
         """`attempt` recording each workload under `rename`'s name for it."""

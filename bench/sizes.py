@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DELAYS_MS = (0, 2, 10)
+"""Milliseconds the latency workloads add to each round trip between the workers and
+PostgreSQL (0: the proxy's own cost)."""
+
+
+def latency_name(workload: str, ms: int) -> str:
+    """`W1+2ms`: `workload` with `ms` more a round trip between the workers and PostgreSQL."""
+    return f"{workload}+{ms}ms"
+
+
+LATENCY = tuple(latency_name(w, ms) for w in ("W1", "W2") for ms in DELAYS_MS)
+"""The latency workloads (`bench.latency`), W1's then W2's."""
+
+
 WORKLOADS = (
     "W1",
     "W2",
@@ -24,12 +38,15 @@ WORKLOADS = (
     "W1R",
     "W2R",
     "W3R",
+    *LATENCY,
 )
 """W3API, W3B and W3CLI: W3's runs triggered as users trigger them (the REST API of a
 `sluice api` process, `sluice dags trigger` processes). W1R, W2R, W3R: W1-W3 with
 RabbitMQ as the broker, beside raw Celery on RabbitMQ. W12: the same figures on an
 young database and on one with years of history. W13: mapped TIs deferred on `Sleep`,
-resumed by one `sluice triggerer`."""
+resumed by one `sluice triggerer`. W1+<ms>ms, W2+<ms>ms: W1 and W2 with the workers'
+PostgreSQL behind a proxy adding <ms> to each round trip (`bench.latency`)."""
+
 
 DAG_W1 = "bench_w1_fanout"
 DAG_W2 = "bench_w2_chain"

@@ -24,6 +24,7 @@ from tests.redis_server import session_redis
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = ["W1", "W2", "W3", "W3API", "W3B", "W3CLI", "W4", "W5", "W6", "W7", "W8", "W11"]
 WORKLOADS += ["W12", "W13", "W1R", "W2R", "W3R"]
+WORKLOADS += ["W1+0ms", "W1+2ms", "W1+10ms", "W2+0ms", "W2+2ms", "W2+10ms"]
 
 
 def _require_services() -> None:
