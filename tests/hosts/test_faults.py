@@ -76,12 +76,14 @@ def query(sluice: Sluice, sql: str, **params: object) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.long
-def test_worker_cut_off_from_the_broker(sluice: Sluice, hosts: Hosts) -> None:
-    """A worker's link to Redis cut (its connections reset, new ones refused) while it
-    runs tries whose messages it took and has not acknowledged; restored after 8 s. The
-    tries it runs end and are recorded through its database link; what it cannot take
-    or acknowledge meanwhile is left to the other worker and the queued sweep: each body
-    runs once."""
+@pytest.mark.parametrize("fault", ["cut", "hold"])
+def test_worker_cut_off_from_the_broker(sluice: Sluice, hosts: Hosts, fault: str) -> None:
+    """A worker's link to Redis lost while it runs tries whose messages it took and has
+    not acknowledged: `cut` resets its connections and refuses new ones, `hold` is a
+    partition (its connections stay, nothing goes through, its acknowledgements arrive
+    late); restored after 8 s. The tries it runs end and are recorded through its
+    database link; what it cannot take or publish meanwhile is left to the other worker
+    and the queued sweep: each body runs once."""
     sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "3"
     tasks = write_dag(sluice, hosts.root, sleep=1.0)
     sluice.ok("dags", "list")
@@ -91,14 +93,14 @@ def test_worker_cut_off_from_the_broker(sluice: Sluice, hosts: Hosts) -> None:
     runs = trigger(sluice, 20)
     in_flight = wait_until(lambda: open_bodies(cut), timeout=30)
 
-    cut.broker.cut()
+    getattr(cut.broker, fault)()
     cut_at = time.time_ns()
     time.sleep(8)
     cut.broker.restore()
 
     finish(sluice, hosts, runs)
     report = check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
-    assert cut.broker.stats.reset >= 1
+    assert cut.broker.stats.reset >= 1 or fault == "hold"
     assert {b.ti for b in in_flight} <= {b.ti for b in report.bodies if b.host == "w1"}
     assert any(b.host == kept.name and b.start_ns > cut_at for b in report.bodies)
 
@@ -110,9 +112,11 @@ def test_scheduler_cut_off_from_postgresql_then_back(
 ) -> None:
     """A scheduler that started runs (and may be mid-pass, their rows locked) loses its
     link to PostgreSQL for twice the heartbeat timeout: `cut` resets its sessions (the
-    server ends them and their locks), `hold` is a partition (its sessions and locks stay
-    until it is back). The other scheduler marks it dead and drives its runs; back, the
-    old one registers as a new job and queues nothing twice: each body runs once."""
+    server ends them and their locks), `hold` is a partition right after one of its
+    commits (its sessions stay, holding no lock; a partition inside a transaction is
+    `test_scheduler_partitioned_holding_*`). The other scheduler marks it dead and drives
+    its runs; back, the old one registers as a new job and queues nothing twice: each
+    body runs once."""
     sluice.extra_env["SLUICE_DB_RETRY_MAX_DELAY"] = "1"  # back soon after the link is
     tasks = write_dag(sluice, hosts.root, sleep=1.0, max_active_runs=4)
     sluice.ok("dags", "list")
@@ -127,7 +131,11 @@ def test_scheduler_cut_off_from_postgresql_then_back(
     other_job = wait_until(lambda: job_of(sluice, other.pid), timeout=30)
     wait_until(lambda: ended(hosts) >= 3, timeout=30)
 
-    getattr(old.pg, fault)()
+    if fault == "cut":
+        old.pg.cut()
+    else:  # between two of its transactions: inside one, see the tests below
+        old.pg.hold_after(b"COMMIT")
+        old.pg.wait_held()
     cut_at = now(sluice)
     held = unfinished_started_by(sluice, first_job)
     time.sleep(2 * 5)
@@ -337,3 +345,77 @@ def test_scheduler_partitioned_holding_the_pool_lock(sluice: Sluice, hosts: Host
     finish(sluice, hosts, runs)
     check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
     assert during, "no body ended while one scheduler was partitioned holding the pool lock"
+
+
+RUN_CLAIM = b"FOR NO KEY UPDATE OF dag_run SKIP LOCKED"
+"""How a scheduling pass claims runs on the wire (`queries.runs.claim_runs_to_examine`),
+the first times a connection sends it."""
+
+
+@pytest.mark.long
+@pytest.mark.xfail(
+    strict=True,
+    reason="a try whose body ended but whose result waits on a run lock stops "
+    "heartbeating: the sweep retries it after the heartbeat timeout, the result is dropped "
+    "('the TI moved meanwhile') and the body runs a second time",
+)
+def test_scheduler_partitioned_holding_claimed_runs(sluice: Sluice, hosts: Hosts) -> None:
+    """A scheduler partitioned right after it claimed every running run (their rows
+    locked FOR NO KEY UPDATE, its session `idle in transaction` until the partition
+    ends), for three heartbeat timeouts, while another scheduler sweeps: the workers'
+    results of those runs wait on the run locks. Each body must still run once: a
+    finished try waiting for its result's lock is not a lost try.
+
+    The first scheduler stops before the partitioned one starts, so that the latter's
+    first pass claims every running run (none is skipped as locked); a third starts once
+    it is held."""
+    tasks = write_dag(sluice, hosts.root, sleep=0.5)
+    sluice.ok("dags", "list")
+    first = hosts.scheduler("s1")
+    hosts.worker("w1")
+    hosts.worker("w2")
+    runs = trigger(sluice, 20)
+    wait_until(lambda: ended(hosts) >= 3, timeout=30)
+    first.stop()
+
+    stuck = hosts.scheduler("s2", start=False)  # its first pass's claim: held
+    stuck.pg.hold_after(RUN_CLAIM)
+    stuck.start()
+    stuck.pg.wait_held()
+    hosts.scheduler("s3")
+    time.sleep(3 * 5)
+    stuck.pg.restore()
+
+    finish(sluice, hosts, runs)
+    check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
+
+
+@pytest.mark.long
+@pytest.mark.xfail(
+    strict=True,
+    reason="a scheduler partitioned in its heartbeat's transaction keeps its job row "
+    "locked; release_dead_jobs takes job rows SKIP LOCKED, so no scheduler ever finds it "
+    "dead (nor takes its runs and spans) while the partition lasts",
+)
+def test_scheduler_partitioned_in_its_heartbeat_is_found_dead(sluice: Sluice, hosts: Hosts) -> None:
+    """A scheduler partitioned right after it sent its heartbeat's UPDATE (its job row
+    locked, the commit never sent): the other scheduler should find it dead within a few
+    heartbeat timeouts, as it finds a scheduler cut off between two transactions."""
+    tasks = write_dag(sluice, hosts.root, sleep=0.5)
+    sluice.ok("dags", "list")
+    hosts.scheduler("s1")
+    hosts.worker("w1")
+    hosts.worker("w2")
+    runs = trigger(sluice, 10)
+    stuck = hosts.scheduler("s2", start=False)
+    stuck.pg.hold_after(b"UPDATE job SET latest_heartbeat")
+    stuck.start()
+    stuck.pg.wait_held()
+    job = wait_until(lambda: job_of(sluice, stuck.pid), timeout=10)
+    try:
+        wait_until(lambda: jobs_of(sluice, stuck.pid)[0][1] == "failed", timeout=3 * 5)
+    finally:
+        stuck.pg.restore()
+        finish(sluice, hosts, runs)
+    check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
+    assert job is not None
