@@ -24,6 +24,7 @@ takes it, as it takes a dead worker's.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import threading
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from sqlalchemy import tuple_, update
+from sqlalchemy import select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from sluice.scheduler.core.db import transaction, utcnow
@@ -127,8 +128,8 @@ class Beater:
                 kind, key_id = key
                 log.error(
                     "%s %s has not reached the database for %.1fs (over %gs, half of "
-                    "SLUICE_HEARTBEAT_TIMEOUT): stopping it before another worker may take it "
-                    "over; it records nothing",
+                    "SLUICE_HEARTBEAT_TIMEOUT): stopping what of it still runs before another "
+                    "worker may take it over",
                     "TI" if kind == "try" else "callback",
                     key_id,
                     silent,
@@ -155,17 +156,7 @@ class Beater:
         beaten: set[Key] = set()
         with transaction(self._factory) as session:
             if tries:
-                result = session.execute(
-                    update(TaskInstance)
-                    .where(
-                        tuple_(TaskInstance.id, TaskInstance.attempt_id).in_(tries),
-                        TaskInstance.state == TI.RUNNING,
-                    )
-                    .values(last_heartbeat_at=utcnow())
-                    .returning(TaskInstance.id)
-                    .execution_options(synchronize_session=False)
-                )
-                beaten.update(("try", ti_id) for ti_id in result.scalars())
+                beaten.update(("try", ti_id) for ti_id in beat_tries(session, tries, utcnow()))
             if callbacks:
                 ids = beat_callbacks(session, callbacks, utcnow())
                 beaten.update(("callback", callback_id) for callback_id in ids)
@@ -189,6 +180,29 @@ class Beater:
                 else:
                     log.warning("callback %s is no longer this worker's: stopping it", key_id)
                     on_lost(LOST_CALLBACK)
+
+
+def beat_tries(session: Session, tries: list[tuple[int, str]], now: dt.datetime) -> set[int]:
+    """`last_heartbeat_at` of the (ti_id, attempt_id) tries still `running`; the ids of
+    those still running. A row locked by another transaction (this try's own result
+    waiting on its run's lock, a sweep about to end it) is skipped, never waited on, and
+    counted as running by a plain read: a beat never hangs on a lock, and the next beat
+    finds what the lock's holder did."""
+    keys = tuple_(TaskInstance.id, TaskInstance.attempt_id).in_(tries)
+    running = TaskInstance.state == TI.RUNNING
+    free = select(TaskInstance.id).where(keys, running).with_for_update(skip_locked=True)
+    beaten = set(
+        session.scalars(
+            update(TaskInstance)
+            .where(TaskInstance.id.in_(free.scalar_subquery()))
+            .values(last_heartbeat_at=now)
+            .returning(TaskInstance.id)
+            .execution_options(synchronize_session=False)
+        )
+    )
+    if len(beaten) < len(tries):
+        beaten.update(session.scalars(select(TaskInstance.id).where(keys, running)))
+    return beaten
 
 
 _beaters: dict[tuple[int, int], Beater] = {}

@@ -207,20 +207,23 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         fence_after=ctx.settings.heartbeat_timeout / 2,
     )
     use_worker_secrets(ctx)  # Connection.get, Variable.get: read only if the task asks
-    with heartbeat, capture_task_log(ctx, msg, claimed.try_number) as captured:
-        new, values = _execute(ctx, msg, claimed, stop, captured)
-    if values is FENCED_BODY:  # out of the database's reach: the sweep takes it over
-        return Outcome.FENCED
-    values = masked_error(ctx.settings, values, captured.mask)  # and the secrets it read: ***
-    if new is TI.RUNNING:
-        return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
-    if new is TI.DEFERRED:
-        return _wait_on_trigger(ctx, msg, claimed, values["trigger"], captured.final_snapshot())
-    if new is TI.SCHEDULED:  # given back: its key's slots are all held (or the TI lost)
-        return Outcome.WAITING_FOR_A_SLOT if values["slot"] is Slot.GIVEN_BACK else Outcome.STALE
-    result = values.get("result")
-    keep_masked_result(ctx.session_factory, msg.ti_id, claimed.try_number, result, captured.mask)
-    outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
+    with heartbeat:  # until the result is written: a try waiting on a lock is not lost
+        with capture_task_log(ctx, msg, claimed.try_number) as captured:
+            new, values = _execute(ctx, msg, claimed, stop, captured)
+        if values is FENCED_BODY:  # out of the database's reach: the sweep takes it over
+            return Outcome.FENCED
+        values = masked_error(ctx.settings, values, captured.mask)  # and its secrets: ***
+        if new is TI.RUNNING:
+            return _defer(ctx, msg, values["external_id"], captured.final_snapshot())
+        if new is TI.DEFERRED:
+            trigger = values["trigger"]
+            return _wait_on_trigger(ctx, msg, claimed, trigger, captured.final_snapshot())
+        if new is TI.SCHEDULED:  # given back: its key's slots are all held (or the TI lost)
+            given_back = values["slot"] is Slot.GIVEN_BACK
+            return Outcome.WAITING_FOR_A_SLOT if given_back else Outcome.STALE
+        result, mask = values.get("result"), captured.mask
+        keep_masked_result(ctx.session_factory, msg.ti_id, claimed.try_number, result, mask)
+        outcome, follow = _record(ctx, msg, claimed, new, values, captured.final_snapshot())
     if outcome is not Outcome.STALE:
         _follow_up(ctx, claimed, follow)
     return outcome

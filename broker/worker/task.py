@@ -144,7 +144,10 @@ def context_for(app: Celery) -> WorkerContext:
 def _build_context(app: Celery, pid: int) -> WorkerContext:
     """A context whose downstream messages go out through `app` (the worker's own)."""
     settings = settings_of(app)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(
+        settings.database_url,
+        idle_in_transaction_timeout=settings.db_idle_in_tx_timeout,
+    )
     factory = make_session_factory(engine)
     deployment = deployment_id(factory)
     app.conf[DEPLOYMENT_HEADER] = deployment  # what this worker publishes carries it too

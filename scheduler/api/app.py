@@ -74,7 +74,10 @@ def create_app(
     # routes run in a thread pool: 20 requests at once (a burst of triggers) each get a
     # connection without waiting (with 5, a quarter of a trigger was that wait: W3API)
     engine = make_engine(
-        settings.database_url, pool_size=API_POOL_SIZE, application_name="sluice-api"
+        settings.database_url,
+        pool_size=API_POOL_SIZE,
+        application_name="sluice-api",
+        idle_in_transaction_timeout=settings.db_idle_in_tx_timeout,
     )
     state = ApiState(
         settings=settings,

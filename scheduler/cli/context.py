@@ -39,7 +39,11 @@ class Cli:
 
     @cached_property
     def engine(self) -> Engine:
-        return make_engine(self.settings.database_url, application_name=f"sluice-{self.role}")
+        return make_engine(
+            self.settings.database_url,
+            application_name=f"sluice-{self.role}",
+            idle_in_transaction_timeout=self.settings.db_idle_in_tx_timeout,
+        )
 
     @cached_property
     def factory(self) -> sessionmaker[Session]:

@@ -90,7 +90,12 @@ that drops packets fails an attempt in seconds, not after the system's TCP timeo
 
 
 def make_engine(
-    url: str, *, pool_size: int = 5, application_name: str = "sluice", autocommit: bool = False
+    url: str,
+    *,
+    pool_size: int = 5,
+    application_name: str = "sluice",
+    autocommit: bool = False,
+    idle_in_transaction_timeout: float = 0.0,
 ) -> Engine:
     """An engine for `url` that survives a restarted database.
 
@@ -99,6 +104,8 @@ def make_engine(
     the caller's retry loop absorbs, and the pool replaces it. Pinging only idle
     connections keeps the round trip off the hot path (the loop and the worker).
     With `autocommit` (PostgreSQL), every connection of the pool is in autocommit.
+    With `idle_in_transaction_timeout` (seconds; 0: none), PostgreSQL ends a session
+    idle that long inside a transaction (`_session_options`).
     """
     if is_sqlite(url):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
@@ -113,12 +120,27 @@ def make_engine(
         connect_args={
             "application_name": application_name,
             **_connect_timeout(url),
+            **_session_options(url, idle_in_transaction_timeout),
         },
         **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
     )
     _ping_idle_connections(engine)
     _application_names[engine] = application_name
     return engine
+
+
+def _session_options(url: str, idle_in_transaction_timeout: float) -> dict[str, str]:
+    """libpq `options` that add `idle_in_transaction_session_timeout` to the URL's own
+    `options` (which win when they set it)."""
+    if idle_in_transaction_timeout <= 0:
+        return {}
+    given = make_url(url).query.get("options") or ""
+    if isinstance(given, tuple):
+        given = " ".join(given)
+    if "idle_in_transaction_session_timeout" in given:
+        return {}
+    ms = max(1, round(idle_in_transaction_timeout * 1000))
+    return {"options": f"{given} -c idle_in_transaction_session_timeout={ms}".strip()}
 
 
 def _connect_timeout(url: str) -> dict[str, int]:

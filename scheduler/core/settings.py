@@ -60,6 +60,7 @@ FOLLOWERS = {
     "heartbeat_interval": "heartbeat_timeout",
     "parse_timeout": "heartbeat_timeout",
     "db_retry_max_delay": "db_retry_delay",
+    "db_idle_in_tx_timeout": "heartbeat_timeout",
 }
 """Field -> the field its default follows (its `default_factory` reads it)."""
 
@@ -81,6 +82,12 @@ def _parse_timeout(data: dict[str, Any]) -> float:
     """20 s, or two thirds of the heartbeat timeout when that is less: a worker importing
     a DAG file is never taken for dead."""
     return min(20.0, float(data["heartbeat_timeout"]) * 2 / 3)
+
+
+def _db_idle_in_tx_timeout(data: dict[str, Any]) -> float:
+    """Half the heartbeat timeout: a partitioned process's locks go, and the tries they
+    held up beat again, before anyone may be taken for dead."""
+    return float(data["heartbeat_timeout"]) / 2
 
 
 def _db_retry_max_delay(data: dict[str, Any]) -> float:
@@ -156,6 +163,16 @@ class Settings(BaseSettings):
         description="longest wait for the database (10, or the first wait if more)",
     )
     """The longest wait between two attempts to reach the database."""
+    db_idle_in_tx_timeout: Annotated[float, Field(ge=0)] = Field(
+        default_factory=_db_idle_in_tx_timeout,
+        description="seconds a session may idle in a transaction (half the heartbeat "
+        "timeout; 0: no limit)",
+    )
+    """PostgreSQL ends a Sluice session that sits this long inside a transaction
+    (`idle_in_transaction_session_timeout`, set on each connection unless the URL's
+    `options` set it): a process cut off from the database mid-transaction (a partition)
+    no longer holds its row locks (pools, runs, its job row) until the server's TCP
+    keepalive gives up, hours later. Sluice's own transactions never idle that long."""
     max_map_length: Count = Field(default=10_000, description="most indexes of a mapped task")
     """The deployment's cap on a mapped task's indexes (a task's own max_map_length may
     be lower); an upstream whose output has more fails its try."""
@@ -382,6 +399,14 @@ CONFLICTS: tuple[tuple[str, Callable[[Any, Any], bool], str, str, str], ...] = (
         ": a worker importing a DAG file that long would be taken for dead",
     ),
     ("db_retry_max_delay", operator.ge, "not be below", "db_retry_delay", ""),
+    (
+        "db_idle_in_tx_timeout",
+        operator.lt,
+        "be below",
+        "heartbeat_timeout",
+        ": a try held up by a cut-off session's locks would be taken for dead first "
+        "(0 turns the limit off)",
+    ),
 )
 """(field, holds, relation, other, why): `holds(field's value, other's value)` must be
 true; else the line is "FIELD (…) must RELATION OTHER (…)WHY". Each `field` is the one

@@ -300,19 +300,14 @@ def pool_lock_statements() -> tuple[bytes, ...]:
 
 
 @pytest.mark.long
-@pytest.mark.xfail(
-    strict=True,
-    reason="a scheduler partitioned in its queueing transaction keeps the pool rows locked "
-    "(no idle_in_transaction_session_timeout, nor TCP keepalives): every other host's "
-    "queueing and every result that queues waits on the lock for the whole partition",
-)
 def test_scheduler_partitioned_holding_the_pool_lock(sluice: Sluice, hosts: Hosts) -> None:
     """A scheduler partitioned from PostgreSQL right after it locked the pool rows in a
     queueing pass (`hold_after` the statement: the server ran it, the answer never came
     back): its session stays `idle in transaction` with the locks, as a real partition
-    leaves it until the server's TCP keepalive gives up (two hours by default). The other
-    hosts should go on once it is found dead (a heartbeat timeout); here the workers and
-    the other scheduler wait on the pool lock for the whole partition: no body ends."""
+    leaves it until the server's TCP keepalive gives up (two hours by default), unless
+    PostgreSQL ends it first: Sluice sets `idle_in_transaction_session_timeout` on its
+    sessions (SLUICE_DB_IDLE_IN_TX_TIMEOUT, half the heartbeat timeout), so bodies go on
+    ending while it is partitioned (without it, none did for the whole partition)."""
     sluice.extra_env["SLUICE_DB_RETRY_MAX_DELAY"] = "1"
     tasks = write_dag(sluice, hosts.root, sleep=0.5)
     sluice.ok("dags", "list")
@@ -353,18 +348,18 @@ the first times a connection sends it."""
 
 
 @pytest.mark.long
-@pytest.mark.xfail(
-    strict=True,
-    reason="a try whose body ended but whose result waits on a run lock stops "
-    "heartbeating: the sweep retries it after the heartbeat timeout, the result is dropped "
-    "('the TI moved meanwhile') and the body runs a second time",
-)
-def test_scheduler_partitioned_holding_claimed_runs(sluice: Sluice, hosts: Hosts) -> None:
+@pytest.mark.parametrize("idle_limit", ["default", "off"])
+def test_scheduler_partitioned_holding_claimed_runs(
+    sluice: Sluice, hosts: Hosts, idle_limit: str
+) -> None:
     """A scheduler partitioned right after it claimed every running run (their rows
-    locked FOR NO KEY UPDATE, its session `idle in transaction` until the partition
-    ends), for three heartbeat timeouts, while another scheduler sweeps: the workers'
-    results of those runs wait on the run locks. Each body must still run once: a
-    finished try waiting for its result's lock is not a lost try.
+    locked FOR NO KEY UPDATE, its session `idle in transaction`), for three heartbeat
+    timeouts, while another scheduler sweeps: the workers' results of those runs wait on
+    the run locks. Each body must still run once: a finished try waiting for its result's
+    lock is not a lost try. With the default SLUICE_DB_IDLE_IN_TX_TIMEOUT PostgreSQL ends
+    the partitioned session; with it off (`0`, on that scheduler) the locks stay for the
+    whole partition, and the tries hold on because their worker beats for them until
+    their result is written (it stopped at the body's end: the sweep retried them).
 
     The first scheduler stops before the partitioned one starts, so that the latter's
     first pass claims every running run (none is skipped as locked); a third starts once
@@ -379,6 +374,8 @@ def test_scheduler_partitioned_holding_claimed_runs(sluice: Sluice, hosts: Hosts
     first.stop()
 
     stuck = hosts.scheduler("s2", start=False)  # its first pass's claim: held
+    if idle_limit == "off":
+        stuck.env["SLUICE_DB_IDLE_IN_TX_TIMEOUT"] = "0"
     stuck.pg.hold_after(RUN_CLAIM)
     stuck.start()
     stuck.pg.wait_held()
@@ -391,12 +388,6 @@ def test_scheduler_partitioned_holding_claimed_runs(sluice: Sluice, hosts: Hosts
 
 
 @pytest.mark.long
-@pytest.mark.xfail(
-    strict=True,
-    reason="a scheduler partitioned in its heartbeat's transaction keeps its job row "
-    "locked; release_dead_jobs takes job rows SKIP LOCKED, so no scheduler ever finds it "
-    "dead (nor takes its runs and spans) while the partition lasts",
-)
 def test_scheduler_partitioned_in_its_heartbeat_is_found_dead(sluice: Sluice, hosts: Hosts) -> None:
     """A scheduler partitioned right after it sent its heartbeat's UPDATE (its job row
     locked, the commit never sent): the other scheduler should find it dead within a few

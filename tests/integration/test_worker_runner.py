@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sluice.broker.app import create_app
 from sluice.broker.publisher import publish
 from sluice.broker.wakeup import LocalWaker, RedisWaker, waker_for
+from sluice.broker.worker.heartbeat import beat_tries
 from sluice.broker.worker.runner import Outcome, WorkerContext, run_task_instance
 from sluice.scheduler.core.db import make_engine, make_session_factory, transaction, utcnow
 from sluice.scheduler.core.messages import MessageError, RunMessage
@@ -741,3 +742,38 @@ def test_redis_waker_survives_lost_connection_and_dead_server(redis_ns: str) -> 
         for w in (waiter, waker, dead):
             w.close()
         admin.close()
+
+
+def test_a_beat_never_waits_on_a_locked_try(engine: Engine, factory) -> None:
+    """A try's row locked by another transaction (its own result waiting on its run's
+    lock, a sweep) is counted running without being waited on; once the lock is gone the
+    beat writes it again; a try no longer running is not counted."""
+    run_id, ids = make_run(factory)
+    running = queue_ti(factory, ids["ok"], run_id, "ok")
+    gone = queue_ti(factory, ids["boom"], run_id, "boom")
+    with transaction(factory) as session:
+        for msg in (running, gone):
+            assert move_ti(session, msg.ti_id, TI.RUNNING, expect=[TI.QUEUED], now=utcnow())
+        assert move_ti(session, gone.ti_id, TI.FAILED, expect=[TI.RUNNING], now=utcnow())
+    tries = [(running.ti_id, running.attempt_id), (gone.ti_id, gone.attempt_id)]
+    beaten: list[set[int]] = []
+    with engine.connect() as holder:
+        holder.exec_driver_sql(
+            f"SELECT id FROM task_instance WHERE id = {running.ti_id} FOR UPDATE"
+        ).all()
+        before = load_ti(factory, running.ti_id).last_heartbeat_at
+
+        def beat() -> None:
+            with transaction(factory) as session:
+                beaten.append(beat_tries(session, tries, utcnow()))
+
+        beating = threading.Thread(target=beat, daemon=True)
+        beating.start()
+        beating.join(timeout=5)
+        assert not beating.is_alive(), "the beat waited on the row lock"
+        assert beaten == [{running.ti_id}]
+        holder.rollback()
+    assert load_ti(factory, running.ti_id).last_heartbeat_at == before  # skipped, not written
+    with transaction(factory) as session:
+        assert beat_tries(session, tries, utcnow()) == {running.ti_id}
+    assert load_ti(factory, running.ti_id).last_heartbeat_at != before
