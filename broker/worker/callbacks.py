@@ -75,7 +75,7 @@ def run_callback_message(ctx: WorkerContext, msg: CallbackMessage) -> str:
         msg.callback_id,
         msg.token,
         stop.stop,
-        fence_after=ctx.settings.heartbeat_timeout / 2,
+        fence_after=ctx.settings.fence_after,
     )
     try:
         with beat:

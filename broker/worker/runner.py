@@ -204,13 +204,13 @@ def run_task_instance(ctx: WorkerContext, msg: RunMessage) -> Outcome:
         msg.ti_id,
         msg.attempt_id,
         on_lost=stop.stop,
-        fence_after=ctx.settings.heartbeat_timeout / 2,
+        fence_after=ctx.settings.fence_after,
     )
     use_worker_secrets(ctx)  # Connection.get, Variable.get: read only if the task asks
     with heartbeat:  # until the result is written: a try waiting on a lock is not lost
         with capture_task_log(ctx, msg, claimed.try_number) as captured:
             new, values = _execute(ctx, msg, claimed, stop, captured)
-        if values is FENCED_BODY:  # out of the database's reach: the sweep takes it over
+        if isinstance(values, FencedBody):  # out of the database's reach: the sweep takes it over
             return Outcome.FENCED
         values = masked_error(ctx.settings, values, captured.mask)  # and its secrets: ***
         if new is TI.RUNNING:
@@ -518,9 +518,9 @@ def _fill_upstream(
     )
 
 
-FENCED_BODY: dict[str, Any] = {}
-"""`_execute`'s values for a body stopped by the fence (`heartbeat.FENCED`): nothing to
-record (compared by identity)."""
+class FencedBody(dict[str, Any]):
+    """`_execute`'s values for a body stopped by the fence (`heartbeat.FENCED`): nothing
+    to record; the sweep takes the try over."""
 
 
 def _execute(
@@ -570,7 +570,7 @@ def _execute(
     except TaskStopped as exc:
         log.warning("%s, try %s, stopped: %s", _what(msg), claimed.try_number, exc)
         if stop.reason == FENCED:
-            return TI.FAILED, FENCED_BODY
+            return TI.FAILED, FencedBody()
         return TI.FAILED, {"error": error_line(exc), "next_retry_at": None}
     except Skip as exc:
         log.info("%s skipped itself: %s", _what(msg), exc)

@@ -349,6 +349,13 @@ class Settings(BaseSettings):
         return self.dag_bundles or (default_bundle(self.dags_folder),)
 
     @property
+    def fence_after(self) -> float:
+        """Seconds a worker lets a try or callback go without reaching the database before
+        it stops it (`heartbeat.Beater`): half of `heartbeat_timeout`, so it stops before
+        a sweep, a full timeout after the last beat, may take the try over."""
+        return self.heartbeat_timeout / 2
+
+    @property
     def hidden_from_tasks(self) -> tuple[str, ...]:
         """The `SECRET_VARIABLES` a task's process, and a DAG file's import, do not see."""
         return tuple(name for name in SECRET_VARIABLES if name not in self.task_env_allow)
