@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -98,10 +100,15 @@ class VariableIn(BaseModel):
     secret: bool = Field(default=False, description="masked in task logs and in answers")
 
 
-def _refused(exc: Exception) -> ApiError:
-    if isinstance(exc, (NoFernetKey, UndecryptableValue)):
-        return ApiError(409, str(exc))
-    return unprocessable(str(exc))
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """No key, or a value no key decrypts: 409 with its line; input refused: 422."""
+    try:
+        yield
+    except (NoFernetKey, UndecryptableValue) as exc:
+        raise ApiError(409, str(exc)) from None
+    except SecretInputError as exc:
+        raise unprocessable(str(exc)) from None
 
 
 def _checked(value: str, what: str) -> str:
@@ -136,10 +143,8 @@ def _variable_out(key: str, value: str, secret: bool) -> VariableOut:
 )
 def get_connections(session: DbSession, state: State) -> ConnectionList:
     """Every stored connection, by name; never a password."""
-    try:
+    with _refusals():
         found = list_connections(session, state.settings)
-    except (NoFernetKey, UndecryptableValue) as exc:
-        raise _refused(exc) from None
     return ConnectionList(connections=[_connection_out(n, c) for n, c in found])
 
 
@@ -153,10 +158,8 @@ def get_connections(session: DbSession, state: State) -> ConnectionList:
 def get_connection(name: str, session: DbSession, state: State) -> ConnectionOut:
     """One stored connection; never its password."""
     name = _checked(name, "connection name")
-    try:
+    with _refusals():
         conn = read_connection(session, state.settings, name)
-    except (NoFernetKey, UndecryptableValue) as exc:
-        raise _refused(exc) from None
     if conn is None:
         raise not_found(f"no connection {name!r} is stored")
     return _connection_out(name, conn)
@@ -177,7 +180,7 @@ def create_connection(
     name = _checked(body.name, "connection name")
     if (body.uri is None) == (body.connection is None):
         raise unprocessable("give the connection as either a uri or its fields (connection)")
-    try:
+    with _refusals():
         if body.uri is not None:
             conn = Connection.from_uri(body.uri)
         else:
@@ -185,8 +188,6 @@ def create_connection(
         connection_json(conn)  # storable: JSON values, within the bound
         box = box_of(state.settings, f"store connection {name!r}")
         added = add_connection(session, box, name, conn, utcnow())
-    except (SecretInputError, NoFernetKey) as exc:
-        raise _refused(exc) from None
     if not added:
         raise ApiError(409, f"connection {name!r} exists: delete it first")
     audit.info("connection %r added by %r", name, caller)
@@ -210,10 +211,8 @@ def delete_connection(name: str, session: DbSession, caller: Caller) -> Response
 )
 def get_variables(session: DbSession, state: State) -> VariableList:
     """Every stored variable, by key (a secret one's value: `***`)."""
-    try:
+    with _refusals():
         found = list_variables(session, state.settings)
-    except (NoFernetKey, UndecryptableValue) as exc:
-        raise _refused(exc) from None
     return VariableList(variables=[_variable_out(v.key, v.value, v.is_secret) for v in found])
 
 
@@ -226,10 +225,8 @@ def get_variables(session: DbSession, state: State) -> VariableList:
 def get_variable(key: str, session: DbSession, state: State) -> VariableOut:
     """One stored variable (a secret one's value: `***`)."""
     key = _checked(key, "variable key")
-    try:
+    with _refusals():
         found = read_variable(session, state.settings, key)
-    except (NoFernetKey, UndecryptableValue) as exc:
-        raise _refused(exc) from None
     if found is None:
         raise not_found(f"no variable {key!r} is stored")
     return _variable_out(found.key, found.value, found.is_secret)
@@ -246,12 +243,10 @@ def put_variable(
 ) -> VariableOut:
     """Store a variable, encrypted (its value and secrecy replaced if it exists)."""
     key = _checked(key, "variable key")
-    try:
+    with _refusals():
         value = check_value(body.value, "variable's value")
         box = box_of(state.settings, f"store variable {key!r}")
         set_variable(session, box, key, value, is_secret=body.secret, now=utcnow())
-    except (SecretInputError, NoFernetKey) as exc:
-        raise _refused(exc) from None
     audit.info("variable %r set by %r%s", key, caller, " (secret)" if body.secret else "")
     return _variable_out(key, value, body.secret)
 
