@@ -168,10 +168,24 @@ def _build_context(app: Celery, pid: int) -> WorkerContext:
 @worker_init.connect
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
     """Worker start (its main process, whose threads run the tasks of a threads or solo
-    pool): the deployment's secrets leave the environment (`task_env.hide_secrets`)."""
+    pool), before any pool child is forked: the deployment's secrets leave the
+    environment (`task_env.hide_secrets`), and cffi's C parser is built (`_declare_prctl`)."""
     settings = getattr(getattr(sender, "app", None), "conf", {}).get("sluice_settings")
     if isinstance(settings, Settings):
         hide_secrets(settings)
+    _declare_prctl()
+
+
+def _declare_prctl() -> None:
+    """Each prefork child sets its parent-death signal (Celery, through billiard), which,
+    where cffi is installed (cryptography needs it), declares `prctl` with cffi: cffi
+    builds its C parser (pycparser) once in a process, 60 to 150 ms of CPU in every child
+    a pool starts. Declared once here, in the parent, the children inherit the parser."""
+    try:
+        import cffi
+    except ImportError:
+        return
+    cffi.FFI().cdef("int prctl (int __option, ...);")
 
 
 @worker_process_init.connect
