@@ -25,6 +25,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from bench.procs import compile_sources
+from tests.engines import forget
 from tests.redis_server import session_redis, stop_session_redis
 
 PG_ADMIN_URL = os.environ.get(
@@ -85,6 +86,7 @@ def pg_database_url(name: str) -> str:
 
 def drop_database(pg_admin: Engine, name: str) -> None:
     """Drop database `name`, closing whatever is still connected to it."""
+    forget(pg_database_url(name))  # the test's pool of it (`tests.engines`)
     with pg_admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 

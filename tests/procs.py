@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from unittest import mock
 
-from sqlalchemy import Connection, create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Connection, text
+
+from tests.engines import engine_for, forget
 
 T = TypeVar("T")
 
@@ -137,8 +138,7 @@ class Sluice:
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             self._reap(proc)
-        if hasattr(self, "_engine"):
-            self._engine.dispose()
+        forget(self.database_url)
 
     def kill_all(self) -> None:
         """SIGKILL every process's group at once, then reap each: the end of a test, whose
@@ -150,8 +150,7 @@ class Sluice:
                     os.killpg(proc.pid, signal.SIGKILL)
         for proc in self.procs:
             self._reap(proc)
-        if hasattr(self, "_engine"):
-            self._engine.dispose()
+        forget(self.database_url)
 
     def logs(self) -> str:
         return "\n".join(
@@ -200,10 +199,8 @@ class Sluice:
         return printed.getvalue()
 
     def _connect(self) -> Connection:
-        """A connection of this test's database (one engine, no pool: closed each time)."""
-        if not hasattr(self, "_engine"):
-            self._engine = create_engine(self.database_url, poolclass=NullPool)
-        return self._engine.connect()
+        """A connection of this test's database, from its pool (`tests.engines`)."""
+        return engine_for(self.database_url).connect()
 
     def db_run_state(self, dag_id: str, run_id: str) -> str | None:
         """The run's state read straight from the database (cheap enough to poll)."""

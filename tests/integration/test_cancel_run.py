@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import text
 
+from tests.engines import engine_for
 from tests.procs import SLUICE, Sluice, wait_until
 
 DAG = """
@@ -62,12 +62,8 @@ with DAG("times_out", schedule=None) as timed:
 
 
 def rows(url: str, sql: str) -> list[tuple[object, ...]]:
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql))]
-    finally:
-        engine.dispose()
+    with engine_for(url).connect() as conn:
+        return [tuple(r) for r in conn.execute(text(sql))]
 
 
 def alive(pid: int) -> bool:
