@@ -157,6 +157,11 @@ class Hosts:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __getitem__(self, name: str) -> Host:
+        """The host this test made as `name`."""
+        (found,) = (h for h in self.made if h.name == name)
+        return found
+
     def host(self, name: str, role: str, *args: str, start: bool = True) -> Host:
         """A host `name` running `sluice ARGS`, with links of its own."""
         assert all(h.name != name for h in self.made), f"host {name} exists"

@@ -34,6 +34,19 @@ def trigger(sluice: Sluice, n: int) -> list[str]:
     return [sluice.trigger(DAG, "--run-id", f"r{i:02d}") for i in range(n)]
 
 
+def start_workload(
+    sluice: Sluice, hosts: Hosts, runs: int, *, sleep: float = 0.3, **dag: Any
+) -> tuple[list[str], list[str]]:
+    """The DAG written and synced, scheduler `s1` and workers `w1`, `w2` started, `runs`
+    runs triggered: the DAG's task ids and the run ids."""
+    tasks = write_dag(sluice, hosts.root, sleep=sleep, **dag)
+    sluice.ok("dags", "list")
+    hosts.scheduler("s1")
+    hosts.worker("w1")
+    hosts.worker("w2")
+    return tasks, trigger(sluice, runs)
+
+
 def finish(sluice: Sluice, hosts: Hosts, runs: list[str], timeout: float = 60) -> None:
     for run_id in runs:
         try:
@@ -45,12 +58,7 @@ def finish(sluice: Sluice, hosts: Hosts, runs: list[str], timeout: float = 60) -
 
 def test_no_fault_each_body_once(sluice: Sluice, hosts: Hosts, tmp_path: Path) -> None:
     """The baseline: hosts through open links, every body once."""
-    tasks = write_dag(sluice, hosts.root)
-    sluice.ok("dags", "list")
-    hosts.scheduler("s1")
-    hosts.worker("w1")
-    hosts.worker("w2")
-    runs = trigger(sluice, 5)
+    tasks, runs = start_workload(sluice, hosts, 5)
     finish(sluice, hosts, runs)
     report = check(sluice.database_url, hosts.root, DAG, runs, tasks, bodies_once=True)
     assert report.executions == 15
@@ -85,12 +93,8 @@ def test_worker_cut_off_from_the_broker(sluice: Sluice, hosts: Hosts, fault: str
     database link; what it cannot take or publish meanwhile is left to the other worker
     and the queued sweep: each body runs once."""
     sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "3"
-    tasks = write_dag(sluice, hosts.root, sleep=1.0)
-    sluice.ok("dags", "list")
-    hosts.scheduler("s1")
-    cut = hosts.worker("w1")
-    kept = hosts.worker("w2")
-    runs = trigger(sluice, 20)
+    tasks, runs = start_workload(sluice, hosts, 20, sleep=1.0)
+    cut, kept = hosts["w1"], hosts["w2"]
     in_flight = wait_until(lambda: open_bodies(cut), timeout=30)
 
     getattr(cut.broker, fault)()
@@ -118,12 +122,8 @@ def test_scheduler_cut_off_from_postgresql_then_back(
     its runs; back, the old one registers as a new job and queues nothing twice: each
     body runs once."""
     sluice.extra_env["SLUICE_DB_RETRY_MAX_DELAY"] = "1"  # back soon after the link is
-    tasks = write_dag(sluice, hosts.root, sleep=1.0, max_active_runs=4)
-    sluice.ok("dags", "list")
-    old = hosts.scheduler("s1")
-    hosts.worker("w1")
-    hosts.worker("w2")
-    runs = trigger(sluice, 20)
+    tasks, runs = start_workload(sluice, hosts, 20, sleep=1.0, max_active_runs=4)
+    old = hosts["s1"]
     wait_until(lambda: job_of(sluice, old.pid), timeout=30)
     first_job = job_of(sluice, old.pid)
     wait_until(lambda: started_by(sluice, first_job) >= 4, timeout=30)
@@ -206,12 +206,7 @@ def test_postgresql_restarted_mid_workload(
     body whose result could not be written may run again (at least once), but each TI
     records one success and no two of its tries overlap."""
     sluice, hosts = private_sluice, private_hosts
-    tasks = write_dag(sluice, hosts.root, sleep=0.3)
-    sluice.ok("dags", "list")
-    hosts.scheduler("s1")
-    hosts.worker("w1")
-    hosts.worker("w2")
-    runs = trigger(sluice, 20)
+    tasks, runs = start_workload(sluice, hosts, 20, sleep=0.3)
     wait_until(lambda: ended(hosts) >= 12, timeout=30)
 
     private_pg.restart(down=5)
@@ -250,12 +245,7 @@ def test_redis_restarted_mid_workload(
     lost. A body may run again, but each TI records one success, no tries overlap."""
     hosts = redis_hosts
     sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "3"
-    tasks = write_dag(sluice, hosts.root, sleep=0.3)
-    sluice.ok("dags", "list")
-    hosts.scheduler("s1")
-    hosts.worker("w1")
-    hosts.worker("w2")
-    runs = trigger(sluice, 20)
+    tasks, runs = start_workload(sluice, hosts, 20, sleep=0.3)
     wait_until(lambda: ended(hosts) >= 12, timeout=30)
 
     own_redis.kill()
@@ -309,12 +299,7 @@ def test_scheduler_partitioned_holding_the_pool_lock(sluice: Sluice, hosts: Host
     sessions (SLUICE_DB_IDLE_IN_TX_TIMEOUT, half the heartbeat timeout), so bodies go on
     ending while it is partitioned (without it, none did for the whole partition)."""
     sluice.extra_env["SLUICE_DB_RETRY_MAX_DELAY"] = "1"
-    tasks = write_dag(sluice, hosts.root, sleep=0.5)
-    sluice.ok("dags", "list")
-    hosts.scheduler("s1")
-    hosts.worker("w1")
-    hosts.worker("w2")
-    runs = trigger(sluice, 20)
+    tasks, runs = start_workload(sluice, hosts, 20, sleep=0.5)
     wait_until(lambda: ended(hosts) >= 3, timeout=30)
 
     stuck = hosts.scheduler("s2", start=False)  # its first pass's pool lock: held
@@ -364,12 +349,8 @@ def test_scheduler_partitioned_holding_claimed_runs(
     The first scheduler stops before the partitioned one starts, so that the latter's
     first pass claims every running run (none is skipped as locked); a third starts once
     it is held."""
-    tasks = write_dag(sluice, hosts.root, sleep=0.5)
-    sluice.ok("dags", "list")
-    first = hosts.scheduler("s1")
-    hosts.worker("w1")
-    hosts.worker("w2")
-    runs = trigger(sluice, 20)
+    tasks, runs = start_workload(sluice, hosts, 20, sleep=0.5)
+    first = hosts["s1"]
     wait_until(lambda: ended(hosts) >= 3, timeout=30)
     first.stop()
 
@@ -392,12 +373,7 @@ def test_scheduler_partitioned_in_its_heartbeat_is_found_dead(sluice: Sluice, ho
     """A scheduler partitioned right after it sent its heartbeat's UPDATE (its job row
     locked, the commit never sent): the other scheduler should find it dead within a few
     heartbeat timeouts, as it finds a scheduler cut off between two transactions."""
-    tasks = write_dag(sluice, hosts.root, sleep=0.5)
-    sluice.ok("dags", "list")
-    hosts.scheduler("s1")
-    hosts.worker("w1")
-    hosts.worker("w2")
-    runs = trigger(sluice, 10)
+    tasks, runs = start_workload(sluice, hosts, 10, sleep=0.5)
     stuck = hosts.scheduler("s2", start=False)
     stuck.pg.hold_after(b"UPDATE job SET latest_heartbeat")
     stuck.start()
