@@ -128,7 +128,7 @@ def test_trigger_from_the_ui_and_read_the_log(browser: Any, sluice: Sluice, tmp_
 
     # Given a scheduler, a worker and the API serving the UI
     (sluice.dags_folder / "web_demo_dag.py").write_text(UI_DAG)
-    sluice.ok("dags", "list")  # parse the DAG file now
+    sluice.run("dags", "list")  # parse the DAG file now
     sluice.scheduler()
     sluice.worker(concurrency=2)
     settings = Settings(
@@ -284,7 +284,7 @@ def test_a_mapped_task_is_one_cell_that_opens_its_indexes(
     from playwright.sync_api import expect
 
     (sluice.dags_folder / "web_mapped_dag.py").write_text(MAPPED_DAG)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=2)
     run_id = sluice.trigger("web_mapped", "--run-id", "mapped-1")
@@ -468,7 +468,7 @@ def test_next_run_says_when_it_is_created_with_its_logical_date(
     from playwright.sync_api import expect
 
     (sluice.dags_folder / "web_daily_dag.py").write_text(DAILY_DAG)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     settings = Settings(
         database_url=sluice.database_url, broker_url=sluice.broker_url, namespace=sluice.namespace
     )

@@ -46,7 +46,7 @@ def test_the_dag_page_shows_assets_and_a_watch_error(browser: Any, sluice: Sluic
     from playwright.sync_api import expect
 
     (sluice.dags_folder / "assets_dag.py").write_text(DAGS)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     settings = Settings(
         database_url=sluice.database_url, broker_url=sluice.broker_url, namespace=sluice.namespace
     )

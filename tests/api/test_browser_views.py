@@ -132,7 +132,7 @@ def test_the_graph_and_the_gantt_chart_of_a_fan_out_run(browser: Any, sluice: Sl
     # Given a fan-out DAG run to its end by a real scheduler and worker: a mapped task of
     # three indexes, a task that fails both its tries, and a join that cannot run
     (sluice.dags_folder / "web_fanout_dag.py").write_text(FANOUT_DAG)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=2)
     run_id = sluice.trigger("web_fanout", "--run-id", "fan-1")

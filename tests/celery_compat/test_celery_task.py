@@ -255,7 +255,7 @@ def test_a_local_backfill_waits_for_their_task_without_a_scheduler(sluice: Sluic
             extract >> add >> report
         """,
     )
-    sluice.ok("dags", "list")  # stored, as a deployed DAG is
+    sluice.run("dags", "list")  # stored, as a deployed DAG is
     sluice.extra_env["SLUICE_RESULT_BACKEND"] = sluice.broker_url
     their_worker(sluice)
 

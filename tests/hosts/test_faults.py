@@ -40,7 +40,7 @@ def start_workload(
     """The DAG written and synced, scheduler `s1` and workers `w1`, `w2` started, `runs`
     runs triggered: the DAG's task ids and the run ids."""
     tasks = write_dag(sluice, hosts.root, sleep=sleep, **dag)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     hosts.scheduler("s1")
     hosts.worker("w1")
     hosts.worker("w2")
@@ -263,7 +263,7 @@ def test_slow_lossy_links_from_workers_to_postgresql(sluice: Sluice, hosts: Host
     chunks each way stalled 200 ms (lost and retransmitted), for a whole workload of 20
     runs: each body runs once."""
     tasks = write_dag(sluice, hosts.root, sleep=0.2)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     hosts.scheduler("s1")
     workers = [hosts.worker(name, start=False) for name in ("w1", "w2")]
     for worker in workers:

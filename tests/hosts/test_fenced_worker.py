@@ -67,7 +67,7 @@ def test_a_worker_cut_off_from_postgres_fences_its_try(sluice: Sluice, hosts: Ho
     (sluice.dags_folder / "fenced.py").write_text(
         textwrap.dedent(SOURCE.format(elsewhere=str(hosts.root / "elsewhere")))
     )
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     hosts.scheduler("s1")
     w1 = hosts.worker("w1", concurrency=1)
     run_id = sluice.trigger("fenced", "--run-id", "r1")

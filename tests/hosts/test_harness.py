@@ -229,7 +229,7 @@ def test_postgresql_through_a_link(proxies: Proxies, pg_url: str) -> None:
 
 def test_a_hosts_links_are_its_own(hosts: Hosts, sluice: Sluice) -> None:
     """Two schedulers: one cut from PostgreSQL stops heartbeating, the other goes on."""
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     cut = hosts.scheduler("s1")
     kept = hosts.scheduler("s2")
 
@@ -252,7 +252,7 @@ def test_a_hosts_links_are_its_own(hosts: Hosts, sluice: Sluice) -> None:
 def test_harness_removes_what_it_made_when_the_test_fails(sluice: Sluice, tmp_path: Path) -> None:
     """A test that fails with hosts running, links cut and connections open: the harness
     closes every listener, connection and thread, and every host's process group."""
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     harness = Hosts(sluice, tmp_path / "hosts")
     with pytest.raises(RuntimeError, match="the test failed"), harness:
         worker = harness.worker("w1")

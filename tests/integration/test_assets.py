@@ -78,7 +78,7 @@ def test_each_producer_run_triggers_the_consumer_exactly_once(sluice: Sluice) ->
     sluice.scheduler()
     sluice.scheduler()
     sluice.worker()
-    wait_until(lambda: "consumer" in sluice.ok("dags", "list"), timeout=30)
+    wait_until(lambda: "consumer" in sluice.run("dags", "list"), timeout=30)
     produced = []
     for i in range(5):  # events queued together would make one run: one at a time
         run_id = sluice.trigger("producer", "--conf", json.dumps({"rows": i}))
@@ -117,7 +117,7 @@ def test_conditions_and_events_sent_from_outside(sluice: Sluice) -> None:
     (sluice.dags_folder / "assets.py").write_text(textwrap.dedent(DAGS))
     sluice.scheduler()
     sluice.worker()
-    wait_until(lambda: "conditional" in sluice.ok("dags", "list"), timeout=30)
+    wait_until(lambda: "conditional" in sluice.run("dags", "list"), timeout=30)
     # (a | b) & c: an event on b alone makes no run
     sluice.ok("assets", "event", "mem://b")
     with pytest.raises(AssertionError):

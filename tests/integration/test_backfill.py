@@ -49,7 +49,7 @@ def test_local_backfill_runs_the_local_version_in_process(sluice: Sluice, tmp_pa
     (sluice.dags_folder / "versioned.py").write_text(
         textwrap.dedent(VERSIONED.format(log=str(log), sleep=""))
     )
-    sluice.ok("dags", "list")  # the deployed version: a >> b
+    sluice.run("dags", "list")  # the deployed version: a >> b
     local = tmp_path / "checkout"
     local.mkdir()
     (local / "versioned.py").write_text(
@@ -89,7 +89,7 @@ def test_ctrl_c_releases_runs_to_the_schedulers(sluice: Sluice, tmp_path: Path) 
     (sluice.dags_folder / "versioned.py").write_text(
         textwrap.dedent(VERSIONED.format(log=str(log), sleep="__import__('time').sleep(1)"))
     )
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.worker(concurrency=2)
     backfill = sluice.start(
         "backfill",

@@ -39,7 +39,7 @@ def write_hourly(sluice: Sluice, tmp_path: Path, sleep: float = 0) -> Path:
     (sluice.dags_folder / "hourly.py").write_text(
         textwrap.dedent(HOURLY.format(sleep=sleep, marker=str(marker)))
     )
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     return marker
 
 

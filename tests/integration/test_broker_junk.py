@@ -102,7 +102,7 @@ def test_junk_in_every_key_and_channel_stops_no_scheduler_nor_worker(
     # Given a scheduler and a worker, with five runs under way
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=3, sleep=0.2)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     scheduler = sluice.scheduler()
     worker = sluice.worker(queues="default", concurrency=2)
     runs = trigger_many(sluice, "fan", 5)
@@ -191,7 +191,7 @@ def test_junk_on_a_rabbitmq_queue_stops_no_worker(
     sluice = sluice_on_rabbitmq
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=2)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     worker = sluice.worker()
     queue = f"{sluice.namespace}.default"

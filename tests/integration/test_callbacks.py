@@ -97,7 +97,7 @@ def setup(sluice: Sluice, tmp_path: Path, hook: str) -> Path:
     marks.mkdir()
     (sluice.dags_folder / "alerts.py").write_text(textwrap.dedent(DAG.format(marks=str(marks))))
     sluice.extra_env.update(HOOK_URL=hook, SLUICE_BASE_URL="http://sluice.example:8080")
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     return marks
 
 

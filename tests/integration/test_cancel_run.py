@@ -81,7 +81,7 @@ def write_dag(sluice: Sluice, tmp_path: Path, step: float = 60.0) -> Path:
     marks.mkdir()
     dag = DAG.format(marks=str(marks), step=step)
     (sluice.dags_folder / "cancel_me.py").write_text(textwrap.dedent(dag))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     return marks
 
 

@@ -165,7 +165,7 @@ def test_tasks_read_connections_and_their_secrets_are_masked(
     # When a run's tasks read them on a real worker
     sluice.scheduler()
     worker = sluice.worker()
-    wait_until(lambda: "reads" in sluice.ok("dags", "list"), timeout=30)
+    wait_until(lambda: "reads" in sluice.run("dags", "list"), timeout=30)
     run_id = sluice.trigger("reads")
     assert sluice.wait_run("reads", run_id, timeout=60) == "failed", sluice.logs()
     states = sluice.db_task_states("reads", run_id)

@@ -300,7 +300,7 @@ def test_a_folder_run_follows_its_dag_file_as_before(sluice: Sluice, tmp_path: P
     with sluice._connect() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM dag_version").scalar() == 0
     dag_file.write_text(textwrap.dedent(DAG_V2.format(record=str(record))))
-    sluice.ok("dags", "list")  # the new file is parsed before any task runs
+    sluice.run("dags", "list")  # the new file is parsed before any task runs
     sluice.worker()
     assert sluice.wait_run("versioned", r1, timeout=90) == "success", sluice.logs()
     states = {t: row["state"] for t, row in sluice.db_task_states("versioned", r1).items()}

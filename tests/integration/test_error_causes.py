@@ -126,7 +126,7 @@ def test_a_dags_folder_that_is_not_there_is_refused_by_name(
     sluice: Sluice, tmp_path: Path, args: tuple[str, ...]
 ) -> None:
     (sluice.dags_folder / "good.py").write_text(GOOD)
-    sluice.ok("dags", "list")  # the DAG is known from the right folder
+    sluice.run("dags", "list")  # the DAG is known from the right folder
     sluice.extra_env["SLUICE_DAGS_FOLDER"] = "exmaples/dags"  # mistyped, relative
     sluice.cwd = tmp_path
     done = sluice.cli(*args, timeout=30)

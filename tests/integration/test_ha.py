@@ -118,7 +118,7 @@ FAN_TASKS = ["start", "join", *[f"t{i}" for i in range(15)]]
 def test_two_schedulers_two_workers_each_task_once(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     write_fanout(sluice, log)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.scheduler()
     sluice.worker(concurrency=2)
@@ -140,7 +140,7 @@ def test_two_schedulers_two_workers_each_task_once(sluice: Sluice, tmp_path: Pat
 def test_sigkill_one_scheduler_mid_workload(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, sleep=0.05)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     doomed = sluice.scheduler()
     sluice.worker(concurrency=4)
     runs = trigger_many(sluice, "fan", 12)
@@ -179,7 +179,7 @@ def worker_killed_mid_task(sluice: Sluice, tmp_path: Path) -> None:
                 time.sleep(120)
     """)
     )
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     first = sluice.worker(concurrency=1)
     run_id = sluice.trigger("victim")
@@ -211,7 +211,7 @@ def broker_losing_messages(sluice: Sluice, tmp_path: Path, lose: Callable[[], No
     sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "2"
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=5)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     runs = trigger_many(sluice, "fan", 3)
     wait_until(
@@ -229,7 +229,7 @@ def broker_losing_messages(sluice: Sluice, tmp_path: Path, lose: Callable[[], No
 def test_backfill_beside_two_schedulers(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=3, schedule="@daily")
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.scheduler()
     sluice.worker(concurrency=4)
@@ -249,7 +249,7 @@ def test_backfill_beside_two_schedulers(sluice: Sluice, tmp_path: Path) -> None:
 def test_killed_backfill_is_adopted_by_schedulers(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=2, sleep=0.3, schedule="@daily")
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.ok("dags", "pause", "fan")  # only backfill runs in this test
     sluice.worker(concurrency=4)
     backfill = sluice.start(
@@ -282,7 +282,7 @@ def test_pool_never_overfilled_by_two_schedulers(sluice: Sluice, tmp_path: Path)
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=10, sleep=1.0, pool="tight")
     sluice.ok("pools", "set", "tight", "2")
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.scheduler()
     sluice.worker(concurrency=4)
@@ -305,7 +305,7 @@ def test_pool_never_overfilled_by_two_schedulers(sluice: Sluice, tmp_path: Path)
 def test_scheduler_survives_terminated_connections(sluice: Sluice, tmp_path: Path) -> None:
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=4, sleep=0.3)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     scheduler = sluice.scheduler()
     sluice.worker(concurrency=2)
     runs = trigger_many(sluice, "fan", 3)

@@ -77,7 +77,7 @@ def test_history_makes_no_statement_read_a_table_whole(sluice: Sluice) -> None:
     )
     write_dag_file(sluice.dags_folder / "wide.py", [fanout_call("wide", 30)])
     (sluice.dags_folder / "daily.py").write_text(textwrap.dedent(DAILY))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.ok("pools", "set", "default_pool", "4")  # TIs wait: the backlog and fill paths
     engine = create_engine(sluice.database_url, poolclass=NullPool)
     origin = dt.datetime(2021, 1, 1, tzinfo=dt.UTC)

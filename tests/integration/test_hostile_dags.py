@@ -93,7 +93,7 @@ def test_slow_files_neither_stop_scheduling_nor_kill_a_live_scheduler(sluice: Sl
     heartbeat timeout): meanwhile another DAG's run goes through, and neither scheduler
     is marked dead; then the new DAGs are known."""
     (sluice.dags_folder / "fine.py").write_text(textwrap.dedent(FINE))
-    sluice.ok("dags", "list")  # known before the schedulers start
+    sluice.run("dags", "list")  # known before the schedulers start
     sluice.extra_env["SLOW_PARSE"] = "1"
     sluice.scheduler()
     sluice.scheduler()
@@ -104,7 +104,7 @@ def test_slow_files_neither_stop_scheduling_nor_kill_a_live_scheduler(sluice: Sl
     wait_until(lambda: len(parsers()) >= 2)  # both schedulers are parsing the slow files
     run_id = sluice.trigger("fine")
     assert sluice.wait_run("fine", run_id, timeout=6) == "success"  # well before 9 s
-    wait_until(lambda: "slow_2" in sluice.ok("dags", "list"), timeout=40)
+    wait_until(lambda: "slow_2" in sluice.run("dags", "list"), timeout=40)
     engine = create_engine(sluice.database_url)
     try:
         with engine.connect() as conn:

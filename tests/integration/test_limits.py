@@ -94,7 +94,7 @@ def test_concurrency_by_key_across_runs_and_a_killed_holder(sluice: Sluice, tmp_
     sluice.scheduler()
     sluice.scheduler()
     worker = sluice.worker(concurrency=4)
-    wait_until(lambda: "per_customer" in sluice.ok("dags", "list"), timeout=30)
+    wait_until(lambda: "per_customer" in sluice.run("dags", "list"), timeout=30)
     sluice.ok("dags", "unpause", "per_customer")
     client, auth = _client(sluice)
     with client:
@@ -189,7 +189,7 @@ def test_one_token_bucket_shared_by_every_task_naming_it(sluice: Sluice, tmp_pat
     sluice.scheduler()
     sluice.scheduler()
     sluice.worker(concurrency=4)
-    wait_until(lambda: "rated_slow" in sluice.ok("dags", "list"), timeout=30)
+    wait_until(lambda: "rated_slow" in sluice.run("dags", "list"), timeout=30)
     for dag_id in ("rated_one", "rated_two", "rated_slow"):
         sluice.ok("dags", "unpause", dag_id)
     # 20 tasks in 3 runs of two DAGs, one bucket of 5 tokens refilled at 5 a second

@@ -33,7 +33,7 @@ def of(found: list[dict[str, Any]], task_id: str) -> list[dict[str, Any]]:
 
 def test_the_issue_example_maps_and_reduces(sluice: Sluice) -> None:
     (sluice.dags_folder / "files.py").write_text(textwrap.dedent(ISSUE_DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("files")
@@ -86,7 +86,7 @@ with DAG("chain", schedule=None, max_active_tasks=8) as dag:
 def test_a_mapped_chain_runs_index_by_index(sluice: Sluice) -> None:
     """Index 0 of `second` starts (and ends) before index 2 of `first` finishes."""
     (sluice.dags_folder / "chain.py").write_text(textwrap.dedent(CHAIN_DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=4)
     run_id = sluice.trigger("chain")
@@ -169,7 +169,7 @@ with DAG("edges", schedule=None) as dag:
 
 def test_zero_items_bad_inputs_dicts_products_and_kwargs(sluice: Sluice) -> None:
     (sluice.dags_folder / "edges.py").write_text(textwrap.dedent(EDGE_DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("edges")
@@ -227,7 +227,7 @@ def test_one_index_retries_alone_and_the_run_limit_holds(sluice: Sluice, tmp_pat
     marks.mkdir()
     sluice.extra_env["MAP_MARKS"] = str(marks)
     (sluice.dags_folder / "retry.py").write_text(textwrap.dedent(RETRY_DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=4)
     run_id = sluice.trigger("retry")

@@ -61,7 +61,7 @@ def test_a_wide_map_expands_once_and_runs_each_index_once(sluice: Sluice, tmp_pa
     (sluice.dags_folder / "wide_map.py").write_text(
         textwrap.dedent(DAG.format(log=str(log), items=ITEMS))
     )
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     first = sluice.scheduler()
     sluice.scheduler()
     doomed = sluice.worker(concurrency=4)

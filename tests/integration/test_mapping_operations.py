@@ -74,7 +74,7 @@ def api(sluice: Sluice) -> Iterator[TestClient]:
 
 def test_states_logs_explain_and_clearing_one_index(sluice: Sluice, api: TestClient) -> None:
     (sluice.dags_folder / "files.py").write_text(textwrap.dedent(DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=4)
     run_id = sluice.trigger("files")

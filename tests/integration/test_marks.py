@@ -49,7 +49,7 @@ def write_dag(sluice: Sluice, tmp_path: Path) -> Path:
     marks = tmp_path / "marks"
     marks.mkdir()
     (sluice.dags_folder / "marked.py").write_text(textwrap.dedent(DAG.format(marks=str(marks))))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     return marks
 
 

@@ -32,7 +32,7 @@ with DAG("passing", schedule=None) as dag:
 
 def test_outputs_flow_into_arguments(sluice: Sluice) -> None:
     (sluice.dags_folder / "passing.py").write_text(textwrap.dedent(DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker()
     run_id = sluice.trigger("passing")

@@ -303,7 +303,7 @@ def test_task_dropped_while_its_upstream_runs_is_removed_not_failed(
     # syncs the folder), and only then does "first" end: the worker that ran it queues
     # what follows from the run's rows, which still have "gone"
     write_dag(sluice.dags_folder, "dropping", body.format(gate=str(gate), gone=""), log)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     assert sluice.db_stored_tasks("dropping") == {"first", "kept"}
     gate.touch()
     wait_until(lambda: sluice.db_task_states("dropping", run_id)["kept"]["state"] == "success")

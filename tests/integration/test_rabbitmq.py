@@ -30,7 +30,7 @@ def test_a_dag_runs_and_a_run_is_cancelled_over_rabbitmq(
     marks.mkdir()
     dag = CANCEL_DAG.format(marks=str(marks), step=60.0)
     (sluice.dags_folder / "cancel_me.py").write_text(textwrap.dedent(dag))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=2)
 
@@ -58,7 +58,7 @@ def test_wakeups_go_through_redis_beside_rabbitmq(
     sluice = sluice_on_rabbitmq
     sluice.extra_env.update(SLUICE_WAKEUP_URL=redis_url, SLUICE_LOOP_INTERVAL="30")
     shutil.copy(EXAMPLES / "example_hello.py", sluice.dags_folder / "example_hello.py")
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=1)
     # When a run is triggered (the CLI wakes the scheduler, the worker wakes it to end it)
@@ -76,7 +76,7 @@ def test_wakeups_go_through_postgresql_when_there_is_no_redis(
     sluice.extra_env.update(SLUICE_LOOP_INTERVAL="30")
     assert "SLUICE_WAKEUP_URL" not in sluice.extra_env
     shutil.copy(EXAMPLES / "example_etl.py", sluice.dags_folder / "example_etl.py")
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.worker(concurrency=2)
     wait_until(lambda: "sluice-waker-listen" in _applications(sluice), timeout=20)

@@ -32,7 +32,7 @@ def test_restarted_redis_loses_no_task(sluice: Sluice, own_redis: OwnRedis, tmp_
     sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "3"
     log = tmp_path / "exec.log"
     write_fanout(sluice, log, width=6, sleep=0.2)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     scheduler = sluice.scheduler()
     worker = sluice.worker(concurrency=2)
     runs = trigger_many(sluice, "fan", 4)

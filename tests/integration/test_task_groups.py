@@ -72,7 +72,7 @@ def _start(sluice: Sluice, tmp_path: Path, broken: bool) -> tuple[Path, Path]:
     (sluice.dags_folder / "groups.py").write_text(
         textwrap.dedent(GROUP_DAG.format(gate=str(gate), broken=str(flag)))
     )
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.scheduler()
     sluice.worker(concurrency=4)

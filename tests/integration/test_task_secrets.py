@@ -122,7 +122,7 @@ def test_tasks_see_no_secret_and_their_logs_show_none(
     (sluice.dags_folder / "secrets.py").write_text(
         textwrap.dedent(SECRETS_DAG.format(token_file=str(token_file), seen=str(seen)))
     )
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
 
     # When it runs on a worker, and by a local backfill (threads of the CLI)
     sluice.scheduler()
@@ -180,7 +180,7 @@ def test_a_dag_files_top_level_code_sees_no_secret_either(sluice: Sluice, tmp_pa
     sluice.extra_env.update(SLUICE_API_TOKEN=API_TOKEN, SLUICE_TASK_ENV_ALLOW="SLUICE_API_TOKEN")
     (sluice.dags_folder / "peeking.py").write_text(PEEKING_DAG.format(seen=str(seen)))
     # When the folder is parsed (`sluice dags list` syncs it, as a scheduler's parser does)
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     # Then the parser saw the plain variables and the one allowed, no other secret
     names = set(seen.read_text().split())
     assert {"SLUICE_DAGS_FOLDER", "SLUICE_NAMESPACE", "SLUICE_API_TOKEN"} <= names

@@ -55,7 +55,7 @@ def test_run_and_queued_timeouts(sluice: Sluice, tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
     (sluice.dags_folder / "timeouts.py").write_text(textwrap.dedent(DAGS.format(marks=str(marks))))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.extra_env["SLUICE_QUEUED_TIMEOUT"] = "1"  # the sweep re-publishes after 1 s
     sluice.scheduler()
     sluice.worker()

@@ -38,7 +38,7 @@ def test_a_worker_puts_back_the_other_deployment_s_message(
     logs.mkdir()
     other = Sluice(other_database, sluice.broker_url, sluice.dags_folder, logs)
     other.namespace = sluice.namespace
-    other.ok("dags", "list")
+    other.run("dags", "list")
     sluice.scheduler()
     strangers = other.worker()
     try:

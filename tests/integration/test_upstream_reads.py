@@ -39,7 +39,7 @@ with DAG("wide", schedule=None, max_active_tasks=16) as dag:
 
 def test_a_wide_map_reads_its_upstream_list_once_per_worker_process(sluice: Sluice) -> None:
     (sluice.dags_folder / "wide.py").write_text(textwrap.dedent(DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.scheduler()
     sluice.start("worker", "worker", "-Q", "default", "-c", "1", "--loglevel", "DEBUG")
     run_id = sluice.trigger("wide")

@@ -41,7 +41,7 @@ def _auth(token: str) -> dict[str, str]:
 
 def test_roles_tokens_and_what_each_may_do(sluice: Sluice) -> None:
     (sluice.dags_folder / "people.py").write_text(textwrap.dedent(DAG))
-    sluice.ok("dags", "list")
+    sluice.run("dags", "list")
     sluice.ok("users", "create", "vera", "--role", "viewer")
     sluice.ok("users", "create", "otto", "--role", "operator")
     sluice.ok("users", "create", "ada", "--role", "admin")
