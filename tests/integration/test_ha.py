@@ -95,12 +95,18 @@ def query(sluice: Sluice, sql: str, **params: object) -> list[tuple]:
         engine.dispose()
 
 
-def trigger_many(sluice: Sluice, dag_id: str, n: int) -> list[str]:
-    """`n` runs triggered one `sluice dags trigger` process after another, as users and
-    their scripts trigger: the runs arrive over seconds while the schedulers pass, which
-    is what lets two schedulers share them (`Sluice.trigger`, in-process, makes them all
-    at once: the first scheduler's pass would take them all)."""
-    return [sluice.ok("dags", "trigger", dag_id, "--run-id", f"r{i:02d}").strip() for i in range(n)]
+def trigger_many(sluice: Sluice, dag_id: str, n: int, every: float = 0.5) -> list[str]:
+    """`n` runs triggered one after another, `every` seconds apart, as users and their
+    scripts trigger: the runs arrive over seconds while the schedulers pass, which is
+    what lets two schedulers share them (made all at once, the first scheduler's pass
+    would take them all). `Sluice.trigger` runs the command in this process: a `sluice`
+    process a run cost 1.5 s of CPU, and its start was the pause."""
+    runs = []
+    for i in range(n):
+        if i:
+            time.sleep(every)
+        runs.append(sluice.trigger(dag_id, "--run-id", f"r{i:02d}"))
+    return runs
 
 
 def assert_all_once(log: Path, run_ids: list[str], task_ids: list[str]) -> None:
