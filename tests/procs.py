@@ -184,8 +184,13 @@ class Sluice:
         from sluice.scheduler.core.settings import Settings
 
         printed = io.StringIO()
+        # No idle-in-transaction limit for a command run here: this process's other
+        # threads (a served API, a test's proxies) and a loaded machine can keep it from
+        # the CPU between two statements for longer than the tests' 2.5 s, which a
+        # `sluice` process of its own is not exposed to the same way.
+        env = {**self.env, "SLUICE_DB_IDLE_IN_TX_TIMEOUT": "0"}
         with (
-            mock.patch.dict(os.environ, self.env, clear=True),
+            mock.patch.dict(os.environ, env, clear=True),
             contextlib.redirect_stdout(printed),
         ):
             cli = Cli(Settings.from_env(), role=args[0])

@@ -3,6 +3,7 @@ echo server, the latency workloads' names as `--only` takes them, and their rows
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -30,7 +31,7 @@ def echo() -> Iterator[tuple[str, int]]:
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
-            with conn:
+            with conn, contextlib.suppress(ConnectionResetError):  # a client's reset
                 while data := conn.recv(4096):
                     conn.sendall(data)
 
