@@ -299,7 +299,9 @@ def test_scheduler_partitioned_holding_the_pool_lock(sluice: Sluice, hosts: Host
     sessions (SLUICE_DB_IDLE_IN_TX_TIMEOUT, half the heartbeat timeout), so bodies go on
     ending while it is partitioned (without it, none did for the whole partition)."""
     sluice.extra_env["SLUICE_DB_RETRY_MAX_DELAY"] = "1"
-    tasks, runs = start_workload(sluice, hosts, 20, sleep=0.5)
+    # bodies of 1.5 s, so that work is left for the whole partition (with 0.5 s, one run
+    # saw no body end in the window counted below)
+    tasks, runs = start_workload(sluice, hosts, 20, sleep=1.5)
     wait_until(lambda: ended(hosts) >= 3, timeout=30)
 
     stuck = hosts.scheduler("s2", start=False)  # its first pass's pool lock: held

@@ -218,8 +218,10 @@ def test_one_token_bucket_shared_by_every_task_naming_it(sluice: Sluice, tmp_pat
             for j in range(i, len(stamps)):
                 d = stamps[j] - stamps[i]
                 assert j - i + 1 <= 5 + 5 * (d + slack), (slack, i, j, d, stamps)
-    assert times[-1] - times[0] >= (20 - 5) / 5 - 0.5, times  # the bucket did hold them
+    # the bucket did hold them: 15 tokens after the first 5 take 3 s to come (the starts
+    # with their 1 s of slack: a busy worker started the first ones late, once)
     assert queued[-1] - queued[0] >= (20 - 5) / 5 - 0.05, queued
+    assert times[-1] - times[0] >= (20 - 5) / 5 - 1.0, times
 
     # a bucket of one token a minute, named by two chained tasks: one starts, the next waits
     slow = sluice.trigger("rated_slow")

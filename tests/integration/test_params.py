@@ -27,7 +27,14 @@ from tests.integration.test_cancel_run import rows
 from tests.integration.test_standalone import background, env_for, rows_once_there
 from tests.procs import SLUICE, Sluice, standalone, wait_until
 
-TODAY = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+DAY = dt.timedelta(days=1)
+
+
+def midnight(moment: dt.datetime) -> dt.datetime:
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+TODAY = midnight(dt.datetime.now(dt.UTC))
 
 DAGS = f"""
 import sluice
@@ -71,6 +78,15 @@ def run_count(sluice: Sluice) -> int:
     (count,) = rows(sluice.database_url, "SELECT count(*) FROM dag_run")[0]
     assert isinstance(count, int)
     return count
+
+
+def scheduled_runs(sluice: Sluice, dag_id: str) -> list[str]:
+    """The run ids of the DAG's scheduled runs."""
+    found = rows(
+        sluice.database_url,
+        f"SELECT run_id FROM dag_run WHERE dag_id = '{dag_id}' AND run_id LIKE 'scheduled__%'",
+    )
+    return [str(run_id) for (run_id,) in found]
 
 
 def result_of(sluice: Sluice, dag_id: str, run_id: str) -> dict[str, Any]:
@@ -184,8 +200,11 @@ def test_params_and_dates_reach_the_context_of_real_runs(sluice: Sluice) -> None
         "data_interval_end": "2026-03-01T12:30:00+00:00",
     }
     # The scheduled run (catchup off: the latest complete day): its interval is that day
-    yesterday = TODAY - dt.timedelta(days=1)
-    scheduled = f"scheduled__{yesterday.isoformat()}"
+    # (the day before TODAY, or before the next day if midnight passed meanwhile)
+    scheduled = min(wait_until(lambda: scheduled_runs(sluice, "daily"), timeout=60))
+    yesterday = dt.datetime.fromisoformat(scheduled.removeprefix("scheduled__"))
+    latest_complete = {TODAY - dt.timedelta(days=1), midnight(dt.datetime.now(dt.UTC)) - DAY}
+    assert yesterday in latest_complete, (scheduled, TODAY)
     assert sluice.wait_run("daily", scheduled) == "success", sluice.logs()
     assert result_of(sluice, "daily", scheduled) == {
         "params": {"n": 5},
@@ -193,7 +212,7 @@ def test_params_and_dates_reach_the_context_of_real_runs(sluice: Sluice) -> None
         "logical_date": yesterday.isoformat(),
         "ds": yesterday.date().isoformat(),
         "data_interval_start": yesterday.isoformat(),
-        "data_interval_end": TODAY.isoformat(),
+        "data_interval_end": (yesterday + DAY).isoformat(),
     }
     # A backfill's run covers its day too; run in the backfill's process (--local)
     sluice.ok("backfill", "daily", "--start", "2026-04-01", "--end", "2026-04-01", "--local")
