@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import text
 
+from tests.engines import engine_for
 from tests.hosts.checker import Body, check, read_bodies
 from tests.hosts.conftest import hosts_on
 from tests.hosts.dag import write_dag
@@ -75,12 +75,8 @@ def ended(hosts: Hosts) -> int:
 
 
 def query(sluice: Sluice, sql: str, **params: object) -> list[tuple[Any, ...]]:
-    engine = create_engine(sluice.database_url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params).all()]
-    finally:
-        engine.dispose()
+    with engine_for(sluice.database_url).connect() as conn:  # pooled: polled
+        return [tuple(r) for r in conn.execute(text(sql), params).all()]
 
 
 @pytest.mark.long

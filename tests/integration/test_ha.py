@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
+from tests.engines import engine_for
 from tests.procs import Sluice, wait_until
 
 FANOUT = """
@@ -87,12 +88,8 @@ def executions(log: Path) -> collections.Counter[tuple[str, str]]:
 
 
 def query(sluice: Sluice, sql: str, **params: object) -> list[tuple]:
-    engine = create_engine(sluice.database_url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql), params).all()]
-    finally:
-        engine.dispose()
+    with engine_for(sluice.database_url).connect() as conn:  # pooled: polled
+        return [tuple(r) for r in conn.execute(text(sql), params).all()]
 
 
 def trigger_many(sluice: Sluice, dag_id: str, n: int, every: float = 0.5) -> list[str]:
