@@ -25,6 +25,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from bench.procs import compile_sources
+from tests import forkserver
 from tests.engines import forget
 from tests.redis_server import session_redis, stop_session_redis
 
@@ -179,6 +180,7 @@ def close_celery_app(app: Celery) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    forkserver.SERVER.stop()
     stop_session_redis()
     _drop_template()
 

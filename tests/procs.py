@@ -14,16 +14,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 from unittest import mock
 
 from sqlalchemy import Connection, text
 
+from tests import forkserver
 from tests.engines import engine_for, forget
 
 T = TypeVar("T")
 
 SLUICE = [sys.executable, "-m", "sluice.scheduler.cli.main"]
+
+Process = subprocess.Popen[bytes] | forkserver.Forked
+"""A started `sluice` process: forked by the fork server, or a `Popen` of its own."""
 
 
 def wait_until(check: Callable[[], T | None], timeout: float = 30.0, every: float = 0.1) -> T:
@@ -47,7 +51,7 @@ class Sluice:
     dags_folder: Path
     log_dir: Path
     extra_env: dict[str, str] = field(default_factory=dict)
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    procs: list[Process] = field(default_factory=list)
     argv: list[str] = field(default_factory=lambda: list(SLUICE))
     """How `sluice` is started (`python -m …` unless a test uses the console script)."""
     cwd: Path | None = None
@@ -75,12 +79,21 @@ class Sluice:
         env.update(self.extra_env)
         return env
 
+    def _forks(self, env: dict[str, str]) -> bool:
+        """Whether this command is forked by the fork server (`tests.forkserver`): the
+        default `python -m …` with an environment that starts Python as the server did."""
+        return self.argv == SLUICE and forkserver.SERVER.fork_compatible(env)
+
     def cli(
         self, *args: str, timeout: float = 60, input_text: str | None = None
     ) -> subprocess.CompletedProcess[str]:
+        env = self.env
+        if self._forks(env):
+            cwd = str(self.cwd or Path.cwd())
+            return forkserver.run(list(args), env, cwd, timeout, input_text)
         return subprocess.run(
             [*self.argv, *args],
-            env=self.env,
+            env=env,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -94,33 +107,42 @@ class Sluice:
         assert done.returncode == 0, f"sluice {' '.join(args)} failed:\n{done.stderr}"
         return done.stdout
 
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
+    def start(self, name: str, *args: str) -> Process:
+        env = self.env
+        with open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb") as log:
+            proc = self._spawn(list(args), env, log)
+        self.procs.append(proc)
+        return proc
+
+    def _spawn(self, args: list[str], env: dict[str, str], log: IO[bytes]) -> Process:
+        if self._forks(env):
+            cwd = str(self.cwd or Path.cwd())
+            with open(os.devnull, "rb") as stdin:
+                fds = [stdin.fileno(), log.fileno(), log.fileno()]
+                return forkserver.SERVER.spawn(args, env, cwd, fds)
+        return subprocess.Popen(
             [*self.argv, *args],
-            env=self.env,
+            env=env,
             cwd=self.cwd,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.procs.append(proc)
-        return proc
 
-    def scheduler(self) -> subprocess.Popen[bytes]:
+    def scheduler(self) -> Process:
         return self.start("scheduler", "scheduler")
 
-    def worker(self, queues: str = "default", concurrency: int = 2) -> subprocess.Popen[bytes]:
+    def worker(self, queues: str = "default", concurrency: int = 2) -> Process:
         return self.start("worker", "worker", "-Q", queues, "-c", str(concurrency))
 
-    def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    def stop(self, proc: Process, sig: int = signal.SIGTERM) -> None:
         """Signal the process by its own pid; kill its group if it does not stop."""
         if proc.poll() is None:
             proc.send_signal(sig)
         self._reap(proc)
 
     @staticmethod
-    def _reap(proc: subprocess.Popen[bytes]) -> None:
+    def _reap(proc: Process) -> None:
         """Wait for a signalled process (15 s), then kill its group and what is left of it."""
         try:
             proc.wait(timeout=15)
@@ -278,6 +300,8 @@ def standalone(
         SLUICE_LOOP_INTERVAL="0.2",
         **env,
     )
+    if forkserver.SERVER.fork_compatible(clean):
+        return forkserver.run(["standalone", *args], clean, str(cwd), 120, None)
     return subprocess.run(
         [*SLUICE, "standalone", *args],
         env=clean,

@@ -26,8 +26,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
 
+from tests.forkserver import SERVER
 from tests.hosts.proxy import LOCALHOST, Link, Proxies
-from tests.procs import Sluice
+from tests.procs import SLUICE, Process, Sluice
 
 
 def pg_address(url: str) -> tuple[str, int]:
@@ -65,7 +66,7 @@ class Host:
     dir: Path
     env: dict[str, str]
     log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Process | None = None
     _log: IO[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -80,6 +81,12 @@ class Host:
     def start(self) -> Host:
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} runs already"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in `reap`)
+        if self.args[: len(SLUICE)] == tuple(SLUICE) and SERVER.fork_compatible(self.env):
+            with open(os.devnull, "rb") as stdin:
+                fds = [stdin.fileno(), self._log.fileno(), self._log.fileno()]
+                args = list(self.args[len(SLUICE) :])
+                self.proc = SERVER.spawn(args, self.env, str(Path.cwd()), fds)
+            return self
         self.proc = subprocess.Popen(
             list(self.args),
             env=self.env,

@@ -7,7 +7,6 @@ receiver running in the test; the checks are on what they exported.
 from __future__ import annotations
 
 import signal
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan, SpanCollector
-from tests.procs import Sluice, wait_until
+from tests.procs import Process, Sluice, wait_until
 from tests.tracing.trees import check_run_tree, export_to
 
 DAG_FILE = """
@@ -133,7 +132,7 @@ def test_one_scheduler_one_worker(traced: Sluice, receiver: OtlpReceiver) -> Non
     assert run_span.attributes["run_id"] == run_id and run_span.attributes["state"] == "success"
 
 
-def start_owner(traced: Sluice) -> tuple[subprocess.Popen[bytes], str]:
+def start_owner(traced: Sluice) -> tuple[Process, str]:
     """Scheduler A starts a run; returns (A, run_id) once its task "slow" is running.
 
     "slow" runs until the test calls `open_gate`: what the test does to A meanwhile
@@ -149,7 +148,7 @@ def start_owner(traced: Sluice) -> tuple[subprocess.Popen[bytes], str]:
     return a, run_id
 
 
-def pause_between_transactions(sluice: Sluice, proc: subprocess.Popen[bytes], app: str) -> None:
+def pause_between_transactions(sluice: Sluice, proc: Process, app: str) -> None:
     """SIGSTOP `proc` at a moment none of its connections (`application_name` `app`) is in
     a transaction: paused inside one, it would keep its row locks (the run's) until resumed."""
     engine = create_engine(sluice.database_url)
