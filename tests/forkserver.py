@@ -66,16 +66,36 @@ PRELOAD = (
     "sluice.scheduler.jobs.triggerer",
     "sluice.scheduler.jobs.metrics",
     "sluice.scheduler.core.tracing",
+    "sluice.scheduler.jobs.backfill_job",
+    "sluice.scheduler.control.workers",
+    "sluice.scheduler.core.migrate",
     "celery.apps.worker",
     "celery.worker",
+    "celery.worker.consumer",
+    "celery.concurrency.prefork",
+    "celery.events",
+    "billiard.pool",
+    "kombu.transport.redis",
+    "kombu.transport.pyamqp",
+    "kombu.pidbox",
+    "psycopg",
+    "sqlalchemy.dialects.postgresql.psycopg",
+    "sqlalchemy.dialects.sqlite",
+    "alembic.command",
+    "alembic.config",
+    "alembic.script",
+    "alembic.runtime.migration",
+    "cffi",
 )
-"""What the server imports once: the CLI, every command's module and what the daemons
-import when they start."""
+"""What the server imports once: the CLI, every command's module, what the daemons
+import when they start and what the commands import on their first use (the database
+driver, Celery's pool and transports, Alembic)."""
 
 STARTUP_PREFIXES = ("PYTHON", "LC_")
 STARTUP_NAMES = frozenset({"LANG", "LANGUAGE"})
 """Environment variables read when Python starts (its path, flags, encodings): a command
-whose values differ from the server's is not forked."""
+whose values differ from the server's is not forked. PYTHONUNBUFFERED is the exception:
+the child sets its streams up as it says (`_standard_streams`)."""
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MAX_REQUEST = 1 << 20
@@ -158,15 +178,40 @@ def become(request: Request) -> None:
     os.environ.clear()
     os.environ.update(request.env)
     time.tzset()
+    _standard_streams(unbuffered=bool(request.env.get("PYTHONUNBUFFERED")))
     module = importlib.import_module("sluice.scheduler.cli.main")
     sys.argv = [str(module.__file__), *request.args]
     sys.path[0] = request.cwd  # what `-m` puts first
+
+
+def _standard_streams(unbuffered: bool) -> None:
+    """`sys.stdin`, `sys.stdout` and `sys.stderr` on the new descriptors, buffered as
+    Python buffers them at its start with this environment: written through under
+    PYTHONUNBUFFERED, else stdout line-buffered on a terminal and block-buffered
+    elsewhere, stderr line-buffered (the server's own were made for its environment)."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        old: Any = getattr(sys, name)
+        writes = fd > 0
+        mode, buffering = ("wb", 0 if unbuffered else -1) if writes else ("rb", -1)
+        binary = open(fd, mode, buffering=buffering, closefd=False)  # noqa: SIM115
+        stream = io.TextIOWrapper(
+            binary,
+            encoding=old.encoding,
+            errors=old.errors,
+            line_buffering=not unbuffered and (fd == 2 or (fd == 1 and os.isatty(fd))),
+            write_through=unbuffered and writes,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     for name in PRELOAD:
         importlib.import_module(name)
+    # What a worker does at its start (`sluice.broker.worker.task`): cffi builds its C
+    # parser once in a process; the forked workers inherit it built.
+    importlib.import_module("cffi").FFI().cdef("int prctl (int __option, ...);")
     if threading.active_count() != 1:
         raise SystemExit(f"forkserver: {threading.active_count()} threads after the imports")
     request = serve(control)
@@ -186,7 +231,11 @@ def enabled() -> bool:
 
 
 def _startup_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES}
+    return {
+        k: v
+        for k, v in env.items()
+        if (k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES) and k != "PYTHONUNBUFFERED"
+    }
 
 
 class Server:
@@ -197,7 +246,6 @@ class Server:
         self._control: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
-        self.env["PYTHONUNBUFFERED"] = "1"
 
     def fork_compatible(self, env: dict[str, str]) -> bool:
         """Whether a command with `env` starts Python as the server did."""

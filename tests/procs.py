@@ -30,6 +30,32 @@ Process = subprocess.Popen[bytes] | forkserver.Forked
 """A started `sluice` process: forked by the fork server, or a `Popen` of its own."""
 
 
+def run_sluice(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float = 120,
+    input_text: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([*SLUICE, *args], capture_output=True, text=True, …)` with `env`
+    (this process's by default): forked by this pytest process's fork server where the
+    environment allows it (`tests.forkserver`), else a `python -m` of its own."""
+    env = dict(os.environ) if env is None else env
+    if forkserver.SERVER.fork_compatible(env):
+        where = str(cwd) if cwd is not None else str(Path.cwd())
+        return forkserver.run(list(args), env, where, timeout, input_text)
+    return subprocess.run(
+        [*SLUICE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        input=input_text,
+        stdin=None if input_text is not None else subprocess.DEVNULL,
+    )
+
+
 def wait_until(check: Callable[[], T | None], timeout: float = 30.0, every: float = 0.1) -> T:
     """Poll `check` until it returns something truthy; fail the test at the deadline."""
     deadline = time.monotonic() + timeout
@@ -87,13 +113,13 @@ class Sluice:
     def cli(
         self, *args: str, timeout: float = 60, input_text: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        env = self.env
-        if self._forks(env):
-            cwd = str(self.cwd or Path.cwd())
-            return forkserver.run(list(args), env, cwd, timeout, input_text)
+        if self.argv == SLUICE:
+            return run_sluice(
+                *args, env=self.env, cwd=self.cwd, timeout=timeout, input_text=input_text
+            )
         return subprocess.run(
             [*self.argv, *args],
-            env=env,
+            env=self.env,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -300,16 +326,7 @@ def standalone(
         SLUICE_LOOP_INTERVAL="0.2",
         **env,
     )
-    if forkserver.SERVER.fork_compatible(clean):
-        return forkserver.run(["standalone", *args], clean, str(cwd), 120, None)
-    return subprocess.run(
-        [*SLUICE, "standalone", *args],
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    return run_sluice("standalone", *args, env=clean, cwd=cwd, timeout=120)
 
 
 def printed_states(stdout: str) -> dict[str, dict[str, Any]]:

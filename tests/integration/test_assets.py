@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
 import textwrap
 import uuid
 from pathlib import Path
@@ -23,7 +22,7 @@ from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings
 from tests.integration.test_cancel_run import rows
 from tests.integration.test_standalone import background, env_for, rows_once_there
-from tests.procs import SLUICE, Sluice, wait_until
+from tests.procs import Sluice, run_sluice, wait_until
 
 DAGS = """
 import sluice
@@ -202,9 +201,7 @@ def test_assets_and_watches_on_the_embedded_default(tmp_path: Path) -> None:
     env = env_for(url, dags)
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [*SLUICE, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
-        )
+        done = run_sluice(*args, env=env, cwd=tmp_path, timeout=60)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

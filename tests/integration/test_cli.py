@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.procs import SLUICE, Sluice, printed_states, standalone
+from tests.procs import Sluice, printed_states, run_sluice, standalone
 
 GOOD = """
 from sluice import DAG, task
@@ -88,7 +88,7 @@ def test_unmigrated_database_is_one_line(tmp_path: Path) -> None:
         "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}",
         "SLUICE_DAGS_FOLDER": str(tmp_path),
     }
-    done = subprocess.run([*SLUICE, "dags", "list"], env=env, capture_output=True, text=True)
+    done = run_sluice("dags", "list", env=env)
     assert done.returncode == 2
     assert "sluice db migrate" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
@@ -146,7 +146,7 @@ def test_backfill_cancel_is_a_subcommand_with_arguments_of_its_own(
     `backfill` read again: a backfill's option, a second DAG or no DAG at all is a usage
     error before anything is read (the database here does not exist)."""
     env = {**os.environ, "SLUICE_DATABASE_URL": f"sqlite:///{tmp_path / 'none.db'}"}
-    done = subprocess.run([*SLUICE, *args], env=env, capture_output=True, text=True)
+    done = run_sluice(*args, env=env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("sluice: error: ") and needle in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "none.db").exists()
@@ -156,8 +156,8 @@ def test_backfill_help_shows_the_dag_form_and_cancel_its_own() -> None:
     """`sluice backfill -h` is the DAG form's (as the README's `sluice backfill DAG_ID
     --start ISO --end ISO` line) and names `cancel`; `sluice backfill cancel -h` is
     cancel's alone."""
-    dag_form = subprocess.run([*SLUICE, "backfill", "-h"], capture_output=True, text=True)
-    cancel = subprocess.run([*SLUICE, "backfill", "cancel", "-h"], capture_output=True, text=True)
+    dag_form = run_sluice("backfill", "-h")
+    cancel = run_sluice("backfill", "cancel", "-h")
     assert dag_form.returncode == 0 and cancel.returncode == 0
     assert dag_form.stdout.startswith("usage: sluice backfill [-h] [--start START]")
     assert "DAG_ID" in dag_form.stdout and "sluice backfill cancel DAG_ID" in dag_form.stdout

@@ -193,13 +193,18 @@ def test_each_run_runs_the_code_of_its_commit(sluice: Sluice, tmp_path: Path) ->
     )
     # r1's b (and the older runs') wait at the gate: the worker dies under them, once
     # every v1 run's a is recorded (a try of a killed with it would fail its run)
-    wait_until(
-        lambda: all(
-            sluice.db_task_states("versioned", run_id).get("a", {}).get("state") == "success"
-            for run_id in (r1, old, tagged)
-        ),
-        timeout=60,
-    )
+    v1_runs = (r1, old, tagged)
+    try:
+        wait_until(
+            lambda: all(
+                sluice.db_task_states("versioned", run_id).get("a", {}).get("state") == "success"
+                for run_id in v1_runs
+            ),
+            timeout=60,
+        )
+    except AssertionError:
+        states = {run_id: sluice.db_task_states("versioned", run_id) for run_id in v1_runs}
+        raise AssertionError(f"a of a v1 run did not succeed: {states}\n{sluice.logs()}") from None
     wait_until(
         lambda: sluice.db_task_states("versioned", r1).get("b", {}).get("state") == "running",
         timeout=60,

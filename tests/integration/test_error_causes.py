@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.procs import SLUICE, Sluice, wait_until
+from tests.procs import Sluice, run_sluice, wait_until
 
 GOOD = """
 from sluice import DAG, task
@@ -161,9 +160,7 @@ def test_standalone_in_an_empty_directory_writes_nothing(
     tmp_path: Path, args: tuple[str, ...]
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
-    done = subprocess.run(
-        [*SLUICE, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    done = run_sluice(*args, env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
@@ -191,14 +188,7 @@ def test_standalone_triggering_an_unknown_dag_leaves_no_database(tmp_path: Path)
     )
     (dags / "broken.py").write_text("from sluice import DAG\nimport no_such_module_here\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
-    done = subprocess.run(
-        [*SLUICE, "standalone", "--trigger", "broken"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_sluice("standalone", "--trigger", "broken", env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("sluice: error: unknown DAG 'broken' (not in dags); broken.py failed")
@@ -210,9 +200,7 @@ def test_a_command_on_a_missing_sqlite_file_does_not_create_it(tmp_path: Path) -
     (tmp_path / "dags").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
     for args in (("dags", "list"), ("dags", "state", "a", "b"), ("status",)):
-        done = subprocess.run(
-            [*SLUICE, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
-        )
+        done = run_sluice(*args, env=env, cwd=tmp_path, timeout=60)
         assert done.returncode == 2, done.stdout + done.stderr
         assert done.stderr.strip() == (
             "sluice: error: there is no database at sluice.db: run `sluice db migrate` to "

@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from tests.procs import SLUICE, Sluice, wait_until
+from tests.procs import Sluice, run_sluice, wait_until
 
 FORKS = """
 from sluice import DAG, task
@@ -43,9 +43,7 @@ def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[s
     those given."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
     clean.update(env)
-    return subprocess.run(
-        [*SLUICE, *args], env=clean, capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+    return run_sluice(*args, env=clean, timeout=120, cwd=tmp_path)
 
 
 def forks_run(tmp_path: Path) -> tuple[dict[str, str], str]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_cancel_run import rows
-from tests.procs import SLUICE, standalone
+from tests.procs import run_sluice, standalone
 
 KEYS = """
 from pathlib import Path
@@ -78,14 +78,7 @@ def env_of(url: str, dags: Path) -> dict[str, str]:
 
 
 def cli(tmp_path: Path, url: str, dags: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SLUICE, *args],
-        env=env_of(url, dags),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    return run_sluice(*args, env=env_of(url, dags), timeout=60, cwd=tmp_path)
 
 
 def keys_in_use(tmp_path: Path, url: str, dags: Path) -> list[Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import textwrap
 import uuid
 from pathlib import Path
@@ -25,7 +24,7 @@ from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings
 from tests.integration.test_cancel_run import rows
 from tests.integration.test_standalone import background, env_for, rows_once_there
-from tests.procs import SLUICE, Sluice, standalone, wait_until
+from tests.procs import Sluice, run_sluice, standalone, wait_until
 
 DAY = dt.timedelta(days=1)
 
@@ -289,14 +288,7 @@ def test_a_triggered_run_and_a_watchs_request_are_checked_where_the_run_is_made(
             lambda: rows(url, "SELECT last_error FROM dag_watch WHERE dag_id = 'watched'")[0][0]
         )
         assert error == "run key 'bad': param 'n': 0 is less than the minimum of 1"
-        done = subprocess.run(
-            [*SLUICE, "dags", "trigger", "caller"],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = run_sluice("dags", "trigger", "caller", env=env, cwd=tmp_path, timeout=60)
         assert done.returncode == 0, done.stderr
         wait_until(lambda: [s for _, s in runs("caller") or []] == ["failed"], timeout=30)
         (failure,) = rows(url, "SELECT error FROM task_instance WHERE dag_id = 'caller'")

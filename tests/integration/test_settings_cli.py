@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.procs import SLUICE, Sluice
+from tests.procs import Sluice, run_sluice
 
 FOLLOWERS = ("SLUICE_PARSE_TIMEOUT", "SLUICE_HEARTBEAT_INTERVAL")
 """The settings whose defaults follow SLUICE_HEARTBEAT_TIMEOUT: the `sluice` fixture sets
@@ -18,13 +18,8 @@ def _scheduler_once(sluice: Sluice, **env: str) -> subprocess.CompletedProcess[s
     """`sluice scheduler --num-loops 1` with the fixture's environment but `FOLLOWERS`
     unset, plus `env`."""
     given = {k: v for k, v in sluice.env.items() if k not in FOLLOWERS} | env
-    return subprocess.run(
-        [*SLUICE, "scheduler", "--num-loops", "1"],
-        env=given,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=sluice.dags_folder.parent,
+    return run_sluice(
+        "scheduler", "--num-loops", "1", env=given, timeout=60, cwd=sluice.dags_folder.parent
     )
 
 
@@ -56,9 +51,7 @@ def test_a_bad_log_level_is_one_line_and_exit_2(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
     env.update(SLUICE_LOG_LEVEL="loud", SLUICE_DATABASE_URL=f"sqlite:///{tmp_path / 's.db'}")
 
-    done = subprocess.run(
-        [*SLUICE, "dags", "list"], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = run_sluice("dags", "list", env=env, timeout=60)
 
     assert done.returncode == 2
     assert done.stderr.splitlines() == [

@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 
 from sluice.scheduler.cli.main import build_parser
 from tests.integration.test_cancel_run import rows
-from tests.procs import SLUICE, standalone, wait_until
+from tests.procs import SLUICE, run_sluice, standalone, wait_until
 
 DAILY = """
 from datetime import datetime, timezone
@@ -389,8 +389,6 @@ def test_every_json_option_writes_one_json_document_to_stdout(tmp_path: Path) ->
     for words, args in argv.items():
         if args is None:
             continue
-        shown = subprocess.run(
-            [*SLUICE, *args], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
-        )
+        shown = run_sluice(*args, env=env, timeout=60, cwd=tmp_path)
         assert shown.returncode == 0, (words, shown.stderr)
         json.loads(shown.stdout)  # one document, nothing else

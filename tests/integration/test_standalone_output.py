@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from sluice.broker.worker.result.paths import PATHS
-from tests.procs import SLUICE
+from tests.procs import run_sluice
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dags"
 
@@ -50,14 +50,7 @@ def run_standalone(cwd: Path, dags: Path, *args: str) -> subprocess.CompletedPro
     folder, so on the default database (`sluice.db` in `cwd`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
     env.update(SLUICE_DAGS_FOLDER=str(dags), SLUICE_LOOP_INTERVAL="0.2")
-    return subprocess.run(
-        [*SLUICE, "standalone", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_sluice("standalone", *args, env=env, cwd=cwd, timeout=120)
 
 
 def task_lines(stderr: str, task_id: str) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from sluice.scheduler.api import create_app
 from sluice.scheduler.api.config import ApiConfig
 from sluice.scheduler.core.settings import Settings
 from tests.integration.test_cancel_run import rows
-from tests.procs import SLUICE, Sluice
+from tests.procs import Sluice, run_sluice
 
 DAG = """
 from datetime import timedelta
@@ -84,13 +83,8 @@ def test_standalone_on_sqlite_keeps_each_try(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'sluice.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
     env |= {"SLUICE_DATABASE_URL": url, "SLUICE_DAGS_FOLDER": str(dags)}
-    done = subprocess.run(
-        [*SLUICE, "standalone", "--trigger", "tries", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
+    done = run_sluice(
+        "standalone", "--trigger", "tries", "--json", env=env, timeout=120, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]

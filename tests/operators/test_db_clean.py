@@ -10,7 +10,6 @@ import datetime as dt
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from sluice.scheduler.core.queries.task_logs import LogSnapshot, save_task_log
 from sluice.scheduler.core.states import TI, DagRunState
 from sluice.scheduler.core.transitions import move_run
 from tests.operators.helpers import World
+from tests.procs import run_sluice
 
 PAIR = """
 with DAG("pair", schedule=None) as dag:
@@ -96,14 +96,7 @@ def sluice(world: World, *args: str, stdin: str = "") -> subprocess.CompletedPro
         SLUICE_DAGS_FOLDER=str(world.folder),
         COLUMNS="80",
     )
-    return subprocess.run(
-        [sys.executable, "-m", "sluice.scheduler.cli.main", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_sluice(*args, env=env, input_text=stdin, timeout=60)
 
 
 def counts(world: World) -> dict[str, object]:
