@@ -27,6 +27,7 @@ the server's is not forked: `fork_compatible` says so and the caller runs it wit
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import io
 import json
@@ -155,12 +156,13 @@ def _reap(
     pid, conn = children.pop(pidfd)
     selector.unregister(pidfd)
     os.close(pidfd)
-    _pid, status = os.waitpid(pid, 0)
-    _say(conn, {"exit": os.waitstatus_to_exitcode(status)})
+    _pid, status, usage = os.wait4(pid, 0)
+    cpu = usage.ru_utime + usage.ru_stime
+    _say(conn, {"exit": os.waitstatus_to_exitcode(status), "cpu": cpu})
     conn.close()
 
 
-def _say(conn: socket.socket, message: dict[str, int]) -> None:
+def _say(conn: socket.socket, message: dict[str, float]) -> None:
     with contextlib.suppress(OSError):  # the test gave up on the process
         conn.sendall(json.dumps(message).encode() + b"\n")
 
@@ -212,6 +214,7 @@ def main() -> None:
     # What a worker does at its start (`sluice.broker.worker.task`): cffi builds its C
     # parser once in a process; the forked workers inherit it built.
     importlib.import_module("cffi").FFI().cdef("int prctl (int __option, ...);")
+    gc.freeze()  # the children's collections skip what the server made (no copy-on-write)
     if threading.active_count() != 1:
         raise SystemExit(f"forkserver: {threading.active_count()} threads after the imports")
     request = serve(control)
@@ -297,6 +300,8 @@ class Forked:
     def __init__(self, args: list[str], conn: socket.socket) -> None:
         self.args = args
         self.returncode: int | None = None
+        self.cpu: float | None = None
+        """The CPU seconds it spent, once it has ended (its own, not its children's)."""
         self._conn = conn
         self._buffer = b""
         self._lock = threading.Lock()
@@ -329,6 +334,7 @@ class Forked:
                 message = self._message(timeout)
                 if message is not None:
                     self.returncode = int(message["exit"])
+                    self.cpu = float(message["cpu"])
                     self._conn.close()
             return self.returncode
 
