@@ -44,8 +44,19 @@ def run_sluice(
     if forkserver.SERVER.fork_compatible(env):
         where = str(cwd) if cwd is not None else str(Path.cwd())
         return forkserver.run(list(args), env, where, timeout, input_text)
+    return captured([*SLUICE, *args], env, cwd, timeout, input_text)
+
+
+def captured(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | str | None,
+    timeout: float,
+    input_text: str | None,
+) -> subprocess.CompletedProcess[str]:
+    """`argv` run to its end, its output captured as text (stdin: `input_text` or none)."""
     return subprocess.run(
-        [*SLUICE, *args],
+        argv,
         env=env,
         capture_output=True,
         text=True,
@@ -117,16 +128,7 @@ class Sluice:
             return run_sluice(
                 *args, env=self.env, cwd=self.cwd, timeout=timeout, input_text=input_text
             )
-        return subprocess.run(
-            [*self.argv, *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.cwd,
-            input=input_text,
-            stdin=None if input_text is not None else subprocess.DEVNULL,
-        )
+        return captured([*self.argv, *args], self.env, self.cwd, timeout, input_text)
 
     def ok(self, *args: str) -> str:
         done = self.cli(*args)
