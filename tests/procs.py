@@ -105,7 +105,7 @@ class Sluice:
             SLUICE_BROKER_URL=self.broker_url,
             SLUICE_DAGS_FOLDER=str(self.dags_folder),
             SLUICE_NAMESPACE=self.namespace,
-            SLUICE_LOOP_INTERVAL="0.2",
+            SLUICE_LOOP_INTERVAL="0.5",
             SLUICE_HEARTBEAT_INTERVAL="0.5",
             SLUICE_HEARTBEAT_TIMEOUT="5",
             SLUICE_QUEUED_TIMEOUT="10",
