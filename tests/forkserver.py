@@ -16,7 +16,8 @@ waits on its control socket and on the children's pidfds only.
 Protocol: the control socket is a SOCK_SEQPACKET pair. A request is one message, JSON
 (`args`, `env`, `cwd`), with four descriptors: the process's own stream socket, then
 its stdin, stdout and stderr. On that socket the server writes `{"pid": N}`, then
-`{"exit": CODE}` (negative: the signal) once it has reaped the child. The server exits
+`{"exit": CODE, "cpu": SECONDS}` (negative: the signal) once it has reaped the child
+(`wait4`). The server exits
 when the control socket closes (its pytest process ended).
 
 A command whose environment would start Python differently (PYTHON*, LANG, LC_*) than
@@ -249,10 +250,11 @@ class Server:
         self._control: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "OTEL_"))}
+        self._startup = _startup_env(self.env)
 
     def fork_compatible(self, env: dict[str, str]) -> bool:
         """Whether a command with `env` starts Python as the server did."""
-        return enabled() and _startup_env(env) == _startup_env(self.env)
+        return enabled() and _startup_env(env) == self._startup
 
     def _start(self) -> socket.socket:
         if self._control is None:
@@ -269,10 +271,14 @@ class Server:
             self._control = mine
         return self._control
 
-    def spawn(self, args: list[str], env: dict[str, str], cwd: str, stdio: list[int]) -> Forked:
-        """Fork `python -m sluice.scheduler.cli.main ARGS` with these streams."""
+    def spawn(
+        self, args: list[str], env: dict[str, str], cwd: Path | str | None, stdio: list[int]
+    ) -> Forked:
+        """Fork `python -m sluice.scheduler.cli.main ARGS` in `cwd` (this process's when
+        None, as `Popen` has it) with these streams."""
         mine, theirs = socket.socketpair()
-        body = json.dumps({"args": args, "env": env, "cwd": cwd}).encode()
+        where = str(Path.cwd() if cwd is None else cwd)
+        body = json.dumps({"args": args, "env": env, "cwd": where}).encode()
         try:
             with self._lock:
                 socket.send_fds(self._start(), [body], [theirs.fileno(), *stdio])
@@ -363,7 +369,11 @@ SERVER = Server()
 
 
 def run(
-    args: list[str], env: dict[str, str], cwd: str, timeout: float, input_text: str | None
+    args: list[str],
+    env: dict[str, str],
+    cwd: Path | str | None,
+    timeout: float,
+    input_text: str | None,
 ) -> subprocess.CompletedProcess[str]:
     """`subprocess.run([*SLUICE, *args], capture_output=True, text=True, …)`, forked."""
     with (

@@ -42,8 +42,7 @@ def run_sluice(
     environment allows it (`tests.forkserver`), else a `python -m` of its own."""
     env = dict(os.environ) if env is None else env
     if forkserver.SERVER.fork_compatible(env):
-        where = str(cwd) if cwd is not None else str(Path.cwd())
-        return forkserver.run(list(args), env, where, timeout, input_text)
+        return forkserver.run(list(args), env, cwd, timeout, input_text)
     return captured([*SLUICE, *args], env, cwd, timeout, input_text)
 
 
@@ -64,6 +63,27 @@ def captured(
         cwd=cwd,
         input=input_text,
         stdin=None if input_text is not None else subprocess.DEVNULL,
+    )
+
+
+def start_logged(
+    argv: list[str], env: dict[str, str], cwd: Path | str | None, log: IO[bytes]
+) -> Process:
+    """`argv` started in a session of its own, with no stdin and its stdout and stderr in
+    `log`: forked by the fork server when it is `python -m sluice…` with an environment
+    that allows it (`tests.forkserver`), else a `Popen`."""
+    if argv[: len(SLUICE)] == SLUICE and forkserver.SERVER.fork_compatible(env):
+        with open(os.devnull, "rb") as stdin:
+            fds = [stdin.fileno(), log.fileno(), log.fileno()]
+            return forkserver.SERVER.spawn(argv[len(SLUICE) :], env, cwd, fds)
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 
@@ -116,11 +136,6 @@ class Sluice:
         env.update(self.extra_env)
         return env
 
-    def _forks(self, env: dict[str, str]) -> bool:
-        """Whether this command is forked by the fork server (`tests.forkserver`): the
-        default `python -m …` with an environment that starts Python as the server did."""
-        return self.argv == SLUICE and forkserver.SERVER.fork_compatible(env)
-
     def cli(
         self, *args: str, timeout: float = 60, input_text: str | None = None
     ) -> subprocess.CompletedProcess[str]:
@@ -136,26 +151,10 @@ class Sluice:
         return done.stdout
 
     def start(self, name: str, *args: str) -> Process:
-        env = self.env
         with open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb") as log:
-            proc = self._spawn(list(args), env, log)
+            proc = start_logged([*self.argv, *args], self.env, self.cwd, log)
         self.procs.append(proc)
         return proc
-
-    def _spawn(self, args: list[str], env: dict[str, str], log: IO[bytes]) -> Process:
-        if self._forks(env):
-            cwd = str(self.cwd or Path.cwd())
-            with open(os.devnull, "rb") as stdin:
-                fds = [stdin.fileno(), log.fileno(), log.fileno()]
-                return forkserver.SERVER.spawn(args, env, cwd, fds)
-        return subprocess.Popen(
-            [*self.argv, *args],
-            env=env,
-            cwd=self.cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
     def scheduler(self) -> Process:
         return self.start("scheduler", "scheduler")

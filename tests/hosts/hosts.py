@@ -26,9 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
 
-from tests.forkserver import SERVER
 from tests.hosts.proxy import LOCALHOST, Link, Proxies
-from tests.procs import SLUICE, Process, Sluice
+from tests.procs import Process, Sluice, start_logged
 
 
 def pg_address(url: str) -> tuple[str, int]:
@@ -81,20 +80,8 @@ class Host:
     def start(self) -> Host:
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} runs already"
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in `reap`)
-        if self.args[: len(SLUICE)] == tuple(SLUICE) and SERVER.fork_compatible(self.env):
-            with open(os.devnull, "rb") as stdin:
-                fds = [stdin.fileno(), self._log.fileno(), self._log.fileno()]
-                args = list(self.args[len(SLUICE) :])
-                self.proc = SERVER.spawn(args, self.env, str(Path.cwd()), fds)
-            return self
-        self.proc = subprocess.Popen(
-            list(self.args),
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: stopped as one
-        )
+        # its own session and process group (`start_logged`): stopped as one
+        self.proc = start_logged(list(self.args), self.env, None, self._log)
         return self
 
     @property
