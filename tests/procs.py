@@ -99,6 +99,12 @@ def wait_until(check: Callable[[], T | None], timeout: float = 30.0, every: floa
     raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
 
 
+def written(path: Path, timeout: float = 20.0) -> str:
+    """The text of `path` once a task or callback has written it: the file exists as soon
+    as the writer opens it, and its few bytes arrive with the writer's one flush."""
+    return wait_until(lambda: path.read_text() if path.exists() else "", timeout=timeout)
+
+
 @dataclass
 class Sluice:
     """Runs `sluice` against one test's database, Redis db and DAGs folder."""

@@ -26,7 +26,7 @@ from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.jobs.celery_poller import poll_once
 from sluice.tasks.celery_task import external_id_for
 from tests.celery_compat.their_app import THEIR_QUEUE, make_app
-from tests.procs import Sluice, wait_until
+from tests.procs import Sluice, wait_until, written
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,8 +154,7 @@ def test_dag_mixes_python_tasks_and_their_task_on_one_worker(
     assert f"Task their_module.add[{add_ti.external_id}]" in worker_log
     # and the run's callback, a task of their app by name, ran once on their worker
     called = sluice.log_dir / "their-callbacks.jsonl"
-    wait_until(called.exists, timeout=20)
-    [context] = [json.loads(line) for line in called.read_text().splitlines()]
+    [context] = [json.loads(line) for line in written(called).splitlines()]
     assert (context["dag_id"], context["run_id"], context["state"]) == ("mixed", run_id, "success")
     assert context["kind"] == "on_success" and context["task_id"] is None
 

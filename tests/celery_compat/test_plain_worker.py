@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.procs import Sluice, wait_until
+from tests.procs import Sluice, wait_until, written
 
 CELERY = str(Path(sys.executable).with_name("celery"))
 """The `celery` console script of this environment, as a user's shell finds it."""
@@ -139,8 +139,7 @@ def test_a_plain_celery_worker_serves_the_apps_queue_sluices_and_its_callbacks(
     assert {t: s["state"] for t, s in states.items()} == {"extract": "success", "report": "success"}
     output = wait_until(lambda: ready(log), timeout=10)
     assert "Task plain.extract[" in log.read_text() and "Task plain.report[" in log.read_text()
-    wait_until(called.exists, timeout=20)
-    assert json.loads(called.read_text()) == {"run_id": run_id, "kind": "on_success"}
+    assert json.loads(written(called)) == {"run_id": run_id, "kind": "on_success"}
     ns = sluice.namespace
     assert sorted(banner_queues(output)) == ["celery", f"{ns}.callbacks", f"{ns}.default"]
     assert sluice_warnings(output) == []

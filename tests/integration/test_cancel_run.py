@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from tests.engines import engine_for
-from tests.procs import SLUICE, Sluice, wait_until
+from tests.procs import SLUICE, Sluice, wait_until, written
 
 DAG = """
 import time
@@ -125,8 +125,7 @@ def assert_timeout_stops_and_alerts(sluice: Sluice, marks: Path) -> None:
     ti = sluice.db_task_states("times_out", run_id)["too_slow"]
     assert "timed out after 1s" in ti["error"]
     alerts = marks / "alerts"
-    wait_until(alerts.exists, timeout=20)
-    [line] = alerts.read_text().splitlines()
+    [line] = written(alerts).splitlines()
     assert line.startswith("on_failure TaskTimeout: task 'too_slow' timed out after 1s")
     assert not (marks / "too-slow-finished").exists()
 
@@ -134,8 +133,7 @@ def assert_timeout_stops_and_alerts(sluice: Sluice, marks: Path) -> None:
 def assert_cancelled(sluice: Sluice, marks: Path, run_id: str) -> None:
     # the cancelled try's on_failure callback runs once
     alerts = marks / "cancel-alerts"
-    wait_until(alerts.exists, timeout=20)
-    assert alerts.read_text().splitlines() == ["on_failure cancelled"]
+    assert written(alerts).splitlines() == ["on_failure cancelled"]
     assert sluice.db_run_state("cancel_me", run_id) == "failed"
     states = sluice.db_task_states("cancel_me", run_id)
     assert (states["slow"]["state"], states["slow"]["error"]) == ("failed", "cancelled")

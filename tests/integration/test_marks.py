@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from tests.integration.test_cancel_run import rows
-from tests.procs import Sluice, wait_until
+from tests.procs import Sluice, wait_until, written
 
 DAG = """
 import time
@@ -92,8 +92,7 @@ def test_marks_on_running_and_ended_runs(sluice: Sluice, tmp_path: Path) -> None
     assert (states["b"]["state"], states["b"]["error"]) == ("failed", "marked failed")
     assert states["c"]["state"] == "upstream_failed"
     # ... and b's failure callback ran once, for the mark
-    wait_until((marks / "alerts").exists, timeout=10)
-    assert (marks / "alerts").read_text().splitlines() == [f"on_failure b {two}"]
+    assert written(marks / "alerts", timeout=10).splitlines() == [f"on_failure b {two}"]
     # ... and marking b success then gives c back: it runs and the run ends success
     sluice.ok("tasks", "mark", "marked", two, "b", "--state", "success")
     wait_until(lambda: sluice.db_run_state("marked", two) == "success", timeout=5)
