@@ -22,16 +22,12 @@ import redis
 from celery import Celery
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.pool import NullPool
 
 from bench.procs import compile_sources
 from tests import forkserver
-from tests.engines import forget
+from tests.databases import PG_ADMIN_URL, POOL
 from tests.redis_server import session_redis, stop_session_redis
 
-PG_ADMIN_URL = os.environ.get(
-    "SLUICE_TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 IN_CI = os.environ.get("CI") == "true"
 
 
@@ -80,78 +76,10 @@ def pg_url(pg_admin) -> Iterator[str]:
     yield from migrated_database(pg_admin)
 
 
-def pg_database_url(name: str) -> str:
-    """The URL of database `name` on the tests' PostgreSQL server."""
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-
-
-def drop_database(pg_admin: Engine, name: str) -> None:
-    """Drop database `name`, closing whatever is still connected to it."""
-    forget(pg_database_url(name))  # the test's pool of it (`tests.engines`)
-    with pg_admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-_template: list[str] = []
-"""This pytest process's migrated template database (made at its first PostgreSQL test)."""
-
-
-def _migrated_template(pg_admin: Engine) -> str:
-    """A database migrated once per pytest process, which each test's database copies.
-
-    Nothing stays connected to it (PostgreSQL copies a template only when no session
-    is on it); `pytest_unconfigure` drops it."""
-    from sluice.scheduler.core.db import make_engine
-    from sluice.scheduler.core.migrate import upgrade
-
-    if not _template:
-        name = f"sluice_t_tpl_{uuid.uuid4().hex[:10]}"
-        with pg_admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        engine = make_engine(pg_database_url(name))
-        try:
-            upgrade(engine)
-        except BaseException:
-            engine.dispose()
-            drop_database(pg_admin, name)  # a failed migration is not kept as a template
-            raise
-        engine.dispose()
-        _template.append(name)
-    return _template[0]
-
-
 def migrated_database(pg_admin: Engine) -> Iterator[str]:
-    """The URL of a new, migrated PostgreSQL database, dropped when resumed.
-
-    It is a file copy of this process's migrated template (`_migrated_template`): the
-    same schema as a migration gives, in a fraction of the time (the suite makes
-    hundreds), with an id of its own, as a migration gives each database (the id a
-    worker tells two deployments apart by)."""
-    template = _migrated_template(pg_admin)
-    name = f"sluice_t_{uuid.uuid4().hex[:10]}"
-    with pg_admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY'))
-    try:
-        url = pg_database_url(name)
-        engine = create_engine(url, poolclass=NullPool)
-        try:
-            with engine.begin() as conn:
-                conn.execute(text("UPDATE deployment SET id = :id"), {"id": str(uuid.uuid4())})
-        finally:
-            engine.dispose()
-        yield url
-    finally:
-        drop_database(pg_admin, name)
-
-
-def _drop_template() -> None:
-    if not _template:
-        return
-    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        drop_database(engine, _template.pop())
-    finally:
-        engine.dispose()
+    """The URL of a migrated PostgreSQL database of the test's own, emptied for the next
+    test (or dropped) when resumed (`tests.databases`)."""
+    yield from POOL.take(pg_admin)
 
 
 @pytest.fixture
@@ -182,7 +110,7 @@ def close_celery_app(app: Celery) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     forkserver.SERVER.stop()
     stop_session_redis()
-    _drop_template()
+    POOL.close()
 
 
 AMQP_HOST = os.environ.get("SLUICE_TEST_AMQP_HOST", "127.0.0.1")

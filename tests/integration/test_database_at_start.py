@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from tests.conftest import PG_ADMIN_URL, drop_database, migrated_database
+from tests.conftest import PG_ADMIN_URL, migrated_database
+from tests.databases import drop_database
 from tests.procs import Sluice, wait_until
 
 PASSWORD = "pw-never-shown-7"

@@ -25,7 +25,7 @@ from sluice.scheduler.core.models import Dag, DagRun, TaskInstance
 from sluice.scheduler.core.settings import Settings
 from sluice.scheduler.core.states import TI, RunType
 from sluice.scheduler.core.transitions import move_ti
-from tests.conftest import drop_database, pg_database_url
+from tests.databases import drop_database, pg_database_url
 
 DAG_ID = "embedded_test"
 

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, text
 
 from sluice.scheduler.core.db import make_engine
 from sluice.scheduler.core.migrate import HEAD, _config, current_revision, upgrade
-from tests.conftest import drop_database, pg_database_url
+from tests.databases import drop_database, pg_database_url
 from tests.integration.test_cancel_run import rows
 from tests.procs import Sluice, standalone, wait_until
 
