@@ -19,7 +19,6 @@ their path). Its code runs in the triggerer's process, never in a scheduler's.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import importlib
 import json
@@ -172,6 +171,8 @@ class FileExists(Trigger):
         return {"path": self.path, "poke_interval": self.poke_interval}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        import asyncio  # in the triggerer's loop; a DAG file's parse never needs it
+
         while not await asyncio.to_thread(Path(self.path).exists):
             await asyncio.sleep(self.poke_interval)
         yield TriggerEvent({"path": self.path})
@@ -306,5 +307,7 @@ RESOLVED_BY_THE_ENGINE = frozenset({EVENT_CLASSPATH, RUN_FINISHED_CLASSPATH, CRE
 
 
 async def _sleep_until(at: dt.datetime) -> None:
+    import asyncio  # in the triggerer's loop; a DAG file's parse never needs it
+
     while (left := (at - dt.datetime.now(dt.UTC)).total_seconds()) > 0:
         await asyncio.sleep(min(left, 60.0))
