@@ -39,6 +39,8 @@ const Sluice = (() => {
   let sessionAsked = null;
   const SAFE = new Set(["GET", "HEAD", "OPTIONS"]);
 
+  let loggingOut = false;
+
   function loadSession() {
     if (!sessionAsked) {
       sessionAsked = (async () => {
@@ -95,7 +97,7 @@ const Sluice = (() => {
     try { data = await response.json(); } catch (e) { data = null; }
     if (!response.ok) {
       let detail = data && typeof data.detail === "string" ? data.detail : response.statusText;
-      if (response.status === 401 && method === "GET" && !saved) {
+      if (response.status === 401 && method === "GET" && !saved && !loggingOut) {
         window.location.assign(loginHref()); /* reads need a login here */
       }
       if (response.status === 401) detail += " (log in, or enter an API token at the top of the page)";
@@ -214,6 +216,7 @@ const Sluice = (() => {
       const out = el("button", { type: "button", id: "logout", text: "Log out" });
       out.addEventListener("click", async () => {
         out.disabled = true;
+        loggingOut = true; /* a refresh's 401 from here on must not send it to /login?next= */
         try { await api("DELETE", "/session"); } catch (e) { /* ended already */ }
         window.location.assign("/login");
       });
