@@ -215,6 +215,9 @@ def main() -> None:
     # What a worker does at its start (`sluice.broker.worker.task`): cffi builds its C
     # parser once in a process; the forked workers inherit it built.
     importlib.import_module("cffi").FFI().cdef("int prctl (int __option, ...);")
+    # SQLAlchemy configures the ORM's mappers at their first use in a process: 26 ms of
+    # every forked command's CPU, which the server spends once.
+    importlib.import_module("sqlalchemy.orm").configure_mappers()
     gc.freeze()  # the children's collections skip what the server made (no copy-on-write)
     if threading.active_count() != 1:
         raise SystemExit(f"forkserver: {threading.active_count()} threads after the imports")
