@@ -76,7 +76,20 @@ PRELOAD = (
     "celery.worker.consumer",
     "celery.concurrency.prefork",
     "celery.events",
+    "celery.app.amqp",
+    "celery.app.control",
+    "celery.app.events",
+    "celery.app.log",
+    "celery.app.routes",
+    "celery.fixups.django",
+    "celery.worker.autoscale",
+    "celery.worker.components",
+    "celery.worker.consumer.delayed_delivery",
+    "celery.worker.strategy",
     "billiard.pool",
+    "billiard.popen_fork",
+    "billiard.sharedctypes",
+    "billiard.synchronize",
     "kombu.transport.redis",
     "kombu.transport.pyamqp",
     "kombu.pidbox",
@@ -88,10 +101,12 @@ PRELOAD = (
     "alembic.script",
     "alembic.runtime.migration",
     "cffi",
+    "encodings.idna",
 )
 """What the server imports once: the CLI, every command's module, what the daemons
 import when they start and what the commands import on their first use (the database
-driver, Celery's pool and transports, Alembic)."""
+driver, Celery's app parts, pool and transports, Alembic, the IDNA codec of host names).
+The list is what a forked scheduler, worker and CLI call were seen importing."""
 
 STARTUP_PREFIXES = ("PYTHON", "LC_")
 STARTUP_NAMES = frozenset({"LANG", "LANGUAGE"})
