@@ -55,6 +55,8 @@ def test_a_database_given_back_is_emptied_renamed_and_cut_from_its_last_test(
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
         conn.execute("INSERT INTO pool (name, slots) VALUES ('busy', 3)")
         conn.execute(AUDIT_ROW)
+        # a row of a table that others' keys name (its truncation must take them along)
+        conn.execute("INSERT INTO sluice_user (name, role, created_at) VALUES ('u', 'op', now())")
         conn.execute("ANALYZE pool")
         left_open = psycopg.connect(conninfo(url), autocommit=True)  # a process left behind
         with contextlib.suppress(StopIteration):
@@ -69,6 +71,7 @@ def test_a_database_given_back_is_emptied_renamed_and_cut_from_its_last_test(
             psycopg.connect(conninfo(url))
     assert {t: rows(again, f"SELECT * FROM {t}") for t in template_rows} == template_rows
     assert rows(again, "SELECT count(*) FROM audit_log") == [(0,)]
+    assert rows(again, "SELECT count(*) FROM sluice_user") == [(0,)]
     assert rows(again, "SELECT id FROM deployment") != deployment
     with psycopg.connect(conninfo(again), autocommit=True) as conn:
         conn.execute(AUDIT_ROW)
