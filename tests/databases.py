@@ -12,8 +12,9 @@ migration leaves and nothing of the test before:
 - its schema is compared with the template's (a fingerprint of tables, columns, indexes,
   constraints, triggers, functions, types and settings); a database whose schema a test
   changed is dropped, not reused;
-- every table is truncated (`RESTART IDENTITY`: a new, empty file and sequences from 1,
-  as in a copy) and the rows the migrations wrote are copied back byte for byte;
+- the tables the test wrote are truncated (a new, empty file, as in a copy), the rows
+  the migrations wrote are copied back byte for byte, and every sequence the test
+  called starts again from 1;
 - its planner statistics and activity counters are reset (`pg_statistic`,
   `pg_stat_reset()`), so counts and plans do not carry over.
 
@@ -139,9 +140,9 @@ class Template:
                 engine.dispose()
             with psycopg.connect(_conninfo(self.name), autocommit=True) as conn:
                 self.fingerprint = _fingerprint(conn)
-                self.tables = [row[0] for row in conn.execute(TABLES_SQL)]
-                self.rows = {table: _copy_out(conn, table) for table in self.tables}
-                self.rows = {table: data for table, data in self.rows.items() if data}
+                tables = [row[0] for row in conn.execute(TABLES_SQL)]
+                copied = {table: _copy_out(conn, table) for table in tables}
+                self.rows = {table: data for table, data in copied.items() if data}
         except BaseException:
             drop_database(pg_admin, self.name)  # a failed migration is not kept
             raise
@@ -268,8 +269,8 @@ def _empty(name: str, template: Template) -> None:
 
     One transaction: truncate the tables the test wrote (`WRITTEN_SQL`; truncating all
     of them costs 0.12 s of CPU), copy the migrations' rows back into those left empty,
-    start every sequence again; then reset the statistics the planner and the
-    tests read."""
+    start every sequence the test called again; then reset the statistics the planner
+    and the tests read."""
     with psycopg.connect(_conninfo(name), autocommit=True) as conn:
         if _fingerprint(conn) != template.fingerprint:
             raise SchemaChanged(name)
@@ -277,13 +278,13 @@ def _empty(name: str, template: Template) -> None:
         written = [row[0] for row in conn.execute(WRITTEN_SQL, {"seeded": seeded})]
         with conn.transaction():
             if written:  # CASCADE: with the (empty) tables whose keys name them
-                conn.execute(f"TRUNCATE {', '.join(written)} RESTART IDENTITY CASCADE")
+                conn.execute(f"TRUNCATE {', '.join(written)} CASCADE")
             for table, data in template.rows.items():
                 if _has_rows(conn, table):
                     continue
                 with conn.cursor().copy(f"COPY {table} FROM STDIN (FORMAT binary)") as copy:
                     copy.write(data)
-            conn.execute(  # a sequence called by a statement that then failed
+            conn.execute(  # owned by a truncated table or not, called since the copy
                 "SELECT setval(format('%I.%I', schemaname, sequencename), start_value, false)"
                 " FROM pg_sequences WHERE last_value IS NOT NULL"
             )
